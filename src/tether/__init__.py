@@ -1,0 +1,104 @@
+"""tether: durable, auditable state for LLM agents.
+
+One front door::
+
+    import tether
+    app = tether.open("agent.db")          # or "sqlite:///agent.db"
+
+    @app.agent
+    def triage(run, ticket: str) -> dict:
+        facts = run.step("fetch", fetch_ticket, ticket)
+        ...
+
+    handle = app.run(triage, ticket="T-1")
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .app import AgentDef, App, RunHandle
+from .clock import Clock, FakeClock, SystemClock
+from .codec import decode, encode
+from .errors import (
+    Conflict,
+    EncodeError,
+    InvalidState,
+    LeaseLost,
+    NondeterminismError,
+    NotATetherDatabase,
+    NotFound,
+    RunFailed,
+    SchemaTooNew,
+    StepTimeout,
+    StoreError,
+    TetherError,
+)
+from .events import Event
+from .retry import Retry
+from .runtime import AsyncRun, Run
+from .state import RunState, StepState, Usage, fold
+
+__all__ = [
+    "AgentDef",
+    "App",
+    "AsyncRun",
+    "Clock",
+    "Conflict",
+    "EncodeError",
+    "Event",
+    "FakeClock",
+    "InvalidState",
+    "LeaseLost",
+    "NondeterminismError",
+    "NotATetherDatabase",
+    "NotFound",
+    "Retry",
+    "Run",
+    "RunFailed",
+    "RunHandle",
+    "RunState",
+    "SchemaTooNew",
+    "StepState",
+    "StepTimeout",
+    "StoreError",
+    "SystemClock",
+    "TetherError",
+    "Usage",
+    "__version__",
+    "decode",
+    "encode",
+    "fold",
+    "open",
+]
+
+__version__ = "0.1.0"
+
+
+def open(  # noqa: A001 - the one front door is called open, like sqlite3.connect's peers
+    url: str,
+    *,
+    durability: str = "normal",
+    clock: Clock | None = None,
+    retry: Retry | None = None,
+    snapshot_every: int = 500,
+    lease_ttl: float = 30.0,
+    **options: Any,
+) -> App:
+    """Open (creating if needed) a tether store and return its App.
+
+    ``url`` is a path or ``sqlite:///path`` for the embedded SQLite store.
+    ``durability`` is ``"normal"`` (SQLite ``synchronous=NORMAL``: a power loss
+    may drop the last commits, a process crash never does) or ``"full"``.
+    """
+    from .store.sqlite import SQLiteStore, sqlite_path
+
+    if not isinstance(url, str) or not url:
+        raise ValueError(f"tether.open needs a path or a URL, not {url!r}")
+    if url.startswith(("postgres://", "postgresql://")):
+        raise ValueError("the PostgreSQL backend is not in this build yet; use a SQLite path")
+    if durability not in ("normal", "full"):
+        raise ValueError(f"durability is 'normal' or 'full', not {durability!r}")
+    store = SQLiteStore(sqlite_path(url), synchronous=durability, **options)
+    return App(store, clock=clock, retry=retry or Retry(), snapshot_every=snapshot_every,
+               lease_ttl=lease_ttl, url=url)

@@ -1,0 +1,407 @@
+"""The App: agents registered on one store, run durably, resumed after a crash."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import inspect
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, overload
+
+from . import codec
+from . import events as ev
+from .clock import Clock, SystemClock, new_run_id, owner_is_dead_local, process_owner
+from .errors import EncodeError, InvalidState, LeaseLost, NotFound, RunFailed, TetherError
+from .events import Event
+from .journal import Journal
+from .retry import NO_RETRY, Retry
+from .runtime import AsyncRun, Run
+from .state import RunState, fold, from_data
+from .store import Lease, NewRun, RunRecord, Store, Transition
+
+log = logging.getLogger("tether")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True, slots=True)
+class AgentDef:
+    """A registered agent: its name, version, function and where its code lives."""
+
+    name: str
+    version: str | None
+    fn: Callable[..., Any]
+    is_async: bool
+    code: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RunHandle:
+    """What ``app.run``/``app.resume`` return: the run's id, status and output.
+
+    ``reused`` and ``executed`` list the positions ``(position, name)`` this
+    execution took from the log and the ones it ran.
+    """
+
+    id: str
+    status: str
+    output: Any = None
+    error: dict[str, Any] | None = None
+    reused: tuple[tuple[int, str], ...] = field(default=())
+    executed: tuple[tuple[int, str], ...] = field(default=())
+
+
+class App:
+    """Agents registered on one store. Create with :func:`tether.open`."""
+
+    def __init__(
+        self, store: Store, *, clock: Clock | None = None, retry: Retry = NO_RETRY,
+        snapshot_every: int = 500, lease_ttl: float = 30.0, url: str = "",
+    ) -> None:
+        if snapshot_every < 1:
+            raise ValueError(f"snapshot_every must be >= 1, not {snapshot_every}")
+        self.store = store
+        self.clock = clock or SystemClock()
+        self.retry = retry
+        self.snapshot_every = snapshot_every
+        self.lease_ttl = lease_ttl
+        self.url = url
+        self.owner = process_owner()
+        self._agents: dict[str, AgentDef] = {}
+        self._heartbeat: _Heartbeat | None = None
+
+    # -- registration -----------------------------------------------------
+
+    @overload
+    def agent(self, fn: F) -> F: ...
+
+    @overload
+    def agent(self, *, name: str | None = None, version: str | None = None) -> Callable[[F], F]: ...
+
+    def agent(
+        self, fn: F | None = None, *, name: str | None = None, version: str | None = None
+    ) -> F | Callable[[F], F]:
+        """Register an agent: a function whose first parameter is the ``run`` object."""
+
+        def register(f: F) -> F:
+            d = _define(f, name, version)
+            self._agents[d.name] = d
+            f.__tether_agent__ = d  # type: ignore[attr-defined]
+            return f
+
+        return register(fn) if fn is not None else register
+
+    def agents(self) -> dict[str, AgentDef]:
+        """The registered agents by name."""
+        return dict(self._agents)
+
+    def _resolve(self, agent: Callable[..., Any] | str) -> AgentDef:
+        if isinstance(agent, str):
+            found = self._agents.get(agent)
+            if found is None:
+                raise NotFound(
+                    f"no agent named {agent!r} is registered on this app (registered: "
+                    f"{', '.join(sorted(self._agents)) or 'none'}); decorate it with @app.agent"
+                )
+            return found
+        d = getattr(agent, "__tether_agent__", None)
+        if not isinstance(d, AgentDef):
+            raise NotFound(
+                f"{getattr(agent, '__qualname__', agent)!r} is not a tether agent; "
+                f"decorate it with @app.agent"
+            )
+        return d
+
+    # -- starting and resuming --------------------------------------------
+
+    def run(self, agent: Callable[..., Any] | str, *args: Any, **kwargs: Any) -> RunHandle:
+        """Create a run and execute it inline, durably. Raises RunFailed if it fails."""
+        d = self._resolve(agent)
+        journal, run = self._create(d, args, kwargs)
+        return self._execute(d, journal, run, args, kwargs)
+
+    async def arun(self, agent: Callable[..., Any] | str, *args: Any, **kwargs: Any) -> RunHandle:
+        """``run`` for use inside an event loop (``async def`` agents)."""
+        d = self._resolve(agent)
+        journal, run = self._create(d, args, kwargs)
+        return await self._aexecute(d, journal, run, args, kwargs)
+
+    def resume(self, run_id: str) -> RunHandle:
+        """Continue a run that stopped: completed steps are reused, the rest run."""
+        prepared = self._prepare_resume(run_id, retry=False)
+        if isinstance(prepared, RunHandle):
+            return prepared
+        return self._execute(*prepared)
+
+    async def aresume(self, run_id: str) -> RunHandle:
+        """``resume`` for use inside an event loop."""
+        prepared = self._prepare_resume(run_id, retry=False)
+        if isinstance(prepared, RunHandle):
+            return prepared
+        return await self._aexecute(*prepared)
+
+    def retry_run(self, run_id: str) -> RunHandle:
+        """Execute a failed run again from its failed step (completed steps are reused)."""
+        prepared = self._prepare_resume(run_id, retry=True)
+        if isinstance(prepared, RunHandle):
+            return prepared
+        return self._execute(*prepared)
+
+    def _create(
+        self, d: AgentDef, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[Journal, Run | AsyncRun]:
+        now = self.clock.now()
+        run_id = new_run_id(now)
+        payload = {"args": list(args), "kwargs": kwargs}
+        try:
+            codec.encode(payload)
+        except EncodeError as e:
+            raise EncodeError(
+                f"agent {d.name!r}: its input cannot be stored: {e.type_name} at "
+                f"{e.path.replace('$.args', 'args', 1).replace('$.kwargs', 'kwargs', 1)}; "
+                f"pass plain data to agents. No run was created.",
+                path=e.path, type_name=e.type_name,
+            ) from None
+        created = ev.new(ev.RUN_CREATED, {"agent": d.name, "version": d.version,
+                                          "input": payload, "code": d.code}, now)
+        started = ev.new(ev.RUN_STARTED, {"by": self.owner, "epoch": 1}, now, self.owner)
+        lease = self.store.create_run(
+            NewRun(run_id, d.name, d.version, "running", code=d.code), [created, started],
+            lease_owner=self.owner, now=now, ttl=self.lease_ttl,
+        )
+        assert lease is not None
+        state = fold([Event(run_id, i, e.type, e.data, e.at, e.actor)
+                      for i, e in enumerate([created, started], 1)])
+        return self._journal(d, state, lease)
+
+    def _journal(self, d: AgentDef, state: RunState, lease: Lease) -> tuple[Journal, Run | AsyncRun]:
+        self._ensure_heartbeat()
+        journal = Journal(self.store, self.clock, state, lease,
+                          snapshot_every=self.snapshot_every, actor=self.owner)
+        cls = AsyncRun if d.is_async else Run
+        return journal, cls(journal, d.name, self.retry, {})
+
+    def _prepare_resume(
+        self, run_id: str, *, retry: bool
+    ) -> RunHandle | tuple[AgentDef, Journal, Run | AsyncRun, tuple[Any, ...], dict[str, Any]]:
+        record = self.store.get_run(run_id)
+        if record.status in ("completed", "cancelled") or (record.status == "failed" and not retry):
+            return self._finished(record)
+        if retry and record.status != "failed":
+            raise InvalidState(f"run {run_id} is {record.status}, not failed; only failed runs "
+                               f"can be retried (use resume)")
+        d = self._agent_for(record)
+        lease = self._claim(record)
+        state = self.load(run_id)
+        if state.status in ("completed", "cancelled"):  # finished while we were claiming
+            self.store.release(run_id, epoch=lease.epoch)
+            return self._finished(record)
+        journal, run = self._journal(d, state, lease)
+        journal.append([journal.event(ev.RUN_STARTED, {"by": self.owner, "epoch": lease.epoch,
+                                                       "retry": retry})],
+                       Transition("running"))
+        args = tuple(state.input.get("args", ()))
+        return d, journal, run, args, dict(state.input.get("kwargs", {}))
+
+    def _finished(self, record: RunRecord) -> RunHandle:
+        state = self.load(record.id)
+        if state.status == "failed":
+            raise InvalidState(
+                f"run {record.id} failed ({(state.failure or {}).get('type')}: "
+                f"{(state.failure or {}).get('message')}); `tether retry {record.id}` "
+                f"executes it again from its failed step"
+            )
+        return RunHandle(record.id, state.status, state.output, None)
+
+    def _claim(self, record: RunRecord) -> Lease:
+        holder = record.lease_owner
+        takeover = holder if holder and owner_is_dead_local(holder) else None
+        return self.store.claim(record.id, owner=self.owner, ttl=self.lease_ttl,
+                                now=self.clock.now(), takeover=takeover)
+
+    def _agent_for(self, record: RunRecord) -> AgentDef:
+        found = self._agents.get(record.agent)
+        if found is not None:
+            return found
+        d = import_agent(record.code, record.agent)
+        self._agents[d.name] = d
+        return d
+
+    # -- executing --------------------------------------------------------
+
+    def _execute(self, d: AgentDef, journal: Journal, run: Run | AsyncRun,
+                 args: tuple[Any, ...], kwargs: dict[str, Any]) -> RunHandle:
+        if d.is_async:
+            return asyncio.run(self._aexecute(d, journal, run, args, kwargs))
+        try:
+            output = d.fn(run, *args, **kwargs)
+        except BaseException as exc:
+            self._stopped(journal, exc)
+            raise  # _stopped raised RunFailed unless exc is a crash-like BaseException
+        return self._complete(journal, output)
+
+    async def _aexecute(self, d: AgentDef, journal: Journal, run: Run | AsyncRun,
+                        args: tuple[Any, ...], kwargs: dict[str, Any]) -> RunHandle:
+        try:
+            result = d.fn(run, *args, **kwargs)
+            output = await result if inspect.isawaitable(result) else result
+        except BaseException as exc:
+            self._stopped(journal, exc)
+            raise
+        return self._complete(journal, output)
+
+    def _complete(self, journal: Journal, output: Any) -> RunHandle:
+        try:
+            event = journal.event(ev.RUN_COMPLETED, {"output": output})
+        except EncodeError as e:
+            err = EncodeError(f"run {journal.run_id}: the agent's return value cannot be "
+                              f"stored: {e.type_name} at {e.path.replace('$.output', '$', 1)}",
+                              path=e.path, type_name=e.type_name)
+            self._stopped(journal, err)
+            raise err from None
+        journal.append([event], Transition("completed", release=True))
+        return RunHandle(journal.run_id, "completed", output, None,
+                         tuple(journal.reused), tuple(journal.executed))
+
+    def _stopped(self, journal: Journal, exc: BaseException) -> None:
+        """Record why execution stopped: a failure, or a suspension (crash-like exits)."""
+        if isinstance(exc, LeaseLost) or isinstance(journal.poisoned, LeaseLost):
+            return  # another worker owns the run now: write nothing
+        if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: a pause
+            self._suspend(journal, type(exc).__name__)
+            return
+        ctx = journal.context_for(exc)
+        journal.poisoned = None
+        journal.append([journal.event(ev.RUN_FAILED, {"error": ctx})],
+                       Transition("failed", release=True))
+        raise RunFailed(journal.run_id, ctx) from exc
+
+    def _suspend(self, journal: Journal, reason: str) -> None:
+        try:
+            journal.poisoned = None
+            journal.append([journal.event(ev.RUN_SUSPENDED, {"reason": reason,
+                                                             "status": "queued"})],
+                           Transition("queued", release=True))
+        except TetherError as e:  # best effort: the lease expires anyway
+            log.warning("could not suspend run %s cleanly: %s", journal.run_id, e)
+
+    # -- reading ----------------------------------------------------------
+
+    def load(self, run_id: str, *, upto: int | None = None) -> RunState:
+        """The run's state (at ``upto``, or its head): newest snapshot + fold of the rest."""
+        loaded = self.store.load(run_id, upto=upto)
+        start = from_data(codec.decode(loaded.snapshot.data)) if loaded.snapshot else None
+        return fold(loaded.events, start, run_id=run_id)
+
+    def get(self, run_id: str) -> RunState:
+        """The run's current state (status, position, steps, output, failure, vars, usage)."""
+        return self.load(run_id)
+
+    def events(self, run_id: str, *, after: int = 0, upto: int | None = None) -> list[Event]:
+        """The run's events in seq order. Raises NotFound for an unknown run."""
+        self.store.get_run(run_id)
+        return self.store.read_events(run_id, after=after, upto=upto)
+
+    def runs(self, *, status: str | None = None, agent: str | None = None,
+             limit: int = 100) -> list[RunRecord]:
+        """Runs, newest first."""
+        return self.store.list_runs(status=status, agent=agent, limit=limit)
+
+    # -- lifecycle --------------------------------------------------------
+
+    def _ensure_heartbeat(self) -> None:
+        if self._heartbeat is None or not self._heartbeat.is_alive():
+            self._heartbeat = _Heartbeat(self)
+            self._heartbeat.start()
+
+    def close(self) -> None:
+        """Stop the heartbeat and close the store."""
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+            self._heartbeat = None
+        self.store.close()
+
+    def __enter__(self) -> App:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Heartbeat(threading.Thread):
+    """Extends this app's leases every third of their ttl while the app is open."""
+
+    def __init__(self, app: App) -> None:
+        super().__init__(name="tether-heartbeat", daemon=True)
+        self.app = app
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        interval = max(0.05, self.app.lease_ttl / 3)
+        while not self._stop_event.wait(interval):
+            try:
+                self.app.store.renew(self.app.owner, ttl=self.app.lease_ttl,
+                                     now=self.app.clock.now())
+            except Exception as e:  # a missed beat is not fatal; the next one retries
+                log.warning("tether heartbeat failed: %s", e)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(timeout=5)
+
+
+def _define(fn: Callable[..., Any], name: str | None, version: str | None) -> AgentDef:
+    if not callable(fn):
+        raise TypeError(f"@app.agent decorates a function, not {fn!r}")
+    params = list(inspect.signature(fn).parameters)
+    if not params:
+        raise TypeError(
+            f"agent {fn.__qualname__!r} must take the run object as its first parameter, "
+            f"e.g. def {fn.__name__}(run, ...)"
+        )
+    code = {"module": fn.__module__, "qualname": fn.__qualname__}
+    source = inspect.getsourcefile(fn)
+    if source:
+        code["file"] = os.path.abspath(source)
+    return AgentDef(name or fn.__name__, version, fn, inspect.iscoroutinefunction(fn), code)
+
+
+def import_agent(code: dict[str, Any], name: str) -> AgentDef:
+    """Import an agent from where its run recorded its code (module and qualname)."""
+    module_name, qualname = code.get("module"), code.get("qualname")
+    if not module_name or not qualname:
+        raise NotFound(f"agent {name!r} is not registered and its run did not record its code; "
+                       f"pass --app pkg.module:app")
+    module = _import_module(module_name, code.get("file"))
+    obj: Any = module
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+    d = getattr(obj, "__tether_agent__", None)
+    if not isinstance(d, AgentDef):
+        raise NotFound(f"agent {name!r}: {module_name}.{qualname} is not a tether agent any "
+                       f"more; pass --app pkg.module:app")
+    return d
+
+
+def _import_module(module_name: str, file: str | None) -> Any:
+    if module_name != "__main__":
+        try:
+            return importlib.import_module(module_name)
+        except ImportError as e:
+            if not file:
+                raise NotFound(f"cannot import {module_name!r} ({e}); run from the project "
+                               f"directory or pass --app pkg.module:app") from None
+    if not file or not os.path.exists(file):
+        raise NotFound(f"the agent's code {module_name!r} ({file}) cannot be found; "
+                       f"pass --app pkg.module:app")
+    spec = importlib.util.spec_from_file_location(f"_tether_code_{abs(hash(file))}", file)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module

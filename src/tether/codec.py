@@ -1,0 +1,235 @@
+"""The value codec: what a step may return, and how it is stored.
+
+Values are stored as JSON text. Plain JSON values (``None``, ``bool``, ``int``,
+``float``, ``str``, ``list``, ``dict`` with ``str`` keys) are stored as they are;
+the types JSON would silently change are stored *tagged* so that a replayed step
+returns exactly what the first execution returned::
+
+    tuple, set, frozenset, bytes, dict with non-str keys, NaN/±inf,
+    datetime, date, time, Decimal, UUID          -> {"$t": <tag>, "v": ...}
+
+Subclasses of ``str``/``int``/``float`` (``StrEnum``, ``IntEnum``) are stored as
+their base value. Anything else (a socket, a client object, a dataclass) is
+refused with :class:`~tether.errors.EncodeError` naming the type and the path
+inside the value (``$.results[3].conn``): return plain data from steps.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import hashlib
+import json
+import math
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from .errors import EncodeError
+
+TAG = "$t"
+
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+_canonical = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), allow_nan=False, sort_keys=True
+).encode
+
+
+class _Unencodable(Exception):
+    """Internal: carries the offending type and the path, built up while unwinding."""
+
+    def __init__(self, type_name: str) -> None:
+        self.type_name = type_name
+        self.parts: list[str] = []
+
+
+def _tag(tag: str, value: Any) -> dict[str, Any]:
+    return {TAG: tag, "v": value}
+
+
+def _enc_float(x: float) -> Any:
+    if math.isfinite(x):
+        return x
+    return _tag("float", "nan" if x != x else ("inf" if x > 0 else "-inf"))
+
+
+def _enc_dict(x: dict[Any, Any]) -> Any:
+    out: dict[str, Any] = {}
+    for k, v in x.items():
+        if type(k) is not str or k == TAG:
+            return _enc_pairs(x)
+        try:
+            out[k] = _enc(v)
+        except _Unencodable as e:
+            e.parts.append(f"[{k!r}]" if not k.isidentifier() else f".{k}")
+            raise
+    return out
+
+
+def _enc_pairs(x: dict[Any, Any]) -> Any:
+    pairs = []
+    for k, v in x.items():
+        try:
+            pairs.append([_enc(k), _enc(v)])
+        except _Unencodable as e:
+            e.parts.append(f"[{k!r}]")
+            raise
+    return _tag("dict", pairs)
+
+
+def _enc_seq(x: Any) -> list[Any]:
+    out = []
+    for i, v in enumerate(x):
+        try:
+            out.append(_enc(v))
+        except _Unencodable as e:
+            e.parts.append(f"[{i}]")
+            raise
+    return out
+
+
+def _enc_set(tag: str, x: Any) -> Any:
+    items = _enc_seq(x)
+    items.sort(key=_canonical)  # sets have no order: store a canonical one
+    return _tag(tag, items)
+
+
+def _enc_other(x: Any) -> Any:
+    special = _SPECIAL.get(type(x))
+    if special is not None:
+        return special(x)
+    if isinstance(x, dict):
+        return _enc_dict(dict(x))
+    if isinstance(x, list):
+        return _enc_seq(x)
+    if isinstance(x, bool):
+        return bool(x)
+    if isinstance(x, str):
+        return str(x)
+    if isinstance(x, int):
+        return int(x)
+    if isinstance(x, float):
+        return _enc_float(float(x))
+    raise _Unencodable(f"{type(x).__module__}.{type(x).__qualname__}")
+
+
+_SPECIAL: dict[type, Callable[[Any], Any]] = {
+    tuple: lambda x: _tag("tuple", _enc_seq(x)),
+    set: lambda x: _enc_set("set", x),
+    frozenset: lambda x: _enc_set("frozenset", x),
+    bytes: lambda x: _tag("bytes", base64.b64encode(x).decode("ascii")),
+    bytearray: lambda x: _tag("bytes", base64.b64encode(bytes(x)).decode("ascii")),
+    dt.datetime: lambda x: _tag("datetime", x.isoformat()),
+    dt.date: lambda x: _tag("date", x.isoformat()),
+    dt.time: lambda x: _tag("time", x.isoformat()),
+    decimal.Decimal: lambda x: _tag("decimal", str(x)),
+    uuid.UUID: lambda x: _tag("uuid", str(x)),
+}
+
+
+def _enc(x: Any) -> Any:
+    t = type(x)
+    if t is str or t is int or t is bool or x is None:
+        return x
+    if t is dict:
+        return _enc_dict(x)
+    if t is list:
+        return _enc_seq(x)
+    if t is float:
+        return _enc_float(x)
+    return _enc_other(x)
+
+
+def to_json_value(value: Any, *, what: str = "value") -> Any:
+    """Return ``value`` as plain JSON data (tagged where needed), or raise EncodeError."""
+    try:
+        return _enc(value)
+    except _Unencodable as e:
+        path = "$" + "".join(reversed(e.parts))
+        raise EncodeError(
+            f"cannot store {what}: {e.type_name} at {path} is not storable data. "
+            f"Return plain data (dict, list, str, int, float, bool, None, tuple, set, "
+            f"bytes, datetime, Decimal, UUID) from steps, or convert that part first.",
+            path=path,
+            type_name=e.type_name,
+        ) from None
+
+
+def encode(value: Any, *, what: str = "value") -> str:
+    """Encode ``value`` to JSON text. Raises EncodeError naming the offending type and path."""
+    return _dumps(to_json_value(value, what=what))
+
+
+def _decode_tagged(tag: str, v: Any) -> Any:
+    if tag == "tuple":
+        return tuple(v)
+    if tag == "set":
+        return set(v)
+    if tag == "frozenset":
+        return frozenset(v)
+    if tag == "dict":
+        return {_hashable(k): val for k, val in v}
+    if tag == "bytes":
+        return base64.b64decode(v)
+    if tag == "float":
+        return float(v)
+    decoder = _DECODERS.get(tag)
+    if decoder is None:
+        raise ValueError(f"unknown tag {tag!r} in stored value; written by a newer tether?")
+    return decoder(v)
+
+
+def _hashable(k: Any) -> Any:
+    return tuple(k) if type(k) is list else k
+
+
+_DECODERS: dict[str, Callable[[Any], Any]] = {
+    "datetime": dt.datetime.fromisoformat,
+    "date": dt.date.fromisoformat,
+    "time": dt.time.fromisoformat,
+    "decimal": decimal.Decimal,
+    "uuid": uuid.UUID,
+}
+
+
+def _hook(d: dict[str, Any]) -> Any:
+    if TAG in d and len(d) == 2 and "v" in d:
+        return _decode_tagged(d[TAG], d["v"])
+    return d
+
+
+def from_json_value(value: Any) -> Any:
+    """Inverse of :func:`to_json_value` for data already parsed from JSON."""
+    return decode(_dumps(value))
+
+
+def decode(text: str | bytes) -> Any:
+    """Decode JSON text written by :func:`encode`."""
+    return json.loads(text, object_hook=_hook)
+
+
+def digest(value: Any) -> str:
+    """A stable SHA-256 of ``value``'s canonical encoding (sorted keys).
+
+    Values that cannot be encoded (a client object passed as an argument) are
+    digested by their type name, so a digest never fails.
+    """
+    try:
+        text = _canonical(_enc(value))
+    except _Unencodable:
+        text = _canonical(_enc(_digestable(value)))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _digestable(value: Any) -> Any:
+    """Replace unencodable leaves by ``<type>`` markers (used only for digests)."""
+    try:
+        return _enc(value)
+    except _Unencodable:
+        pass
+    if isinstance(value, dict):
+        return {str(k): _digestable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_digestable(v) for v in value]
+    return f"<{type(value).__module__}.{type(value).__qualname__}>"

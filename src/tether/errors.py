@@ -1,0 +1,101 @@
+"""The exceptions tether raises, as one tree.
+
+::
+
+    TetherError                      every error tether raises on purpose
+    ├── StoreError                   the database cannot be used as a tether store
+    │   ├── NotATetherDatabase       the file is not SQLite, is corrupt, or is someone else's
+    │   └── SchemaTooNew             written by a newer tether; upgrade tether to open it
+    ├── NotFound                     no such run / agent / event
+    ├── Conflict                     someone else appended first, or holds the run
+    │   └── LeaseLost                a newer lease (fencing token) exists; stop writing
+    ├── EncodeError                  a value cannot be stored (names the type and path)
+    ├── NondeterminismError          replay found a different step at a recorded position
+    ├── StepTimeout                  a step attempt ran past its retry policy's timeout
+    ├── InvalidState                 the run is not in a state that allows the operation
+    └── RunFailed                    raised by ``app.run`` when the run ends failed
+
+Every message says what was wrong, where (run, step, position, field) and what
+to do about it. Database driver errors never escape raw: backends translate them
+at their boundary into this tree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class TetherError(Exception):
+    """Base of every error tether raises on purpose."""
+
+
+class StoreError(TetherError):
+    """The database cannot be used as a tether store."""
+
+
+class NotATetherDatabase(StoreError):
+    """The file is not a SQLite database, is corrupt, or belongs to another program."""
+
+
+class SchemaTooNew(StoreError):
+    """The database was written by a newer tether than this one."""
+
+
+class NotFound(TetherError, LookupError):
+    """No such run, agent or event."""
+
+
+class Conflict(TetherError):
+    """Another writer appended first, or another process holds the run."""
+
+
+class LeaseLost(Conflict):
+    """A newer lease (fencing token) exists for the run: this writer must stop."""
+
+
+class EncodeError(TetherError, TypeError):
+    """A value cannot be stored. The message names the type and the path inside the value."""
+
+    def __init__(self, message: str, *, path: str = "$", type_name: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+        self.type_name = type_name
+
+
+class NondeterminismError(TetherError):
+    """Replay found a different step than the one recorded at a position."""
+
+    def __init__(self, run_id: str, position: int, expected: str, found: str) -> None:
+        super().__init__(
+            f"run {run_id}: nondeterminism at position {position}: the log recorded "
+            f"{expected!r} but the agent code now calls {found!r}. The agent code changed "
+            f"under a run in flight; restore the old code to finish this run, or fork it "
+            f"before position {position}."
+        )
+        self.run_id = run_id
+        self.position = position
+        self.expected = expected
+        self.found = found
+
+
+class StepTimeout(TetherError, TimeoutError):
+    """A step attempt ran longer than its retry policy allows."""
+
+
+class InvalidState(TetherError):
+    """The run's status does not allow the operation (e.g. resuming a completed run)."""
+
+
+class RunFailed(TetherError):
+    """``app.run`` / ``app.resume`` ended with the run failed. ``.run_id`` and ``.error`` tell why."""
+
+    def __init__(self, run_id: str, error: dict[str, Any]) -> None:
+        where = f" in step {error.get('step')!r} (position {error.get('position')})"
+        if error.get("step") is None:
+            where = ""
+        super().__init__(
+            f"run {run_id} failed{where}: {error.get('type')}: {error.get('message')}. "
+            f"See `tether show {run_id}`."
+        )
+        self.run_id = run_id
+        self.error = error

@@ -1,0 +1,85 @@
+"""Events: the immutable records of a run's log, and their types.
+
+An event is ``(run_id, seq, type, data, at, actor)``. ``seq`` is 1, 2, 3… per
+run with no gaps; ``data`` is JSON text written by :mod:`tether.codec`. The
+types below are the whole vocabulary; :func:`tether.state.fold` gives each its
+meaning. Event data carries a ``pos`` (the step's position) for every event of
+a step, so a reader can group a step's attempts without any other index.
+
+Upcasting: an event written by an older tether is read through
+:data:`UPCASTERS` (type -> function on the decoded data) before folding, so
+old logs keep folding after the event shapes evolve.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from . import codec
+
+# Run lifecycle
+RUN_CREATED = "run.created"  # agent, version, input, code
+RUN_STARTED = "run.started"  # by (owner), epoch: a process began (or resumed) executing
+RUN_SUSPENDED = "run.suspended"  # reason: the process stopped on purpose, the run is resumable
+RUN_COMPLETED = "run.completed"  # output
+RUN_FAILED = "run.failed"  # error (failure context)
+# Steps (every one carries pos, name, kind)
+STEP_STARTED = "step.started"  # attempt, digest: written before a step whose start must be durable
+STEP_COMPLETED = "step.completed"  # attempt, digest, output, started, duration, usage
+STEP_FAILED = "step.failed"  # attempt, error, retry_at (None: no more attempts)
+DECISION = "decision"  # choice, why, details
+VAR_SET = "var.set"  # key, value
+VAR_DELETED = "var.deleted"  # key
+
+ALL_TYPES = frozenset(
+    {
+        RUN_CREATED,
+        RUN_STARTED,
+        RUN_SUSPENDED,
+        RUN_COMPLETED,
+        RUN_FAILED,
+        STEP_STARTED,
+        STEP_COMPLETED,
+        STEP_FAILED,
+        DECISION,
+        VAR_SET,
+        VAR_DELETED,
+    }
+)
+
+UPCASTERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event about to be appended: the store assigns ``run_id`` and ``seq``."""
+
+    type: str
+    data: str  # JSON text from codec.encode
+    at: float
+    actor: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One stored event of a run's log."""
+
+    run_id: str
+    seq: int
+    type: str
+    data: str
+    at: float
+    actor: str | None = None
+
+    def payload(self) -> dict[str, Any]:
+        """The decoded data, upcast to the current shape."""
+        value: dict[str, Any] = codec.decode(self.data)
+        upcast = UPCASTERS.get(self.type)
+        return upcast(value) if upcast else value
+
+
+def new(type_: str, data: dict[str, Any], at: float, actor: str | None = None) -> NewEvent:
+    """Build a NewEvent, encoding ``data`` (raises EncodeError for unstorable values)."""
+    return NewEvent(type_, codec.encode(data, what=f"{type_} event"), at, actor)

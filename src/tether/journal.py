@@ -1,0 +1,290 @@
+"""Replay by position: the one core behind sync and async agents.
+
+The agent function runs again from the top on every resume. Each tether call
+takes the next *position*. If the log holds a completed entry at that position
+with the same kind and name, its recorded output is returned and nothing runs;
+a different name is :class:`~tether.errors.NondeterminismError`; an entry that
+never completed (in flight at a crash, or retrying) is executed again, its
+attempts counted on from the log.
+
+The step logic is written once, as generators (:func:`step_core`) that yield
+commands (:class:`Call`, :class:`Sleep`); :mod:`tether.runtime` drives them
+either synchronously or with ``await``. There are no sync/async twins.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import codec
+from . import events as ev
+from .clock import Clock
+from .errors import EncodeError, LeaseLost, NondeterminismError
+from .events import Event, NewEvent
+from .retry import Retry
+from .state import RunState, StepState, fold, to_data
+from .store import Lease, Snapshot, Store, Transition
+
+MAX_INPUT_REPR = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """Command: call ``fn(*args, **kwargs)`` (bounded by ``timeout`` seconds)."""
+
+    fn: Callable[..., Any]
+    args: Sequence[Any]
+    kwargs: dict[str, Any]
+    timeout: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    """Command: wait ``seconds`` before going on."""
+
+    seconds: float
+
+
+Core = Generator[Call | Sleep, Any, Any]
+
+
+@dataclass(slots=True)
+class Slot:
+    """One position taken by a tether call during this execution."""
+
+    pos: int
+    kind: str
+    name: str
+    recorded: StepState | None
+
+    @property
+    def done(self) -> bool:
+        return self.recorded is not None and self.recorded.status == "completed"
+
+
+class Journal:
+    """A run's log as seen by one execution: positions, replay, appends with the lease."""
+
+    def __init__(
+        self, store: Store, clock: Clock, state: RunState, lease: Lease, *,
+        snapshot_every: int = 500, actor: str | None = None,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.run_id = state.run_id
+        self.lease = lease
+        self.seq = state.seq
+        self.recorded = state.steps
+        self.pos = 0
+        self.snapshot_every = snapshot_every
+        self.actor = actor
+        self._base = state
+        self._tail: list[Event] = []
+        self.poisoned: BaseException | None = None
+        self.reused: list[tuple[int, str]] = []
+        self.executed: list[tuple[int, str]] = []
+        self.last_failure: tuple[BaseException, dict[str, Any]] | None = None
+
+    # -- positions --------------------------------------------------------
+
+    def slot(self, kind: str, name: str) -> Slot:
+        """Take the next position; check it against the log."""
+        if self.poisoned is not None:
+            raise self.poisoned
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"run {self.run_id}: a {kind} needs a non-empty str name, got {name!r}")
+        self.pos += 1
+        recorded = self.recorded[self.pos - 1] if self.pos <= len(self.recorded) else None
+        if recorded is not None and (recorded.name != name or recorded.kind != kind):
+            err = NondeterminismError(
+                self.run_id, self.pos, f"{recorded.kind} {recorded.name}", f"{kind} {name}"
+            )
+            self.poisoned = err
+            raise err
+        slot = Slot(self.pos, kind, name, recorded)
+        if slot.done:
+            self.reused.append((slot.pos, name))
+        return slot
+
+    # -- appends ----------------------------------------------------------
+
+    def append(self, events: list[NewEvent], transition: Transition | None = None) -> None:
+        """Append events under this execution's lease (one transaction)."""
+        if self.poisoned is not None:
+            raise self.poisoned
+        stored = [
+            Event(self.run_id, self.seq + i, e.type, e.data, e.at, e.actor)
+            for i, e in enumerate(events, 1)
+        ]
+        snapshot = self._snapshot_due(stored)
+        try:
+            self.seq = self.store.append(
+                self.run_id, events, expected_seq=self.seq, epoch=self.lease.epoch,
+                transition=transition, snapshot=snapshot, now=self.clock.now(),
+            )
+        except LeaseLost as e:
+            self.poisoned = e
+            raise
+        if snapshot is None:
+            self._tail.extend(stored)
+
+    def _snapshot_due(self, stored: list[Event]) -> Snapshot | None:
+        if len(self._tail) + len(stored) < self.snapshot_every:
+            return None
+        state = fold([*self._tail, *stored], start=self._base)
+        self._base, self._tail = state, []
+        return Snapshot(self.run_id, state.seq, codec.encode(to_data(state)), self.clock.now())
+
+    def event(self, type_: str, data: dict[str, Any]) -> NewEvent:
+        return ev.new(type_, data, self.clock.now(), self.actor)
+
+    # -- records ----------------------------------------------------------
+
+    def record_success(
+        self, slot: Slot, attempt: int, digest: str | None, output: Any, started: float,
+        duration: float, usage: dict[str, Any] | None = None,
+    ) -> None:
+        data = {
+            "pos": slot.pos, "name": slot.name, "kind": slot.kind, "attempt": attempt,
+            "digest": digest, "output": output, "started": started, "duration": duration,
+        }
+        if usage is not None:
+            data["usage"] = usage
+        try:
+            event = self.event(ev.STEP_COMPLETED, data)
+        except EncodeError as e:
+            raise self._encode_error(slot, e) from None
+        self.append([event])
+        self.executed.append((slot.pos, slot.name))
+
+    def _encode_error(self, slot: Slot, e: EncodeError) -> EncodeError:
+        path = e.path.replace("$.output", "$", 1) if e.path.startswith("$.output") else e.path
+        err = EncodeError(
+            f"run {self.run_id}: {slot.kind} {slot.name!r} (position {slot.pos}) returned a "
+            f"value that cannot be stored: {e.type_name} at {path}. Return plain data "
+            f"(dict, list, str, int, float, bool, None, tuple, set, bytes, datetime, "
+            f"Decimal, UUID), or convert that part first.",
+            path=path, type_name=e.type_name,
+        )
+        self.last_failure = (err, self.failure_context(err, slot, None, None))
+        return err
+
+    def record_failure(
+        self, slot: Slot, attempt: int, digest: str | None, exc: BaseException,
+        policy: Retry, inputs: Any = None,
+    ) -> float | None:
+        """Append the failed attempt; return the delay before the next one, or None."""
+        retry = policy.should_retry(exc, attempt)
+        delay = policy.delay(attempt) if retry else None
+        now = self.clock.now()
+        data = {
+            "pos": slot.pos, "name": slot.name, "kind": slot.kind, "attempt": attempt,
+            "digest": digest, "error": error_info(exc, now),
+            "retry_at": now + delay if delay is not None else None,
+        }
+        self.append([self.event(ev.STEP_FAILED, data)])
+        if delay is None:
+            self.last_failure = (exc, self.failure_context(exc, slot, digest, inputs))
+        return delay
+
+    def failure_context(
+        self, exc: BaseException, slot: Slot | None, digest: str | None, inputs: Any
+    ) -> dict[str, Any]:
+        ctx = error_info(exc, self.clock.now())
+        ctx.update(step=None, position=None, kind=None, input_digest=digest, input=None)
+        if slot is not None:
+            ctx.update(step=slot.name, position=slot.pos, kind=slot.kind)
+        if inputs is not None:
+            ctx["input"] = _short_repr(inputs)
+        return ctx
+
+    def context_for(self, exc: BaseException) -> dict[str, Any]:
+        """The failure context of ``exc`` escaping the agent: its step if a step raised it."""
+        if self.last_failure is not None and self.last_failure[0] is exc:
+            return self.last_failure[1]
+        if isinstance(exc, NondeterminismError):
+            ctx = self.failure_context(exc, None, None, None)
+            ctx.update(position=exc.position, step=exc.found)
+            return ctx
+        return self.failure_context(exc, None, None, None)
+
+
+def error_info(exc: BaseException, at: float) -> dict[str, Any]:
+    """An exception as plain data: type, message, traceback, time."""
+    t = type(exc)
+    name = t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+    return {
+        "type": name,
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(exc)),
+        "at": at,
+    }
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= MAX_INPUT_REPR else text[:MAX_INPUT_REPR] + "…"
+
+
+def extract_usage(result: Any) -> dict[str, Any] | None:
+    """Token usage and cost from a model result, when it reports them.
+
+    Understands ``{"usage": {"input_tokens"|"prompt_tokens", "output_tokens"|
+    "completion_tokens", "cost"}}`` and objects with a ``usage`` attribute.
+    """
+    usage = result.get("usage") if isinstance(result, dict) else getattr(result, "usage", None)
+    if usage is None:
+        return None
+
+    def pick(*names: str) -> Any:
+        for n in names:
+            v = usage.get(n) if isinstance(usage, dict) else getattr(usage, n, None)
+            if v is not None:
+                return v
+        return 0
+
+    return {
+        "input_tokens": int(pick("input_tokens", "prompt_tokens")),
+        "output_tokens": int(pick("output_tokens", "completion_tokens")),
+        "cost": float(pick("cost", "cost_usd")),
+        "calls": 1,
+    }
+
+
+def step_core(
+    j: Journal, kind: str, name: str, fn: Callable[..., Any], args: Sequence[Any],
+    kwargs: dict[str, Any], policy: Retry,
+) -> Core:
+    """One journaled call with retries: replay, or execute and record every attempt."""
+    if not callable(fn):
+        raise TypeError(f"run {j.run_id}: {kind} {name!r} needs a callable, got {fn!r}")
+    slot = j.slot(kind, name)
+    if slot.done:
+        assert slot.recorded is not None
+        return slot.recorded.output
+    digest = codec.digest([list(args), kwargs])
+    attempt = slot.recorded.attempts + 1 if slot.recorded else 1
+    if slot.recorded is not None and slot.recorded.next_retry_at is not None:
+        wait = slot.recorded.next_retry_at - j.clock.now()
+        if wait > 0:
+            yield Sleep(wait)
+    while True:
+        started, t0 = j.clock.now(), time.perf_counter()
+        try:
+            output = yield Call(fn, args, kwargs, policy.timeout)
+        except Exception as exc:
+            if isinstance(exc, LeaseLost) or j.poisoned is not None:
+                raise
+            delay = j.record_failure(slot, attempt, digest, exc, policy, (args, kwargs))
+            if delay is None:
+                raise
+            yield Sleep(delay)
+            attempt += 1
+            continue
+        usage = extract_usage(output) if kind == "llm" else None
+        j.record_success(slot, attempt, digest, output, started, time.perf_counter() - t0, usage)
+        return output

@@ -1,0 +1,190 @@
+"""The ``run`` object an agent receives: step, llm, decide and task variables.
+
+``Run`` (for ``def`` agents) and ``AsyncRun`` (for ``async def`` agents) are two
+thin drivers of the same generator core in :mod:`tether.journal`: the sync one
+calls and sleeps, the async one awaits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable, Iterator, MutableMapping
+from typing import Any
+
+from . import events as ev
+from .clock import Clock
+from .errors import EncodeError
+from .journal import Call, Core, Journal, Sleep, step_core
+from .retry import Retry, call_with_timeout
+
+
+def drive(core: Core, clock: Clock) -> Any:
+    """Run a journal core synchronously."""
+    try:
+        cmd = next(core)
+        while True:
+            if isinstance(cmd, Sleep):
+                clock.sleep(cmd.seconds)
+                cmd = core.send(None)
+                continue
+            try:
+                result = call_with_timeout(cmd.fn, cmd.args, cmd.kwargs, cmd.timeout)
+            except Exception as exc:
+                cmd = core.throw(exc)
+            else:
+                cmd = core.send(result)
+    except StopIteration as stop:
+        return stop.value
+
+
+async def adrive(core: Core, clock: Clock) -> Any:
+    """Run a journal core with ``await``: async callables are awaited, sleeps are async."""
+    try:
+        cmd = next(core)
+        while True:
+            if isinstance(cmd, Sleep):
+                await _asleep(clock, cmd.seconds)
+                cmd = core.send(None)
+                continue
+            try:
+                result = await _acall(cmd)
+            except Exception as exc:
+                cmd = core.throw(exc)
+            else:
+                cmd = core.send(result)
+    except StopIteration as stop:
+        return stop.value
+
+
+async def _asleep(clock: Clock, seconds: float) -> None:
+    if hasattr(clock, "advance"):  # a fake clock: move it, do not wait
+        clock.sleep(seconds)
+    else:
+        await asyncio.sleep(seconds)
+
+
+async def _acall(cmd: Call) -> Any:
+    result = cmd.fn(*cmd.args, **cmd.kwargs)
+    if inspect.isawaitable(result):
+        if cmd.timeout is None:
+            return await result
+        return await asyncio.wait_for(result, cmd.timeout)
+    return result
+
+
+class Vars(MutableMapping[str, Any]):
+    """Task variables: reads are local, every write and delete is journaled by position."""
+
+    def __init__(self, journal: Journal, initial: dict[str, Any]) -> None:
+        self._j = journal
+        self._data = dict(initial)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._write(ev.VAR_SET, key, value)
+        self._data[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        if key not in self._data:
+            raise KeyError(key)
+        self._write(ev.VAR_DELETED, key, None)
+        del self._data[key]
+
+    def _write(self, type_: str, key: str, value: Any) -> None:
+        if not isinstance(key, str):
+            raise TypeError(f"run {self._j.run_id}: task variable names are str, not {key!r}")
+        slot = self._j.slot("var", f"vars.{key}")
+        if slot.done:
+            return
+        data = {"pos": slot.pos, "name": slot.name, "key": key, "value": value}
+        try:
+            event = self._j.event(type_, data)
+        except EncodeError as e:
+            raise EncodeError(
+                f"run {self._j.run_id}: task variable {key!r} (position {slot.pos}) cannot be "
+                f"stored: {e.type_name} at {e.path.replace('$.value', '$', 1)}",
+                path=e.path, type_name=e.type_name,
+            ) from None
+        self._j.append([event])
+        self._j.executed.append((slot.pos, slot.name))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return f"Vars({self._data!r})"
+
+
+class _RunBase:
+    def __init__(self, journal: Journal, agent: str, default_retry: Retry,
+                 initial_vars: dict[str, Any]) -> None:
+        self._j = journal
+        self.agent = agent
+        self._retry = default_retry
+        self.vars = Vars(journal, initial_vars)
+
+    @property
+    def id(self) -> str:
+        """The run id."""
+        return self._j.run_id
+
+    @property
+    def position(self) -> int:
+        """The position of the last tether call made (0 before the first)."""
+        return self._j.pos
+
+    def _core(self, kind: str, name: str, fn: Callable[..., Any], args: tuple[Any, ...],
+              kwargs: dict[str, Any], retry: Retry | None) -> Core:
+        return step_core(self._j, kind, name, fn, args, kwargs, retry or self._retry)
+
+    def _decide(self, name: str, choice: Any, why: str, details: dict[str, Any]) -> Any:
+        slot = self._j.slot("decide", name)
+        if slot.done:
+            assert slot.recorded is not None
+            return slot.recorded.output
+        data = {"pos": slot.pos, "name": name, "choice": choice, "why": why, "details": details}
+        self._j.append([self._j.event(ev.DECISION, data)])
+        self._j.executed.append((slot.pos, name))
+        return choice
+
+
+class Run(_RunBase):
+    """What a ``def`` agent receives first. Every call below is journaled by position."""
+
+    def step(self, name: str, fn: Callable[..., Any], *args: Any, retry: Retry | None = None,
+             **kwargs: Any) -> Any:
+        """Call ``fn(*args, **kwargs)`` once; on replay return the recorded result."""
+        return drive(self._core("step", name, fn, args, kwargs, retry), self._j.clock)
+
+    def llm(self, name: str, fn: Callable[..., Any], *args: Any, retry: Retry | None = None,
+            **kwargs: Any) -> Any:
+        """A model call: a step whose result's usage (tokens, cost) is recorded."""
+        return drive(self._core("llm", name, fn, args, kwargs, retry), self._j.clock)
+
+    def decide(self, name: str, choice: Any, why: str = "", **details: Any) -> Any:
+        """Record a choice and its rationale; on replay return the recorded choice."""
+        return self._decide(name, choice, why, details)
+
+
+class AsyncRun(_RunBase):
+    """What an ``async def`` agent receives first: the same calls, awaited."""
+
+    async def step(self, name: str, fn: Callable[..., Any], *args: Any,
+                   retry: Retry | None = None, **kwargs: Any) -> Any:
+        """Call (and await) ``fn(*args, **kwargs)`` once; on replay return the recorded result."""
+        return await adrive(self._core("step", name, fn, args, kwargs, retry), self._j.clock)
+
+    async def llm(self, name: str, fn: Callable[..., Any], *args: Any,
+                  retry: Retry | None = None, **kwargs: Any) -> Any:
+        """A model call: a step whose result's usage (tokens, cost) is recorded."""
+        return await adrive(self._core("llm", name, fn, args, kwargs, retry), self._j.clock)
+
+    async def decide(self, name: str, choice: Any, why: str = "", **details: Any) -> Any:
+        """Record a choice and its rationale; on replay return the recorded choice."""
+        return self._decide(name, choice, why, details)

@@ -1,0 +1,325 @@
+"""RunState and fold(): a run's state as a pure function of its log.
+
+``fold(events)`` never does I/O and never reads the clock. ``fold(events,
+start=snapshot_state)`` continues from a snapshot, and for any cut ``k``::
+
+    fold(events) == fold(events[k:], start=fold(events[:k]))
+
+which is what makes snapshots a cache and never the truth.
+
+The state holds the five layers: *position* (steps with status), every step's
+*input digest and verbatim output*, *decisions* with rationale, *retry context*
+(attempts, every error, the next retry time) and *failure context* (time,
+step, input digest, exception type, message, traceback), plus task variables,
+usage and status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from . import events as ev
+from .events import Event
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Model usage: tokens in and out, cost (in the unit the model reports), calls."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float = 0.0
+    calls: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cost + other.cost,
+            self.calls + other.calls,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StepState:
+    """One position of a run: a step, model call, decision or variable write."""
+
+    position: int
+    name: str
+    kind: str  # step | llm | decide | var
+    status: str  # running | retrying | completed | failed
+    attempts: int = 0
+    input_digest: str | None = None
+    output: Any = None
+    errors: tuple[Mapping[str, Any], ...] = ()
+    started_at: float | None = None
+    finished_at: float | None = None
+    duration: float | None = None
+    next_retry_at: float | None = None
+    usage: Usage | None = None
+    why: str | None = None  # decisions: the rationale
+    seq: int = 0  # the event that last changed this step
+
+
+@dataclass(frozen=True, slots=True)
+class RunState:
+    """The folded state of one run. Read-only: mappings must not be mutated."""
+
+    run_id: str
+    seq: int = 0
+    agent: str | None = None
+    version: str | None = None
+    status: str = "queued"
+    input: Mapping[str, Any] = field(default_factory=dict)
+    output: Any = None
+    failure: Mapping[str, Any] | None = None
+    steps: tuple[StepState, ...] = ()
+    vars: Mapping[str, Any] = field(default_factory=dict)
+    usage: Usage = Usage()
+    code: Mapping[str, Any] = field(default_factory=dict)
+    created_at: float | None = None
+    updated_at: float | None = None
+    executions: int = 0  # how many times a process started executing this run
+
+    @property
+    def committed(self) -> int:
+        """How many leading positions are completed (1..committed are safe to reuse)."""
+        n = 0
+        for s in self.steps:
+            if s.status != "completed":
+                break
+            n += 1
+        return n
+
+    @property
+    def position(self) -> int:
+        """The current position: the first one not completed (1-based)."""
+        return self.committed + 1
+
+    @property
+    def decisions(self) -> tuple[StepState, ...]:
+        """Every decision with its choice (``output``) and rationale (``why``)."""
+        return tuple(s for s in self.steps if s.kind == "decide")
+
+    def step(self, position: int) -> StepState | None:
+        """The step at ``position`` (1-based), or None."""
+        if 1 <= position <= len(self.steps):
+            return self.steps[position - 1]
+        return None
+
+    def describe_position(self) -> str:
+        """``"step 6 of 9, 1–5 committed"`` (``of N`` when the log knows N)."""
+        total = len(self.steps)
+        done = self.committed
+        if self.status == "completed":
+            return f"completed, {total} of {total} committed"
+        committed = f"1–{done} committed" if done else "none committed"
+        return f"step {self.position} of {max(total, self.position)}, {committed}"
+
+
+class _Fold:
+    """Mutable accumulator behind fold(); never escapes this module."""
+
+    def __init__(self, start: RunState) -> None:
+        self.s: dict[str, Any] = {f.name: getattr(start, f.name) for f in fields(RunState)}
+        self.steps = list(start.steps)
+        self.vars = dict(start.vars)
+
+    def apply(self, e: Event) -> None:
+        if e.type not in ev.ALL_TYPES:
+            return  # an event type this tether does not know: carried, not folded
+        d = e.payload()
+        self.s["seq"] = e.seq
+        self.s["updated_at"] = e.at
+        _HANDLERS[e.type](self, e, d)
+
+    def put_step(self, pos: int, step: StepState) -> None:
+        while len(self.steps) < pos - 1:  # a gap cannot happen in a valid log; keep it total
+            n = len(self.steps) + 1
+            self.steps.append(StepState(n, "?", "step", "running"))
+        if pos <= len(self.steps):
+            self.steps[pos - 1] = step
+        else:
+            self.steps.append(step)
+
+    def get_step(self, pos: int, d: dict[str, Any], e: Event) -> StepState:
+        if pos <= len(self.steps):
+            return self.steps[pos - 1]
+        return StepState(pos, d["name"], d["kind"], "running", started_at=e.at)
+
+    def freeze(self) -> RunState:
+        return RunState(**{**self.s, "steps": tuple(self.steps), "vars": dict(self.vars)})
+
+
+def _created(f: _Fold, e: Event, d: dict[str, Any]) -> None:
+    f.s.update(
+        agent=d["agent"],
+        version=d.get("version"),
+        input=d.get("input", {}),
+        code=d.get("code", {}),
+        created_at=e.at,
+        status="queued",
+    )
+
+
+def _started(f: _Fold, e: Event, d: dict[str, Any]) -> None:
+    f.s["status"] = "running"
+    f.s["executions"] += 1
+
+
+def _suspended(f: _Fold, e: Event, d: dict[str, Any]) -> None:
+    f.s["status"] = d.get("status", "running")
+
+
+def _completed(f: _Fold, e: Event, d: dict[str, Any]) -> None:
+    f.s.update(status="completed", output=d.get("output"), failure=None)
+
+
+def _failed(f: _Fold, e: Event, d: dict[str, Any]) -> None:
+    f.s.update(status="failed", failure=d["error"])
+
+
+def _step_started(f: _Fold, e: Event, d: dict[str, Any]) -> None:
+    pos = d["pos"]
+    old = f.get_step(pos, d, e)
+    f.put_step(
+        pos,
+        StepState(
+            pos, d["name"], d["kind"], "running", attempts=max(old.attempts, d["attempt"]),
+            input_digest=d.get("digest"), errors=old.errors,
+            started_at=old.started_at or e.at, seq=e.seq,
+        ),
+    )
+
+
+def _step_completed(f: _Fold, e: Event, d: dict[str, Any]) -> None:
+    pos = d["pos"]
+    old = f.get_step(pos, d, e)
+    usage = Usage(**d["usage"]) if d.get("usage") else None
+    if usage is not None:
+        f.s["usage"] = f.s["usage"] + usage
+    f.put_step(
+        pos,
+        StepState(
+            pos, d["name"], d["kind"], "completed", attempts=d.get("attempt", 1),
+            input_digest=d.get("digest"), output=d.get("output"), errors=old.errors,
+            started_at=d.get("started", old.started_at), finished_at=e.at,
+            duration=d.get("duration"), usage=usage, why=d.get("why"), seq=e.seq,
+        ),
+    )
+
+
+def _step_failed(f: _Fold, e: Event, d: dict[str, Any]) -> None:
+    pos = d["pos"]
+    old = f.get_step(pos, d, e)
+    retry_at = d.get("retry_at")
+    f.put_step(
+        pos,
+        StepState(
+            pos, d["name"], d["kind"], "retrying" if retry_at is not None else "failed",
+            attempts=d["attempt"], input_digest=d.get("digest", old.input_digest),
+            errors=(*old.errors, d["error"]), started_at=old.started_at or e.at,
+            finished_at=e.at, next_retry_at=retry_at, seq=e.seq,
+        ),
+    )
+
+
+def _decision(f: _Fold, e: Event, d: dict[str, Any]) -> None:
+    pos = d["pos"]
+    f.put_step(
+        pos,
+        StepState(
+            pos, d["name"], "decide", "completed", attempts=1, output=d.get("choice"),
+            why=d.get("why"), started_at=e.at, finished_at=e.at, duration=0.0, seq=e.seq,
+        ),
+    )
+
+
+def _var_set(f: _Fold, e: Event, d: dict[str, Any]) -> None:
+    f.vars[d["key"]] = d.get("value")
+    _var_step(f, e, d)
+
+
+def _var_deleted(f: _Fold, e: Event, d: dict[str, Any]) -> None:
+    f.vars.pop(d["key"], None)
+    _var_step(f, e, d)
+
+
+def _var_step(f: _Fold, e: Event, d: dict[str, Any]) -> None:
+    pos = d["pos"]
+    f.put_step(
+        pos,
+        StepState(
+            pos, d["name"], "var", "completed", attempts=1, output=d.get("value"),
+            started_at=e.at, finished_at=e.at, duration=0.0, seq=e.seq,
+        ),
+    )
+
+
+_HANDLERS = {
+    ev.RUN_CREATED: _created,
+    ev.RUN_STARTED: _started,
+    ev.RUN_SUSPENDED: _suspended,
+    ev.RUN_COMPLETED: _completed,
+    ev.RUN_FAILED: _failed,
+    ev.STEP_STARTED: _step_started,
+    ev.STEP_COMPLETED: _step_completed,
+    ev.STEP_FAILED: _step_failed,
+    ev.DECISION: _decision,
+    ev.VAR_SET: _var_set,
+    ev.VAR_DELETED: _var_deleted,
+}
+
+
+def fold(events: Iterable[Event], start: RunState | None = None, *, run_id: str = "") -> RunState:
+    """Fold ``events`` (in seq order) onto ``start`` (or an empty state). Pure."""
+    acc: _Fold | None = None
+    for e in events:
+        if acc is None:
+            acc = _Fold(start if start is not None else RunState(run_id=e.run_id))
+        acc.apply(e)
+    if acc is None:
+        return start if start is not None else RunState(run_id=run_id)
+    return acc.freeze()
+
+
+# -- snapshots: RunState <-> plain data (encoded with tether.codec by the caller) --
+
+
+def to_data(state: RunState) -> dict[str, Any]:
+    """RunState as plain data, for a snapshot."""
+    out = {f.name: getattr(state, f.name) for f in fields(RunState)}
+    out["usage"] = _usage_data(state.usage)
+    out["steps"] = [_step_data(s) for s in state.steps]
+    return out
+
+
+def from_data(data: Mapping[str, Any]) -> RunState:
+    """Inverse of :func:`to_data`."""
+    d = dict(data)
+    d["usage"] = Usage(**d["usage"])
+    d["steps"] = tuple(_step_from(s) for s in d["steps"])
+    return RunState(**d)
+
+
+def _usage_data(u: Usage | None) -> dict[str, Any] | None:
+    if u is None:
+        return None
+    return {"input_tokens": u.input_tokens, "output_tokens": u.output_tokens,
+            "cost": u.cost, "calls": u.calls}
+
+
+def _step_data(s: StepState) -> dict[str, Any]:
+    out = {f.name: getattr(s, f.name) for f in fields(StepState)}
+    out["usage"] = _usage_data(s.usage)
+    out["errors"] = list(s.errors)
+    return out
+
+
+def _step_from(d: Mapping[str, Any]) -> StepState:
+    x = dict(d)
+    x["usage"] = Usage(**x["usage"]) if x.get("usage") else None
+    x["errors"] = tuple(x["errors"])
+    return StepState(**x)

@@ -1,0 +1,164 @@
+"""The Store protocol: everything tether keeps, behind a small set of methods.
+
+Each method is one transaction, takes and returns frozen dataclasses (never
+raw rows), and translates database errors into :mod:`tether.errors`. The
+runtime, worker, CLI and server see only this protocol; ``tether.open(url)``
+picks the backend (:mod:`tether.store.sqlite` for a path or ``sqlite:///…``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..events import Event, NewEvent
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """A run's row: identity, status and lease. Its state is in its events."""
+
+    id: str
+    agent: str
+    version: str | None
+    status: str
+    code: dict[str, Any]
+    created_at: float
+    updated_at: float
+    epoch: int = 0
+    lease_owner: str | None = None
+    lease_expires: float | None = None
+    parent_id: str | None = None
+    fork_seq: int | None = None
+    session_id: str | None = None
+    owner: str | None = None
+    queue: str | None = None
+    priority: int = 0
+    available_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewRun:
+    """A run about to be created."""
+
+    id: str
+    agent: str
+    version: str | None
+    status: str
+    code: dict[str, Any] = field(default_factory=dict)
+    parent_id: str | None = None
+    fork_seq: int | None = None
+    session_id: str | None = None
+    owner: str | None = None
+    queue: str | None = None
+    priority: int = 0
+    available_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A claim on a run: ``epoch`` is the fencing token every append must carry."""
+
+    run_id: str
+    owner: str
+    epoch: int
+    expires: float
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A cached fold of a run's log up to and including ``seq``."""
+
+    run_id: str
+    seq: int
+    data: str  # JSON (tether.codec) of tether.state.to_data(state)
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """A run-row change made in the same transaction as an append."""
+
+    status: str
+    release: bool = False  # give the lease back (the run stops executing)
+    available_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """A consistent read of one run: its row, newest snapshot and the events after it."""
+
+    run: RunRecord
+    snapshot: Snapshot | None
+    events: list[Event]
+
+
+class Store(Protocol):
+    """What tether needs from a database. Every method is one transaction."""
+
+    def create_run(
+        self, run: NewRun, events: Sequence[NewEvent], *, lease_owner: str | None, now: float,
+        ttl: float,
+    ) -> Lease | None:
+        """Insert the run row and its first events (seq 1..n) atomically.
+
+        With ``lease_owner`` the creator also holds the lease (epoch 1) and gets it
+        back. Raises Conflict if the id exists.
+        """
+        ...
+
+    def get_run(self, run_id: str) -> RunRecord:
+        """The run's row. Raises NotFound."""
+        ...
+
+    def list_runs(
+        self, *, status: str | None = None, agent: str | None = None, limit: int = 100
+    ) -> list[RunRecord]:
+        """Runs newest first, filtered by status and agent."""
+        ...
+
+    def load(self, run_id: str, *, upto: int | None = None) -> Loaded:
+        """The run row, the newest snapshot at or before ``upto`` and the events after it
+        up to ``upto`` (all when None), read in one transaction. Raises NotFound."""
+        ...
+
+    def read_events(self, run_id: str, *, after: int = 0, upto: int | None = None) -> list[Event]:
+        """Events with ``after < seq <= upto`` in seq order (empty for an unknown run)."""
+        ...
+
+    def append(
+        self, run_id: str, events: Sequence[NewEvent], *, expected_seq: int, epoch: int,
+        transition: Transition | None = None, snapshot: Snapshot | None = None,
+        now: float,
+    ) -> int:
+        """Append ``events`` as seq ``expected_seq+1``… and return the new last seq.
+
+        Atomic: all events, the optional status transition and the optional
+        snapshot, or nothing. Refused with LeaseLost when ``epoch`` is not the run's
+        current fencing token, with Conflict when seq ``expected_seq+1`` is taken,
+        with NotFound when the run does not exist.
+        """
+        ...
+
+    def claim(
+        self, run_id: str, *, owner: str, ttl: float, now: float, takeover: str | None = None
+    ) -> Lease:
+        """Take the run's lease: free, expired, already ours, or held by ``takeover``.
+
+        Bumps the fencing token. Raises Conflict (naming the holder) otherwise,
+        NotFound for an unknown run.
+        """
+        ...
+
+    def release(self, run_id: str, *, epoch: int) -> None:
+        """Give the lease back if ``epoch`` is still current (else do nothing)."""
+        ...
+
+    def renew(self, owner: str, *, ttl: float, now: float) -> int:
+        """Heartbeat: extend every lease held by ``owner``; return how many."""
+        ...
+
+    def close(self) -> None:
+        """Release connections. The store must not be used afterwards."""
+        ...

@@ -1,0 +1,344 @@
+"""The embedded SQLite backend (stdlib ``sqlite3``).
+
+WAL journal, ``synchronous=NORMAL`` by default (``FULL`` on request), writes in
+``BEGIN IMMEDIATE`` so that concurrent writers queue on the busy timeout
+instead of failing mid-transaction, one connection per thread. Safe for several
+processes on one machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from ..errors import Conflict, LeaseLost, NotATetherDatabase, NotFound, SchemaTooNew, StoreError
+from ..events import Event, NewEvent
+from . import Lease, Loaded, NewRun, RunRecord, Snapshot, Transition
+from .queries import load_queries, migrations
+
+_Q = load_queries("sqlite")
+_MIGRATIONS = migrations("sqlite")
+SCHEMA_VERSION = _MIGRATIONS[-1][0]
+_HEADER = b"SQLite format 3\x00"
+_RUN_FIELDS = frozenset(RunRecord.__dataclass_fields__)
+
+
+def _record(row: sqlite3.Row) -> RunRecord:
+    d = {k: row[k] for k in row.keys() if k in _RUN_FIELDS}
+    d["code"] = json.loads(d["code"])
+    return RunRecord(**d)
+
+
+def _event(row: tuple[Any, ...]) -> Event:
+    return Event(*row)
+
+
+class SQLiteStore:
+    """A :class:`tether.store.Store` on one SQLite file."""
+
+    dialect = "sqlite"
+
+    def __init__(
+        self, path: str, *, synchronous: str = "normal", busy_timeout: float = 10.0
+    ) -> None:
+        if synchronous.lower() not in ("normal", "full"):
+            raise ValueError(f"synchronous must be 'normal' or 'full', not {synchronous!r}")
+        self.path = path
+        self.synchronous = synchronous.upper()
+        self.busy_timeout = busy_timeout
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()  # guards only the list of connections, never a query
+        self._check_file()
+        self._migrate()
+
+    # -- connections ------------------------------------------------------
+
+    def _check_file(self) -> None:
+        if self.path == ":memory:":
+            raise StoreError("an in-memory SQLite store cannot be shared; give a file path")
+        try:
+            with open(self.path, "rb") as f:
+                head = f.read(16)
+        except FileNotFoundError:
+            return
+        except IsADirectoryError:
+            raise NotATetherDatabase(
+                f"{self.path} is a directory, not a tether database; give a file path"
+            ) from None
+        if head and head != _HEADER:
+            raise NotATetherDatabase(
+                f"{self.path} is not a tether database (not a SQLite file). "
+                f"Check the path; tether never writes to a file it did not create."
+            )
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            self._local.conn = conn
+        return conn
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self.path, isolation_level=None, timeout=self.busy_timeout,
+                check_same_thread=False,
+            )
+            conn.row_factory = sqlite3.Row
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            conn.execute("PRAGMA foreign_keys = ON")
+        except sqlite3.DatabaseError as e:
+            raise self._translate(e) from None
+        with self._lock:
+            self._all.append(conn)
+        return conn
+
+    def _translate(self, e: sqlite3.Error) -> Exception:
+        msg = str(e)
+        if "not a database" in msg or "malformed" in msg or "disk image" in msg:
+            return NotATetherDatabase(
+                f"{self.path} is corrupt or not a SQLite database ({msg}). Restore it from a "
+                f"backup; tether did not write to it."
+            )
+        if "locked" in msg or "busy" in msg:
+            return StoreError(
+                f"{self.path} stayed locked by another process for {self.busy_timeout}s "
+                f"({msg}); retry, or raise busy_timeout."
+            )
+        return StoreError(f"{self.path}: {msg}")
+
+    @contextmanager
+    def _tx(self, immediate: bool = True) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+        except sqlite3.Error as e:
+            raise self._translate(e) from None
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as e:
+            conn.execute("ROLLBACK")
+            raise self._translate(e) from None
+
+    def close(self) -> None:
+        """Close every connection this store opened."""
+        with self._lock:
+            conns, self._all = self._all, []
+        for c in conns:
+            c.close()
+        self._local = threading.local()
+
+    # -- schema -----------------------------------------------------------
+
+    def _migrate(self) -> None:
+        try:
+            with self._tx() as conn:
+                version = self._schema_version(conn)
+                for number, name, sql in _MIGRATIONS:
+                    if number > version:
+                        self._apply(conn, number, name, sql)
+        except sqlite3.DatabaseError as e:
+            raise self._translate(e) from None
+
+    def _schema_version(self, conn: sqlite3.Connection) -> int:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "tether_meta" not in tables:
+            if tables:
+                raise NotATetherDatabase(
+                    f"{self.path} is a SQLite database of another program (tables: "
+                    f"{', '.join(sorted(tables)[:5])}); tether will not write to it. "
+                    f"Give tether its own file."
+                )
+            return 0
+        row = conn.execute("SELECT value FROM tether_meta WHERE key='schema_version'").fetchone()
+        version = int(row[0]) if row else 0
+        if version > SCHEMA_VERSION:
+            raise SchemaTooNew(
+                f"{self.path} was written by a newer tether (schema {version}; this tether "
+                f"knows up to {SCHEMA_VERSION}). Upgrade tether to open it; it was not changed."
+            )
+        return version
+
+    def _apply(self, conn: sqlite3.Connection, number: int, name: str, sql: str) -> None:
+        for statement in sql.split(";\n"):
+            if statement.strip() and not _only_comments(statement):
+                conn.execute(statement)
+        conn.execute(
+            "INSERT INTO tether_meta (key, value) VALUES ('schema_version', ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (str(number),),
+        )
+
+    def schema_version(self) -> int:
+        """The schema version of the open database."""
+        row = self._conn().execute(
+            "SELECT value FROM tether_meta WHERE key='schema_version'"
+        ).fetchone()
+        return int(row[0])
+
+    # -- runs -------------------------------------------------------------
+
+    def create_run(
+        self, run: NewRun, events: Sequence[NewEvent], *, lease_owner: str | None, now: float,
+        ttl: float,
+    ) -> Lease | None:
+        params = {
+            "id": run.id, "agent": run.agent, "version": run.version, "status": run.status,
+            "code": json.dumps(run.code), "now": now, "epoch": 1 if lease_owner else 0,
+            "lease_owner": lease_owner, "lease_expires": now + ttl if lease_owner else None,
+            "parent_id": run.parent_id, "fork_seq": run.fork_seq, "session_id": run.session_id,
+            "owner": run.owner, "queue": run.queue, "priority": run.priority,
+            "available_at": run.available_at,
+        }
+        with self._tx() as conn:
+            try:
+                conn.execute(_Q["insert_run"], params)
+            except sqlite3.IntegrityError:
+                raise Conflict(f"a run with id {run.id!r} already exists") from None
+            conn.executemany(
+                _Q["insert_event"],
+                [(run.id, i, e.type, e.data, e.at, e.actor) for i, e in enumerate(events, 1)],
+            )
+        if lease_owner is None:
+            return None
+        return Lease(run.id, lease_owner, 1, now + ttl)
+
+    def get_run(self, run_id: str) -> RunRecord:
+        row = self._conn().execute(_Q["get_run"], (run_id,)).fetchone()
+        if row is None:
+            raise NotFound(f"no run {run_id!r} in {self.path}; `tether runs` lists the runs")
+        return _record(row)
+
+    def list_runs(
+        self, *, status: str | None = None, agent: str | None = None, limit: int = 100
+    ) -> list[RunRecord]:
+        rows = self._conn().execute(
+            _Q["list_runs"], {"status": status, "agent": agent, "limit": limit}
+        )
+        return [_record(r) for r in rows]
+
+    # -- the log ----------------------------------------------------------
+
+    def load(self, run_id: str, *, upto: int | None = None) -> Loaded:
+        limit = upto if upto is not None else 2**62
+        with self._tx(immediate=False) as conn:
+            row = conn.execute(_Q["get_run"], (run_id,)).fetchone()
+            if row is None:
+                raise NotFound(f"no run {run_id!r} in {self.path}; `tether runs` lists the runs")
+            snap_row = conn.execute(_Q["latest_snapshot"], (run_id, limit)).fetchone()
+            snap = Snapshot(*snap_row) if snap_row else None
+            after = snap.seq if snap else 0
+            events = [_event(r) for r in conn.execute(_Q["read_events"], (run_id, after, limit))]
+        return Loaded(_record(row), snap, events)
+
+    def read_events(self, run_id: str, *, after: int = 0, upto: int | None = None) -> list[Event]:
+        limit = upto if upto is not None else 2**62
+        rows = self._conn().execute(_Q["read_events"], (run_id, after, limit))
+        return [_event(tuple(r)) for r in rows]
+
+    def append(
+        self, run_id: str, events: Sequence[NewEvent], *, expected_seq: int, epoch: int,
+        transition: Transition | None = None, snapshot: Snapshot | None = None,
+        now: float,
+    ) -> int:
+        conn = self._conn()
+        q = _Q["append_event"]
+        seq = expected_seq
+        with self._tx():
+            for e in events:
+                seq += 1
+                try:
+                    cur = conn.execute(q, (run_id, seq, e.type, e.data, e.at, e.actor, run_id, epoch))
+                except sqlite3.IntegrityError:
+                    raise Conflict(
+                        f"run {run_id}: seq {seq} was already appended by another writer; "
+                        f"reload the run and try again"
+                    ) from None
+                if cur.rowcount == 0:
+                    raise self._refused(conn, run_id, epoch)
+            if transition is not None:
+                self._transition(conn, run_id, transition, now)
+            if snapshot is not None:
+                conn.execute(
+                    _Q["insert_snapshot"],
+                    (snapshot.run_id, snapshot.seq, snapshot.data, snapshot.at),
+                )
+        return seq
+
+    def _transition(self, conn: sqlite3.Connection, run_id: str, t: Transition, now: float) -> None:
+        conn.execute(
+            _Q["update_status"],
+            {"id": run_id, "status": t.status, "now": now, "release": t.release,
+             "available_at": t.available_at},
+        )
+
+    def _refused(self, conn: sqlite3.Connection, run_id: str, epoch: int) -> Exception:
+        row = conn.execute(_Q["get_run"], (run_id,)).fetchone()
+        if row is None:
+            return NotFound(f"no run {run_id!r} in {self.path}")
+        return LeaseLost(
+            f"run {run_id}: this writer's lease (epoch {epoch}) was superseded by "
+            f"{row['lease_owner'] or 'another claim'} (epoch {row['epoch']}); it must stop. "
+            f"Nothing was appended."
+        )
+
+    # -- leases -----------------------------------------------------------
+
+    def claim(
+        self, run_id: str, *, owner: str, ttl: float, now: float, takeover: str | None = None
+    ) -> Lease:
+        with self._tx() as conn:
+            row = conn.execute(
+                _Q["claim"],
+                {"id": run_id, "owner": owner, "expires": now + ttl, "now": now,
+                 "takeover": takeover},
+            ).fetchone()
+            if row is None:
+                current = conn.execute(_Q["get_run"], (run_id,)).fetchone()
+        if row is not None:
+            return Lease(run_id, owner, int(row[0]), now + ttl)
+        if current is None:
+            raise NotFound(f"no run {run_id!r} in {self.path}; `tether runs` lists the runs")
+        raise Conflict(
+            f"run {run_id} is being executed by {current['lease_owner']} (lease until "
+            f"{current['lease_expires']:.3f}); wait for it to finish or for its lease to expire",
+        )
+
+    def release(self, run_id: str, *, epoch: int) -> None:
+        with self._tx():
+            self._conn().execute(_Q["release"], (run_id, epoch))
+
+    def renew(self, owner: str, *, ttl: float, now: float) -> int:
+        with self._tx() as conn:
+            return conn.execute(_Q["renew"], (now + ttl, owner)).rowcount
+
+    def set_status(self, run_id: str, transition: Transition, *, now: float) -> None:
+        """Change a run's row status without an event (used by repairs and tests)."""
+        with self._tx() as conn:
+            self._transition(conn, run_id, transition, now)
+
+
+def _only_comments(statement: str) -> bool:
+    return all(ln.strip().startswith("--") or not ln.strip() for ln in statement.splitlines())
+
+
+def sqlite_path(url: str) -> str:
+    """The file path of ``url``: a plain path, ``sqlite:///rel.db`` or ``sqlite:////abs.db``."""
+    if url.startswith("sqlite://"):
+        rest = url[len("sqlite://"):]
+        path = rest[1:] if rest.startswith("/") else rest
+        return path.split("?", 1)[0]
+    return os.fspath(url)
