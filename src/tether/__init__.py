@@ -75,7 +75,7 @@ __all__ = [
 __version__ = "0.1.0"
 
 
-def open(  # noqa: A001 - the one front door is called open, like sqlite3.connect's peers
+def open(
     url: str,
     *,
     durability: str = "normal",
@@ -100,5 +100,11 @@ def open(  # noqa: A001 - the one front door is called open, like sqlite3.connec
     if durability not in ("normal", "full"):
         raise ValueError(f"durability is 'normal' or 'full', not {durability!r}")
     store = SQLiteStore(sqlite_path(url), synchronous=durability, **options)
-    return App(store, clock=clock, retry=retry or Retry(), snapshot_every=snapshot_every,
-               lease_ttl=lease_ttl, url=url)
+    return App(
+        store,
+        clock=clock,
+        retry=retry or Retry(),
+        snapshot_every=snapshot_every,
+        lease_ttl=lease_ttl,
+        url=url,
+    )

@@ -60,8 +60,14 @@ class App:
     """Agents registered on one store. Create with :func:`tether.open`."""
 
     def __init__(
-        self, store: Store, *, clock: Clock | None = None, retry: Retry = NO_RETRY,
-        snapshot_every: int = 500, lease_ttl: float = 30.0, url: str = "",
+        self,
+        store: Store,
+        *,
+        clock: Clock | None = None,
+        retry: Retry = NO_RETRY,
+        snapshot_every: int = 500,
+        lease_ttl: float = 30.0,
+        url: str = "",
     ) -> None:
         if snapshot_every < 1:
             raise ValueError(f"snapshot_every must be >= 1, not {snapshot_every}")
@@ -165,26 +171,45 @@ class App:
                 f"agent {d.name!r}: its input cannot be stored: {e.type_name} at "
                 f"{e.path.replace('$.args', 'args', 1).replace('$.kwargs', 'kwargs', 1)}; "
                 f"pass plain data to agents. No run was created.",
-                path=e.path, type_name=e.type_name,
+                path=e.path,
+                type_name=e.type_name,
             ) from None
-        created = ev.new(ev.RUN_CREATED, {"agent": d.name, "version": d.version,
-                                          "input": payload, "code": d.code}, now)
+        created = ev.new(
+            ev.RUN_CREATED,
+            {"agent": d.name, "version": d.version, "input": payload, "code": d.code},
+            now,
+        )
         started = ev.new(ev.RUN_STARTED, {"by": self.owner, "epoch": 1}, now, self.owner)
         lease = self.store.create_run(
-            NewRun(run_id, d.name, d.version, "running", code=d.code), [created, started],
-            lease_owner=self.owner, now=now, ttl=self.lease_ttl,
+            NewRun(run_id, d.name, d.version, "running", code=d.code),
+            [created, started],
+            lease_owner=self.owner,
+            now=now,
+            ttl=self.lease_ttl,
         )
         assert lease is not None
-        state = fold([Event(run_id, i, e.type, e.data, e.at, e.actor)
-                      for i, e in enumerate([created, started], 1)])
+        state = fold(
+            [
+                Event(run_id, i, e.type, e.data, e.at, e.actor)
+                for i, e in enumerate([created, started], 1)
+            ]
+        )
         return self._journal(d, state, lease)
 
-    def _journal(self, d: AgentDef, state: RunState, lease: Lease) -> tuple[Journal, Run | AsyncRun]:
+    def _journal(
+        self, d: AgentDef, state: RunState, lease: Lease
+    ) -> tuple[Journal, Run | AsyncRun]:
         self._ensure_heartbeat()
-        journal = Journal(self.store, self.clock, state, lease,
-                          snapshot_every=self.snapshot_every, actor=self.owner)
+        journal = Journal(
+            self.store,
+            self.clock,
+            state,
+            lease,
+            snapshot_every=self.snapshot_every,
+            actor=self.owner,
+        )
         cls = AsyncRun if d.is_async else Run
-        return journal, cls(journal, d.name, self.retry, {})
+        return journal, cls(journal, d.name, self.retry)
 
     def _prepare_resume(
         self, run_id: str, *, retry: bool
@@ -193,8 +218,10 @@ class App:
         if record.status in ("completed", "cancelled") or (record.status == "failed" and not retry):
             return self._finished(record)
         if retry and record.status != "failed":
-            raise InvalidState(f"run {run_id} is {record.status}, not failed; only failed runs "
-                               f"can be retried (use resume)")
+            raise InvalidState(
+                f"run {run_id} is {record.status}, not failed; only failed runs "
+                f"can be retried (use resume)"
+            )
         d = self._agent_for(record)
         lease = self._claim(record)
         state = self.load(run_id)
@@ -202,9 +229,14 @@ class App:
             self.store.release(run_id, epoch=lease.epoch)
             return self._finished(record)
         journal, run = self._journal(d, state, lease)
-        journal.append([journal.event(ev.RUN_STARTED, {"by": self.owner, "epoch": lease.epoch,
-                                                       "retry": retry})],
-                       Transition("running"))
+        journal.append(
+            [
+                journal.event(
+                    ev.RUN_STARTED, {"by": self.owner, "epoch": lease.epoch, "retry": retry}
+                )
+            ],
+            Transition("running"),
+        )
         args = tuple(state.input.get("args", ()))
         return d, journal, run, args, dict(state.input.get("kwargs", {}))
 
@@ -221,8 +253,9 @@ class App:
     def _claim(self, record: RunRecord) -> Lease:
         holder = record.lease_owner
         takeover = holder if holder and owner_is_dead_local(holder) else None
-        return self.store.claim(record.id, owner=self.owner, ttl=self.lease_ttl,
-                                now=self.clock.now(), takeover=takeover)
+        return self.store.claim(
+            record.id, owner=self.owner, ttl=self.lease_ttl, now=self.clock.now(), takeover=takeover
+        )
 
     def _agent_for(self, record: RunRecord) -> AgentDef:
         found = self._agents.get(record.agent)
@@ -234,8 +267,14 @@ class App:
 
     # -- executing --------------------------------------------------------
 
-    def _execute(self, d: AgentDef, journal: Journal, run: Run | AsyncRun,
-                 args: tuple[Any, ...], kwargs: dict[str, Any]) -> RunHandle:
+    def _execute(
+        self,
+        d: AgentDef,
+        journal: Journal,
+        run: Run | AsyncRun,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> RunHandle:
         if d.is_async:
             return asyncio.run(self._aexecute(d, journal, run, args, kwargs))
         try:
@@ -245,8 +284,14 @@ class App:
             raise  # _stopped raised RunFailed unless exc is a crash-like BaseException
         return self._complete(journal, output)
 
-    async def _aexecute(self, d: AgentDef, journal: Journal, run: Run | AsyncRun,
-                        args: tuple[Any, ...], kwargs: dict[str, Any]) -> RunHandle:
+    async def _aexecute(
+        self,
+        d: AgentDef,
+        journal: Journal,
+        run: Run | AsyncRun,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> RunHandle:
         try:
             result = d.fn(run, *args, **kwargs)
             output = await result if inspect.isawaitable(result) else result
@@ -259,14 +304,23 @@ class App:
         try:
             event = journal.event(ev.RUN_COMPLETED, {"output": output})
         except EncodeError as e:
-            err = EncodeError(f"run {journal.run_id}: the agent's return value cannot be "
-                              f"stored: {e.type_name} at {e.path.replace('$.output', '$', 1)}",
-                              path=e.path, type_name=e.type_name)
+            err = EncodeError(
+                f"run {journal.run_id}: the agent's return value cannot be "
+                f"stored: {e.type_name} at {e.path.replace('$.output', '$', 1)}",
+                path=e.path,
+                type_name=e.type_name,
+            )
             self._stopped(journal, err)
             raise err from None
         journal.append([event], Transition("completed", release=True))
-        return RunHandle(journal.run_id, "completed", output, None,
-                         tuple(journal.reused), tuple(journal.executed))
+        return RunHandle(
+            journal.run_id,
+            "completed",
+            output,
+            None,
+            tuple(journal.reused),
+            tuple(journal.executed),
+        )
 
     def _stopped(self, journal: Journal, exc: BaseException) -> None:
         """Record why execution stopped: a failure, or a suspension (crash-like exits)."""
@@ -277,16 +331,18 @@ class App:
             return
         ctx = journal.context_for(exc)
         journal.poisoned = None
-        journal.append([journal.event(ev.RUN_FAILED, {"error": ctx})],
-                       Transition("failed", release=True))
+        journal.append(
+            [journal.event(ev.RUN_FAILED, {"error": ctx})], Transition("failed", release=True)
+        )
         raise RunFailed(journal.run_id, ctx) from exc
 
     def _suspend(self, journal: Journal, reason: str) -> None:
         try:
             journal.poisoned = None
-            journal.append([journal.event(ev.RUN_SUSPENDED, {"reason": reason,
-                                                             "status": "queued"})],
-                           Transition("queued", release=True))
+            journal.append(
+                [journal.event(ev.RUN_SUSPENDED, {"reason": reason, "status": "queued"})],
+                Transition("queued", release=True),
+            )
         except TetherError as e:  # best effort: the lease expires anyway
             log.warning("could not suspend run %s cleanly: %s", journal.run_id, e)
 
@@ -307,8 +363,9 @@ class App:
         self.store.get_run(run_id)
         return self.store.read_events(run_id, after=after, upto=upto)
 
-    def runs(self, *, status: str | None = None, agent: str | None = None,
-             limit: int = 100) -> list[RunRecord]:
+    def runs(
+        self, *, status: str | None = None, agent: str | None = None, limit: int = 100
+    ) -> list[RunRecord]:
         """Runs, newest first."""
         return self.store.list_runs(status=status, agent=agent, limit=limit)
 
@@ -345,8 +402,9 @@ class _Heartbeat(threading.Thread):
         interval = max(0.05, self.app.lease_ttl / 3)
         while not self._stop_event.wait(interval):
             try:
-                self.app.store.renew(self.app.owner, ttl=self.app.lease_ttl,
-                                     now=self.app.clock.now())
+                self.app.store.renew(
+                    self.app.owner, ttl=self.app.lease_ttl, now=self.app.clock.now()
+                )
             except Exception as e:  # a missed beat is not fatal; the next one retries
                 log.warning("tether heartbeat failed: %s", e)
 
@@ -375,16 +433,20 @@ def import_agent(code: dict[str, Any], name: str) -> AgentDef:
     """Import an agent from where its run recorded its code (module and qualname)."""
     module_name, qualname = code.get("module"), code.get("qualname")
     if not module_name or not qualname:
-        raise NotFound(f"agent {name!r} is not registered and its run did not record its code; "
-                       f"pass --app pkg.module:app")
+        raise NotFound(
+            f"agent {name!r} is not registered and its run did not record its code; "
+            f"pass --app pkg.module:app"
+        )
     module = _import_module(module_name, code.get("file"))
     obj: Any = module
     for part in qualname.split("."):
         obj = getattr(obj, part, None)
     d = getattr(obj, "__tether_agent__", None)
     if not isinstance(d, AgentDef):
-        raise NotFound(f"agent {name!r}: {module_name}.{qualname} is not a tether agent any "
-                       f"more; pass --app pkg.module:app")
+        raise NotFound(
+            f"agent {name!r}: {module_name}.{qualname} is not a tether agent any "
+            f"more; pass --app pkg.module:app"
+        )
     return d
 
 
@@ -394,11 +456,14 @@ def _import_module(module_name: str, file: str | None) -> Any:
             return importlib.import_module(module_name)
         except ImportError as e:
             if not file:
-                raise NotFound(f"cannot import {module_name!r} ({e}); run from the project "
-                               f"directory or pass --app pkg.module:app") from None
+                raise NotFound(
+                    f"cannot import {module_name!r} ({e}); run from the project "
+                    f"directory or pass --app pkg.module:app"
+                ) from None
     if not file or not os.path.exists(file):
-        raise NotFound(f"the agent's code {module_name!r} ({file}) cannot be found; "
-                       f"pass --app pkg.module:app")
+        raise NotFound(
+            f"the agent's code {module_name!r} ({file}) cannot be found; pass --app pkg.module:app"
+        )
     spec = importlib.util.spec_from_file_location(f"_tether_code_{abs(hash(file))}", file)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

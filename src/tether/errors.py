@@ -87,7 +87,7 @@ class InvalidState(TetherError):
 
 
 class RunFailed(TetherError):
-    """``app.run`` / ``app.resume`` ended with the run failed. ``.run_id`` and ``.error`` tell why."""
+    """``app.run``/``app.resume`` ended with the run failed; ``.run_id`` and ``.error`` say why."""
 
     def __init__(self, run_id: str, error: dict[str, Any]) -> None:
         where = f" in step {error.get('step')!r} (position {error.get('position')})"

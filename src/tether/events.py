@@ -25,6 +25,7 @@ RUN_STARTED = "run.started"  # by (owner), epoch: a process began (or resumed) e
 RUN_SUSPENDED = "run.suspended"  # reason: the process stopped on purpose, the run is resumable
 RUN_COMPLETED = "run.completed"  # output
 RUN_FAILED = "run.failed"  # error (failure context)
+RUN_FORKED = "run.forked"  # parent, seq, position, input?, vars?: this run branched off
 # Steps (every one carries pos, name, kind)
 STEP_STARTED = "step.started"  # attempt, digest: written before a step whose start must be durable
 STEP_COMPLETED = "step.completed"  # attempt, digest, output, started, duration, usage
@@ -40,6 +41,7 @@ ALL_TYPES = frozenset(
         RUN_SUSPENDED,
         RUN_COMPLETED,
         RUN_FAILED,
+        RUN_FORKED,
         STEP_STARTED,
         STEP_COMPLETED,
         STEP_FAILED,

@@ -70,8 +70,14 @@ class Journal:
     """A run's log as seen by one execution: positions, replay, appends with the lease."""
 
     def __init__(
-        self, store: Store, clock: Clock, state: RunState, lease: Lease, *,
-        snapshot_every: int = 500, actor: str | None = None,
+        self,
+        store: Store,
+        clock: Clock,
+        state: RunState,
+        lease: Lease,
+        *,
+        snapshot_every: int = 500,
+        actor: str | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -88,6 +94,16 @@ class Journal:
         self.reused: list[tuple[int, str]] = []
         self.executed: list[tuple[int, str]] = []
         self.last_failure: tuple[BaseException, dict[str, Any]] | None = None
+        self.vars: dict[str, Any] = {}  # task variables as of the current position
+        self._fork_position = state.fork_position or 0
+        self._fork_vars = dict(state.fork_vars) if state.fork_vars else None
+        self._apply_fork_vars()
+
+    def _apply_fork_vars(self) -> None:
+        """A fork's edited variables take effect once replay passes the fork point."""
+        if self._fork_vars is not None and self.pos >= self._fork_position:
+            self.vars.update(self._fork_vars)
+            self._fork_vars = None
 
     # -- positions --------------------------------------------------------
 
@@ -108,6 +124,7 @@ class Journal:
         slot = Slot(self.pos, kind, name, recorded)
         if slot.done:
             self.reused.append((slot.pos, name))
+        self._apply_fork_vars()
         return slot
 
     # -- appends ----------------------------------------------------------
@@ -123,8 +140,13 @@ class Journal:
         snapshot = self._snapshot_due(stored)
         try:
             self.seq = self.store.append(
-                self.run_id, events, expected_seq=self.seq, epoch=self.lease.epoch,
-                transition=transition, snapshot=snapshot, now=self.clock.now(),
+                self.run_id,
+                events,
+                expected_seq=self.seq,
+                epoch=self.lease.epoch,
+                transition=transition,
+                snapshot=snapshot,
+                now=self.clock.now(),
             )
         except LeaseLost as e:
             self.poisoned = e
@@ -145,12 +167,24 @@ class Journal:
     # -- records ----------------------------------------------------------
 
     def record_success(
-        self, slot: Slot, attempt: int, digest: str | None, output: Any, started: float,
-        duration: float, usage: dict[str, Any] | None = None,
+        self,
+        slot: Slot,
+        attempt: int,
+        digest: str | None,
+        output: Any,
+        started: float,
+        duration: float,
+        usage: dict[str, Any] | None = None,
     ) -> None:
         data = {
-            "pos": slot.pos, "name": slot.name, "kind": slot.kind, "attempt": attempt,
-            "digest": digest, "output": output, "started": started, "duration": duration,
+            "pos": slot.pos,
+            "name": slot.name,
+            "kind": slot.kind,
+            "attempt": attempt,
+            "digest": digest,
+            "output": output,
+            "started": started,
+            "duration": duration,
         }
         if usage is not None:
             data["usage"] = usage
@@ -168,22 +202,32 @@ class Journal:
             f"value that cannot be stored: {e.type_name} at {path}. Return plain data "
             f"(dict, list, str, int, float, bool, None, tuple, set, bytes, datetime, "
             f"Decimal, UUID), or convert that part first.",
-            path=path, type_name=e.type_name,
+            path=path,
+            type_name=e.type_name,
         )
         self.last_failure = (err, self.failure_context(err, slot, None, None))
         return err
 
     def record_failure(
-        self, slot: Slot, attempt: int, digest: str | None, exc: BaseException,
-        policy: Retry, inputs: Any = None,
+        self,
+        slot: Slot,
+        attempt: int,
+        digest: str | None,
+        exc: BaseException,
+        policy: Retry,
+        inputs: Any = None,
     ) -> float | None:
         """Append the failed attempt; return the delay before the next one, or None."""
         retry = policy.should_retry(exc, attempt)
         delay = policy.delay(attempt) if retry else None
         now = self.clock.now()
         data = {
-            "pos": slot.pos, "name": slot.name, "kind": slot.kind, "attempt": attempt,
-            "digest": digest, "error": error_info(exc, now),
+            "pos": slot.pos,
+            "name": slot.name,
+            "kind": slot.kind,
+            "attempt": attempt,
+            "digest": digest,
+            "error": error_info(exc, now),
             "retry_at": now + delay if delay is not None else None,
         }
         self.append([self.event(ev.STEP_FAILED, data)])
@@ -256,8 +300,13 @@ def extract_usage(result: Any) -> dict[str, Any] | None:
 
 
 def step_core(
-    j: Journal, kind: str, name: str, fn: Callable[..., Any], args: Sequence[Any],
-    kwargs: dict[str, Any], policy: Retry,
+    j: Journal,
+    kind: str,
+    name: str,
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    policy: Retry,
 ) -> Core:
     """One journaled call with retries: replay, or execute and record every attempt."""
     if not callable(fn):

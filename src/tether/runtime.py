@@ -76,22 +76,22 @@ async def _acall(cmd: Call) -> Any:
 class Vars(MutableMapping[str, Any]):
     """Task variables: reads are local, every write and delete is journaled by position."""
 
-    def __init__(self, journal: Journal, initial: dict[str, Any]) -> None:
+    def __init__(self, journal: Journal) -> None:
         self._j = journal
-        self._data = dict(initial)
+        self._data = journal.vars
 
     def __getitem__(self, key: str) -> Any:
         return self._data[key]
 
     def __setitem__(self, key: str, value: Any) -> None:
+        self._data[key] = value  # before the write: a fork's edits applied at it win
         self._write(ev.VAR_SET, key, value)
-        self._data[key] = value
 
     def __delitem__(self, key: str) -> None:
         if key not in self._data:
             raise KeyError(key)
-        self._write(ev.VAR_DELETED, key, None)
         del self._data[key]
+        self._write(ev.VAR_DELETED, key, None)
 
     def _write(self, type_: str, key: str, value: Any) -> None:
         if not isinstance(key, str):
@@ -106,7 +106,8 @@ class Vars(MutableMapping[str, Any]):
             raise EncodeError(
                 f"run {self._j.run_id}: task variable {key!r} (position {slot.pos}) cannot be "
                 f"stored: {e.type_name} at {e.path.replace('$.value', '$', 1)}",
-                path=e.path, type_name=e.type_name,
+                path=e.path,
+                type_name=e.type_name,
             ) from None
         self._j.append([event])
         self._j.executed.append((slot.pos, slot.name))
@@ -122,12 +123,11 @@ class Vars(MutableMapping[str, Any]):
 
 
 class _RunBase:
-    def __init__(self, journal: Journal, agent: str, default_retry: Retry,
-                 initial_vars: dict[str, Any]) -> None:
+    def __init__(self, journal: Journal, agent: str, default_retry: Retry) -> None:
         self._j = journal
         self.agent = agent
         self._retry = default_retry
-        self.vars = Vars(journal, initial_vars)
+        self.vars = Vars(journal)
 
     @property
     def id(self) -> str:
@@ -139,8 +139,15 @@ class _RunBase:
         """The position of the last tether call made (0 before the first)."""
         return self._j.pos
 
-    def _core(self, kind: str, name: str, fn: Callable[..., Any], args: tuple[Any, ...],
-              kwargs: dict[str, Any], retry: Retry | None) -> Core:
+    def _core(
+        self,
+        kind: str,
+        name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        retry: Retry | None,
+    ) -> Core:
         return step_core(self._j, kind, name, fn, args, kwargs, retry or self._retry)
 
     def _decide(self, name: str, choice: Any, why: str, details: dict[str, Any]) -> Any:
@@ -157,13 +164,25 @@ class _RunBase:
 class Run(_RunBase):
     """What a ``def`` agent receives first. Every call below is journaled by position."""
 
-    def step(self, name: str, fn: Callable[..., Any], *args: Any, retry: Retry | None = None,
-             **kwargs: Any) -> Any:
+    def step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        retry: Retry | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """Call ``fn(*args, **kwargs)`` once; on replay return the recorded result."""
         return drive(self._core("step", name, fn, args, kwargs, retry), self._j.clock)
 
-    def llm(self, name: str, fn: Callable[..., Any], *args: Any, retry: Retry | None = None,
-            **kwargs: Any) -> Any:
+    def llm(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        retry: Retry | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """A model call: a step whose result's usage (tokens, cost) is recorded."""
         return drive(self._core("llm", name, fn, args, kwargs, retry), self._j.clock)
 
@@ -175,13 +194,25 @@ class Run(_RunBase):
 class AsyncRun(_RunBase):
     """What an ``async def`` agent receives first: the same calls, awaited."""
 
-    async def step(self, name: str, fn: Callable[..., Any], *args: Any,
-                   retry: Retry | None = None, **kwargs: Any) -> Any:
+    async def step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        retry: Retry | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """Call (and await) ``fn(*args, **kwargs)`` once; on replay return the recorded result."""
         return await adrive(self._core("step", name, fn, args, kwargs, retry), self._j.clock)
 
-    async def llm(self, name: str, fn: Callable[..., Any], *args: Any,
-                  retry: Retry | None = None, **kwargs: Any) -> Any:
+    async def llm(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        retry: Retry | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """A model call: a step whose result's usage (tokens, cost) is recorded."""
         return await adrive(self._core("llm", name, fn, args, kwargs, retry), self._j.clock)
 

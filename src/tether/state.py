@@ -82,6 +82,15 @@ class RunState:
     created_at: float | None = None
     updated_at: float | None = None
     executions: int = 0  # how many times a process started executing this run
+    parent_id: str | None = None  # lineage: forked from this run…
+    fork_seq: int | None = None  # …at this seq of its log
+    fork_position: int | None = None  # positions 1..fork_position are the parent's
+    fork_vars: Mapping[str, Any] | None = None  # task variables edited at the fork
+
+    @property
+    def error(self) -> Mapping[str, Any] | None:
+        """The failure context of a failed run (alias of ``failure``)."""
+        return self.failure
 
     @property
     def committed(self) -> int:
@@ -181,15 +190,36 @@ def _failed(f: _Fold, e: Event, d: dict[str, Any]) -> None:
     f.s.update(status="failed", failure=d["error"])
 
 
+def _forked(f: _Fold, e: Event, d: dict[str, Any]) -> None:
+    f.s.update(
+        parent_id=d["parent"],
+        fork_seq=d["seq"],
+        fork_position=d["position"],
+        fork_vars=d.get("vars"),
+        status="queued",
+        output=None,
+        failure=None,
+    )
+    if d.get("input") is not None:
+        f.s["input"] = d["input"]
+    f.vars.update(d.get("vars") or {})
+
+
 def _step_started(f: _Fold, e: Event, d: dict[str, Any]) -> None:
     pos = d["pos"]
     old = f.get_step(pos, d, e)
     f.put_step(
         pos,
         StepState(
-            pos, d["name"], d["kind"], "running", attempts=max(old.attempts, d["attempt"]),
-            input_digest=d.get("digest"), errors=old.errors,
-            started_at=old.started_at or e.at, seq=e.seq,
+            pos,
+            d["name"],
+            d["kind"],
+            "running",
+            attempts=max(old.attempts, d["attempt"]),
+            input_digest=d.get("digest"),
+            errors=old.errors,
+            started_at=old.started_at or e.at,
+            seq=e.seq,
         ),
     )
 
@@ -203,10 +233,20 @@ def _step_completed(f: _Fold, e: Event, d: dict[str, Any]) -> None:
     f.put_step(
         pos,
         StepState(
-            pos, d["name"], d["kind"], "completed", attempts=d.get("attempt", 1),
-            input_digest=d.get("digest"), output=d.get("output"), errors=old.errors,
-            started_at=d.get("started", old.started_at), finished_at=e.at,
-            duration=d.get("duration"), usage=usage, why=d.get("why"), seq=e.seq,
+            pos,
+            d["name"],
+            d["kind"],
+            "completed",
+            attempts=d.get("attempt", 1),
+            input_digest=d.get("digest"),
+            output=d.get("output"),
+            errors=old.errors,
+            started_at=d.get("started", old.started_at),
+            finished_at=e.at,
+            duration=d.get("duration"),
+            usage=usage,
+            why=d.get("why"),
+            seq=e.seq,
         ),
     )
 
@@ -218,10 +258,17 @@ def _step_failed(f: _Fold, e: Event, d: dict[str, Any]) -> None:
     f.put_step(
         pos,
         StepState(
-            pos, d["name"], d["kind"], "retrying" if retry_at is not None else "failed",
-            attempts=d["attempt"], input_digest=d.get("digest", old.input_digest),
-            errors=(*old.errors, d["error"]), started_at=old.started_at or e.at,
-            finished_at=e.at, next_retry_at=retry_at, seq=e.seq,
+            pos,
+            d["name"],
+            d["kind"],
+            "retrying" if retry_at is not None else "failed",
+            attempts=d["attempt"],
+            input_digest=d.get("digest", old.input_digest),
+            errors=(*old.errors, d["error"]),
+            started_at=old.started_at or e.at,
+            finished_at=e.at,
+            next_retry_at=retry_at,
+            seq=e.seq,
         ),
     )
 
@@ -231,8 +278,17 @@ def _decision(f: _Fold, e: Event, d: dict[str, Any]) -> None:
     f.put_step(
         pos,
         StepState(
-            pos, d["name"], "decide", "completed", attempts=1, output=d.get("choice"),
-            why=d.get("why"), started_at=e.at, finished_at=e.at, duration=0.0, seq=e.seq,
+            pos,
+            d["name"],
+            "decide",
+            "completed",
+            attempts=1,
+            output=d.get("choice"),
+            why=d.get("why"),
+            started_at=e.at,
+            finished_at=e.at,
+            duration=0.0,
+            seq=e.seq,
         ),
     )
 
@@ -252,8 +308,16 @@ def _var_step(f: _Fold, e: Event, d: dict[str, Any]) -> None:
     f.put_step(
         pos,
         StepState(
-            pos, d["name"], "var", "completed", attempts=1, output=d.get("value"),
-            started_at=e.at, finished_at=e.at, duration=0.0, seq=e.seq,
+            pos,
+            d["name"],
+            "var",
+            "completed",
+            attempts=1,
+            output=d.get("value"),
+            started_at=e.at,
+            finished_at=e.at,
+            duration=0.0,
+            seq=e.seq,
         ),
     )
 
@@ -264,6 +328,7 @@ _HANDLERS = {
     ev.RUN_SUSPENDED: _suspended,
     ev.RUN_COMPLETED: _completed,
     ev.RUN_FAILED: _failed,
+    ev.RUN_FORKED: _forked,
     ev.STEP_STARTED: _step_started,
     ev.STEP_COMPLETED: _step_completed,
     ev.STEP_FAILED: _step_failed,
@@ -307,8 +372,12 @@ def from_data(data: Mapping[str, Any]) -> RunState:
 def _usage_data(u: Usage | None) -> dict[str, Any] | None:
     if u is None:
         return None
-    return {"input_tokens": u.input_tokens, "output_tokens": u.output_tokens,
-            "cost": u.cost, "calls": u.calls}
+    return {
+        "input_tokens": u.input_tokens,
+        "output_tokens": u.output_tokens,
+        "cost": u.cost,
+        "calls": u.calls,
+    }
 
 
 def _step_data(s: StepState) -> dict[str, Any]:

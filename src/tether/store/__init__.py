@@ -98,7 +98,12 @@ class Store(Protocol):
     """What tether needs from a database. Every method is one transaction."""
 
     def create_run(
-        self, run: NewRun, events: Sequence[NewEvent], *, lease_owner: str | None, now: float,
+        self,
+        run: NewRun,
+        events: Sequence[NewEvent],
+        *,
+        lease_owner: str | None,
+        now: float,
         ttl: float,
     ) -> Lease | None:
         """Insert the run row and its first events (seq 1..n) atomically.
@@ -128,8 +133,14 @@ class Store(Protocol):
         ...
 
     def append(
-        self, run_id: str, events: Sequence[NewEvent], *, expected_seq: int, epoch: int,
-        transition: Transition | None = None, snapshot: Snapshot | None = None,
+        self,
+        run_id: str,
+        events: Sequence[NewEvent],
+        *,
+        expected_seq: int,
+        epoch: int,
+        transition: Transition | None = None,
+        snapshot: Snapshot | None = None,
         now: float,
     ) -> int:
         """Append ``events`` as seq ``expected_seq+1``… and return the new last seq.

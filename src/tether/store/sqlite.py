@@ -29,7 +29,8 @@ _RUN_FIELDS = frozenset(RunRecord.__dataclass_fields__)
 
 
 def _record(row: sqlite3.Row) -> RunRecord:
-    d = {k: row[k] for k in row.keys() if k in _RUN_FIELDS}
+    # sqlite3.Row iterates values, not keys: .keys() is needed
+    d = {k: row[k] for k in row.keys() if k in _RUN_FIELDS}  # noqa: SIM118
     d["code"] = json.loads(d["code"])
     return RunRecord(**d)
 
@@ -87,7 +88,9 @@ class SQLiteStore:
     def _connect(self) -> sqlite3.Connection:
         try:
             conn = sqlite3.connect(
-                self.path, isolation_level=None, timeout=self.busy_timeout,
+                self.path,
+                isolation_level=None,
+                timeout=self.busy_timeout,
                 check_same_thread=False,
             )
             conn.row_factory = sqlite3.Row
@@ -184,23 +187,40 @@ class SQLiteStore:
 
     def schema_version(self) -> int:
         """The schema version of the open database."""
-        row = self._conn().execute(
-            "SELECT value FROM tether_meta WHERE key='schema_version'"
-        ).fetchone()
+        row = (
+            self._conn()
+            .execute("SELECT value FROM tether_meta WHERE key='schema_version'")
+            .fetchone()
+        )
         return int(row[0])
 
     # -- runs -------------------------------------------------------------
 
     def create_run(
-        self, run: NewRun, events: Sequence[NewEvent], *, lease_owner: str | None, now: float,
+        self,
+        run: NewRun,
+        events: Sequence[NewEvent],
+        *,
+        lease_owner: str | None,
+        now: float,
         ttl: float,
     ) -> Lease | None:
         params = {
-            "id": run.id, "agent": run.agent, "version": run.version, "status": run.status,
-            "code": json.dumps(run.code), "now": now, "epoch": 1 if lease_owner else 0,
-            "lease_owner": lease_owner, "lease_expires": now + ttl if lease_owner else None,
-            "parent_id": run.parent_id, "fork_seq": run.fork_seq, "session_id": run.session_id,
-            "owner": run.owner, "queue": run.queue, "priority": run.priority,
+            "id": run.id,
+            "agent": run.agent,
+            "version": run.version,
+            "status": run.status,
+            "code": json.dumps(run.code),
+            "now": now,
+            "epoch": 1 if lease_owner else 0,
+            "lease_owner": lease_owner,
+            "lease_expires": now + ttl if lease_owner else None,
+            "parent_id": run.parent_id,
+            "fork_seq": run.fork_seq,
+            "session_id": run.session_id,
+            "owner": run.owner,
+            "queue": run.queue,
+            "priority": run.priority,
             "available_at": run.available_at,
         }
         with self._tx() as conn:
@@ -250,8 +270,14 @@ class SQLiteStore:
         return [_event(tuple(r)) for r in rows]
 
     def append(
-        self, run_id: str, events: Sequence[NewEvent], *, expected_seq: int, epoch: int,
-        transition: Transition | None = None, snapshot: Snapshot | None = None,
+        self,
+        run_id: str,
+        events: Sequence[NewEvent],
+        *,
+        expected_seq: int,
+        epoch: int,
+        transition: Transition | None = None,
+        snapshot: Snapshot | None = None,
         now: float,
     ) -> int:
         conn = self._conn()
@@ -261,7 +287,9 @@ class SQLiteStore:
             for e in events:
                 seq += 1
                 try:
-                    cur = conn.execute(q, (run_id, seq, e.type, e.data, e.at, e.actor, run_id, epoch))
+                    cur = conn.execute(
+                        q, (run_id, seq, e.type, e.data, e.at, e.actor, run_id, epoch)
+                    )
                 except sqlite3.IntegrityError:
                     raise Conflict(
                         f"run {run_id}: seq {seq} was already appended by another writer; "
@@ -281,8 +309,13 @@ class SQLiteStore:
     def _transition(self, conn: sqlite3.Connection, run_id: str, t: Transition, now: float) -> None:
         conn.execute(
             _Q["update_status"],
-            {"id": run_id, "status": t.status, "now": now, "release": t.release,
-             "available_at": t.available_at},
+            {
+                "id": run_id,
+                "status": t.status,
+                "now": now,
+                "release": t.release,
+                "available_at": t.available_at,
+            },
         )
 
     def _refused(self, conn: sqlite3.Connection, run_id: str, epoch: int) -> Exception:
@@ -303,8 +336,13 @@ class SQLiteStore:
         with self._tx() as conn:
             row = conn.execute(
                 _Q["claim"],
-                {"id": run_id, "owner": owner, "expires": now + ttl, "now": now,
-                 "takeover": takeover},
+                {
+                    "id": run_id,
+                    "owner": owner,
+                    "expires": now + ttl,
+                    "now": now,
+                    "takeover": takeover,
+                },
             ).fetchone()
             if row is None:
                 current = conn.execute(_Q["get_run"], (run_id,)).fetchone()
@@ -338,7 +376,7 @@ def _only_comments(statement: str) -> bool:
 def sqlite_path(url: str) -> str:
     """The file path of ``url``: a plain path, ``sqlite:///rel.db`` or ``sqlite:////abs.db``."""
     if url.startswith("sqlite://"):
-        rest = url[len("sqlite://"):]
+        rest = url[len("sqlite://") :]
         path = rest[1:] if rest.startswith("/") else rest
         return path.split("?", 1)[0]
     return os.fspath(url)

@@ -1,0 +1,54 @@
+"""A 20-step agent run in child processes by test_crash_resume.py.
+
+usage: python _twenty.py DB SIDE_FILE start|resume RUN_ID [--kill-in N] [--hold S]
+Every executed step body appends its name to SIDE_FILE (one line, fsync'd), so
+the test can count executions across processes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import tether
+
+DB, SIDE = sys.argv[1], sys.argv[2]
+KILL_IN = int(sys.argv[sys.argv.index("--kill-in") + 1]) if "--kill-in" in sys.argv else 0
+HOLD = float(sys.argv[sys.argv.index("--hold") + 1]) if "--hold" in sys.argv else 0.0
+app = tether.open(DB)
+
+
+def work(i: int) -> dict[str, int]:
+    with open(SIDE, "a") as f:
+        f.write(f"step{i}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    if i == KILL_IN:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if HOLD:
+        time.sleep(HOLD)
+    return {"i": i, "square": i * i}
+
+
+@app.agent
+def twenty(run: tether.Run) -> int:
+    total = 0
+    for i in range(1, 21):
+        total += run.step(f"step{i}", work, i)["square"]
+    return total
+
+
+if __name__ == "__main__":
+    mode = sys.argv[3]
+    if mode == "start":
+        run_id = sys.argv[4]
+        handle = app.run(twenty)
+    else:
+        try:
+            handle = app.resume(sys.argv[4])
+        except tether.Conflict as e:
+            print(f"CONFLICT {e}")
+            sys.exit(3)
+    print(f"DONE {handle.id} {handle.output}")

@@ -1,0 +1,182 @@
+"""Bad input gets a clear error and leaves the database intact."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import tether
+
+pytestmark = pytest.mark.integration
+
+
+def _dump(path: str) -> list[tuple[object, ...]]:
+    with sqlite3.connect(path) as c:
+        return [tuple(r) for r in c.execute("SELECT * FROM events ORDER BY run_id, seq")]
+
+
+def test_unencodable_step_result_fails_run_with_context(app: tether.App) -> None:
+    sock = socket.socket()
+
+    @app.agent
+    def agent(run: tether.Run) -> None:
+        run.step("ok", lambda: 1)
+        run.step("connect", lambda: {"items": [1, {"conn": sock}]})
+
+    try:
+        with pytest.raises(tether.RunFailed) as info:
+            app.run(agent)
+    finally:
+        sock.close()
+    cause = info.value.__cause__
+    assert isinstance(cause, tether.EncodeError)
+    msg = str(cause)
+    rid = info.value.run_id
+    assert rid in msg and "'connect'" in msg and "position 2" in msg
+    assert "socket.socket" in msg and "$.items[1].conn" in msg
+    state = app.get(rid)
+    assert state.status == "failed"
+    assert state.failure is not None and state.failure["step"] == "connect"
+    assert state.failure["position"] == 2 and state.failure["type"] == "tether.errors.EncodeError"
+    assert state.steps[0].status == "completed" and len(state.steps) == 1
+
+
+def test_unencodable_agent_input_creates_no_run(app: tether.App) -> None:
+    @app.agent
+    def agent(run: tether.Run, x: object) -> None:
+        pass
+
+    with pytest.raises(tether.EncodeError, match=r"kwargs\.x"):
+        app.run(agent, x=object())
+    assert app.runs() == []
+
+
+def test_unencodable_task_variable(app: tether.App) -> None:
+    @app.agent
+    def agent(run: tether.Run) -> None:
+        run.vars["s"] = {1, object()}
+
+    with pytest.raises(tether.RunFailed) as info:
+        app.run(agent)
+    assert "task variable 's'" in str(info.value.__cause__)
+
+
+def test_unknown_run_id(app: tether.App) -> None:
+    with pytest.raises(tether.NotFound, match="no run 'nope'"):
+        app.resume("nope")
+    with pytest.raises(tether.NotFound):
+        app.get("nope")
+    with pytest.raises(tether.NotFound):
+        app.events("nope")
+
+
+def test_unregistered_agent(app: tether.App) -> None:
+    with pytest.raises(tether.NotFound, match="no agent named 'ghost'"):
+        app.run("ghost")
+
+    def plain(run: tether.Run) -> None:
+        pass
+
+    with pytest.raises(tether.NotFound, match="not a tether agent"):
+        app.run(plain)
+
+
+def test_agent_without_run_parameter_is_refused(app: tether.App) -> None:
+    with pytest.raises(TypeError, match="first parameter"):
+        app.agent(lambda: None)
+
+
+def test_not_a_database(tmp_path: Path) -> None:
+    p = tmp_path / "notes.txt"
+    p.write_text("hello, this is not sqlite\n" * 10)
+    before = p.read_bytes()
+    with pytest.raises(tether.NotATetherDatabase, match="not a SQLite file"):
+        tether.open(str(p))
+    assert p.read_bytes() == before
+
+
+def test_directory(tmp_path: Path) -> None:
+    with pytest.raises(tether.NotATetherDatabase, match="directory"):
+        tether.open(str(tmp_path))
+
+
+def test_corrupt_database(tmp_path: Path) -> None:
+    p = tmp_path / "agent.db"
+    app = tether.open(str(p))
+    app.close()
+    data = bytearray(p.read_bytes())
+    data[100:4096] = b"\xde\xad" * ((4096 - 100) // 2)  # trash the schema page
+    p.write_bytes(bytes(data))
+    with pytest.raises(tether.NotATetherDatabase, match="corrupt"):
+        tether.open(str(p))
+
+
+def test_sqlite_database_of_another_program(tmp_path: Path) -> None:
+    p = str(tmp_path / "other.db")
+    with sqlite3.connect(p) as c:
+        c.execute("CREATE TABLE customers (id INTEGER)")
+    with pytest.raises(tether.NotATetherDatabase, match="another program"):
+        tether.open(p)
+    with sqlite3.connect(p) as c:
+        tables = [r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+    assert tables == ["customers"]
+
+
+def test_database_from_newer_schema_is_refused_untouched(db_path: str) -> None:
+    app = tether.open(db_path)
+
+    @app.agent
+    def agent(run: tether.Run) -> int:
+        return int(run.step("s", lambda: 1))
+
+    app.run(agent)
+    app.close()
+    with sqlite3.connect(db_path) as c:
+        c.execute("UPDATE tether_meta SET value='999' WHERE key='schema_version'")
+    before = _dump(db_path)
+    with pytest.raises(tether.SchemaTooNew, match="schema 999"):
+        tether.open(db_path)
+    assert _dump(db_path) == before
+
+
+def test_bad_options(db_path: str) -> None:
+    with pytest.raises(ValueError, match="durability"):
+        tether.open(db_path, durability="sometimes")
+    with pytest.raises(ValueError, match="max_attempts"):
+        tether.Retry(max_attempts=0)
+    with pytest.raises(ValueError):
+        tether.open("")
+    assert not os.path.exists(db_path)
+
+
+def test_step_needs_a_name_and_a_callable(app: tether.App) -> None:
+    @app.agent
+    def agent(run: tether.Run) -> None:
+        run.step("", lambda: 1)
+
+    with pytest.raises(tether.RunFailed, match="non-empty str name"):
+        app.run(agent)
+
+    @app.agent
+    def agent2(run: tether.Run) -> None:
+        run.step("s", 42)
+
+    with pytest.raises(tether.RunFailed, match="needs a callable"):
+        app.run(agent2)
+
+
+def test_full_durability_works(tmp_path: Path) -> None:
+    app = tether.open(f"sqlite:///{tmp_path}/full.db", durability="full")
+
+    @app.agent
+    def agent(run: tether.Run) -> int:
+        return int(run.step("s", lambda: 5))
+
+    assert app.run(agent).output == 5
+    mode = app.store._conn().execute("PRAGMA synchronous").fetchone()[0]  # type: ignore[attr-defined]
+    assert mode == 2  # FULL
+    app.close()

@@ -1,0 +1,152 @@
+"""fold() is pure and snapshots are only a cache: fold(all) == fold(rest, start=snapshot)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tether import codec
+from tether import events as ev
+from tether.events import Event
+from tether.state import RunState, fold, from_data, to_data
+
+pytestmark = pytest.mark.unit
+
+outputs = st.recursive(
+    st.none() | st.integers() | st.text(max_size=8) | st.floats(allow_nan=False),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+# One "op" of an agent: what happens at the next position.
+ops = st.one_of(
+    st.tuples(st.just("step"), st.sampled_from(["step", "llm"]), outputs, st.integers(0, 2)),
+    st.tuples(st.just("decide"), st.text(max_size=5), st.text(max_size=10)),
+    st.tuples(st.just("var"), st.sampled_from(["a", "b"]), outputs),
+    st.tuples(st.just("del"), st.sampled_from(["a", "b"])),
+    st.tuples(st.just("crash")),
+)
+
+
+def _log(run_id: str, program: list[tuple[Any, ...]], end: str) -> list[Event]:
+    raw: list[tuple[str, dict[str, Any]]] = [
+        (
+            ev.RUN_CREATED,
+            {"agent": "a", "version": "1", "input": {"args": [1], "kwargs": {}}, "code": {}},
+        ),
+        (ev.RUN_STARTED, {"by": "w1", "epoch": 1}),
+    ]
+    pos, defined = 0, set()
+    for op in program:
+        if op[0] == "crash":
+            raw.append((ev.RUN_STARTED, {"by": "w2", "epoch": 2}))
+            continue
+        if op[0] == "del" and op[1] not in defined:
+            continue
+        pos += 1
+        raw.extend(_op_events(pos, op, defined))
+    if end == "completed":
+        raw.append((ev.RUN_COMPLETED, {"output": {"n": pos}}))
+    elif end == "failed":
+        raw.append((ev.RUN_FAILED, {"error": {"type": "ValueError", "message": "x"}}))
+    return [
+        Event(run_id, i, t, codec.encode(d), 1000.0 + i, "w") for i, (t, d) in enumerate(raw, 1)
+    ]
+
+
+def _op_events(
+    pos: int, op: tuple[Any, ...], defined: set[str]
+) -> list[tuple[str, dict[str, Any]]]:
+    kind = op[0]
+    if kind == "step":
+        _, k, out, failures = op
+        base = {"pos": pos, "name": f"s{pos}", "kind": k}
+        out_events: list[tuple[str, dict[str, Any]]] = [
+            (
+                ev.STEP_FAILED,
+                {**base, "attempt": a + 1, "error": {"type": "E", "message": "m"}, "retry_at": 5.0},
+            )
+            for a in range(failures)
+        ]
+        usage = {"input_tokens": 3, "output_tokens": 4, "cost": 0.5, "calls": 1}
+        done = {
+            **base,
+            "attempt": failures + 1,
+            "digest": "d",
+            "output": out,
+            "started": 1.0,
+            "duration": 0.1,
+        }
+        if k == "llm":
+            done["usage"] = usage
+        return [*out_events, (ev.STEP_COMPLETED, done)]
+    if kind == "decide":
+        return [
+            (
+                ev.DECISION,
+                {"pos": pos, "name": f"d{pos}", "choice": op[1], "why": op[2], "details": {}},
+            )
+        ]
+    if kind == "var":
+        defined.add(op[1])
+        return [(ev.VAR_SET, {"pos": pos, "name": f"vars.{op[1]}", "key": op[1], "value": op[2]})]
+    defined.discard(op[1])
+    return [(ev.VAR_DELETED, {"pos": pos, "name": f"vars.{op[1]}", "key": op[1]})]
+
+
+def _snapshot_round_trip(state: RunState) -> RunState:
+    return from_data(codec.decode(codec.encode(to_data(state))))
+
+
+@given(st.lists(ops, max_size=12), st.sampled_from(["completed", "failed", "open"]), st.data())
+def test_fold_all_equals_fold_from_snapshot_at_any_cut(
+    program: list[tuple[Any, ...]], end: str, data: st.DataObject
+) -> None:
+    log = _log("r1", program, end)
+    k = data.draw(st.integers(0, len(log)))
+    whole = fold(log)
+    snapshot = _snapshot_round_trip(fold(log[:k], run_id="r1"))
+    assert fold(log[k:], start=snapshot) == whole
+
+
+@given(st.lists(ops, max_size=12))
+def test_fold_is_pure(program: list[tuple[Any, ...]]) -> None:
+    log = _log("r1", program, "open")
+    assert fold(log) == fold(list(log))
+
+
+def test_five_layers_are_folded() -> None:
+    program = [
+        ("step", "step", {"x": 1}, 2),
+        ("decide", "escalate", "p99 above SLO"),
+        ("var", "a", [1]),
+        ("step", "llm", "text", 0),
+    ]
+    s = fold(_log("r1", program, "open"))
+    assert s.status == "running" and s.committed == 4 and s.position == 5
+    first = s.steps[0]
+    assert first.attempts == 3 and len(first.errors) == 2 and first.output == {"x": 1}
+    assert first.input_digest == "d"
+    assert s.decisions[0].output == "escalate" and s.decisions[0].why == "p99 above SLO"
+    assert s.vars == {"a": [1]}
+    assert s.usage.input_tokens == 3 and s.usage.calls == 1
+    assert s.executions == 1
+    assert s.describe_position() == "step 5 of 5, 1–4 committed"
+
+
+def test_failed_run_keeps_failure_context() -> None:
+    s = fold(_log("r1", [("step", "step", 1, 0)], "failed"))
+    assert s.status == "failed" and s.failure is not None and s.failure["type"] == "ValueError"
+
+
+def test_unknown_event_types_are_carried_not_folded() -> None:
+    log = _log("r1", [], "open")
+    extra = Event("r1", len(log) + 1, "future.thing", "{}", 1.0)
+    assert fold([*log, extra]).status == "running"
