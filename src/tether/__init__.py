@@ -15,7 +15,7 @@ One front door::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any as _Any
 
 from .app import AgentDef, App, RunHandle
 from .clock import Clock, FakeClock, SystemClock
@@ -83,7 +83,7 @@ def open(
     retry: Retry | None = None,
     snapshot_every: int = 500,
     lease_ttl: float = 30.0,
-    **options: Any,
+    **options: _Any,
 ) -> App:
     """Open (creating if needed) a tether store and return its App.
 
