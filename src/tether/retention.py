@@ -1,0 +1,155 @@
+"""Retention: ``tether gc`` deletes old runs and gives their space back.
+
+Which runs (:func:`runs_to_collect`, pure):
+
+- ``statuses``: only runs in these statuses; by default the finished ones
+  (completed, failed, cancelled). Naming an active status (queued, running,
+  waiting) collects those too, on purpose.
+- ``keep_last=N``: the N newest runs (by creation) of each agent among those
+  statuses are always kept.
+- ``older_than`` seconds: only runs whose last change (``updated_at``) is older.
+- A run whose lease is live (a process executes it right now) is never collected.
+
+At least one criterion is required: ``gc`` with none would delete every finished run.
+
+A run is deleted with its events, snapshots and effects rows, in batches of one
+transaction each (:meth:`tether.store.Store.delete_runs`); then the store gives the
+space back (:meth:`tether.store.Store.vacuum`: SQLite ``VACUUM``; on PostgreSQL,
+autovacuum makes the space reusable and ``VACUUM FULL`` would return it to the OS).
+
+Forks are self-contained (a fork copies its parent's prefix), so deleting a parent
+never breaks a fork: the fork stays readable and resumable; its ``parent_id`` then
+names a run that is gone. Content-addressed blobs are shared between runs and are not
+collected here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .store import RunRecord, Store
+
+if TYPE_CHECKING:
+    from .app import App
+
+FINISHED = ("completed", "failed", "cancelled")
+STATUSES = ("queued", "running", "waiting", *FINISHED)
+BATCH = 500
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
+_ALL = 2**62  # list_runs' limit when every run is wanted
+
+
+def parse_age(text: str) -> float:
+    """Seconds in ``"90s"``, ``"15m"``, ``"12h"``, ``"30d"``. Raises ValueError."""
+    m = _AGE.match(text)
+    if m is None:
+        raise ValueError(f"age {text!r} is a number and a unit: s, m, h or d (e.g. 30d, 12h)")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def runs_to_collect(
+    runs: Iterable[RunRecord],
+    *,
+    now: float,
+    older_than: float | None = None,
+    statuses: Sequence[str] = (),
+    keep_last: int | None = None,
+) -> list[RunRecord]:
+    """The runs that gc deletes, oldest first (see the module docstring)."""
+    _check(older_than, statuses, keep_last)
+    wanted = set(statuses or FINISHED)
+    pool = [r for r in runs if r.status in wanted and not _live(r, now)]
+    if keep_last is not None:
+        pool = _beyond_last(pool, keep_last)
+    if older_than is not None:
+        pool = [r for r in pool if r.updated_at < now - older_than]
+    return sorted(pool, key=lambda r: (r.created_at, r.id))
+
+
+def _check(older_than: float | None, statuses: Sequence[str], keep_last: int | None) -> None:
+    if older_than is None and not statuses and keep_last is None:
+        raise ValueError(
+            "gc needs a criterion: older_than (--older-than 30d), statuses "
+            "(--status completed) or keep_last (--keep-last N)"
+        )
+    unknown = sorted(set(statuses) - set(STATUSES))
+    if unknown:
+        raise ValueError(f"unknown status {', '.join(unknown)}; a run is {', '.join(STATUSES)}")
+    if keep_last is not None and keep_last < 0:
+        raise ValueError(f"keep_last is a count of runs (0 or more), not {keep_last}")
+    if older_than is not None and older_than < 0:
+        raise ValueError(f"older_than is an age in seconds (0 or more), not {older_than}")
+
+
+def _live(r: RunRecord, now: float) -> bool:
+    return r.lease_owner is not None and (r.lease_expires or 0.0) >= now
+
+
+def _beyond_last(runs: list[RunRecord], keep: int) -> list[RunRecord]:
+    """All but the ``keep`` newest runs of each agent."""
+    seen: dict[str, int] = {}
+    out = []
+    for r in sorted(runs, key=lambda r: (r.created_at, r.id), reverse=True):
+        seen[r.agent] = seen.get(r.agent, 0) + 1
+        if seen[r.agent] > keep:
+            out.append(r)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class GcResult:
+    """What gc did (or, with ``dry_run``, would do). Sizes are the database file's bytes
+    before and after, when the store is a file (None otherwise)."""
+
+    run_ids: tuple[str, ...]
+    deleted: int
+    dry_run: bool
+    bytes_before: int | None
+    bytes_after: int | None
+
+    @property
+    def freed(self) -> int | None:
+        """Bytes given back, when known."""
+        if self.bytes_before is None or self.bytes_after is None:
+            return None
+        return self.bytes_before - self.bytes_after
+
+
+def gc(
+    app: App,
+    *,
+    older_than: float | None = None,
+    statuses: Sequence[str] = (),
+    keep_last: int | None = None,
+    dry_run: bool = False,
+    vacuum: bool = True,
+) -> GcResult:
+    """Delete the runs :func:`runs_to_collect` selects, then vacuum (unless ``dry_run``)."""
+    chosen = runs_to_collect(
+        app.store.list_runs(limit=_ALL),
+        now=app.clock.now(),
+        older_than=older_than,
+        statuses=statuses,
+        keep_last=keep_last,
+    )
+    ids = tuple(r.id for r in chosen)
+    before = store_bytes(app.store)
+    if dry_run:
+        return GcResult(ids, 0, True, before, before)
+    deleted = sum(app.store.delete_runs(ids[i : i + BATCH]) for i in range(0, len(ids), BATCH))
+    if vacuum and deleted:
+        app.store.vacuum()
+    return GcResult(ids, deleted, False, before, store_bytes(app.store))
+
+
+def store_bytes(store: Store) -> int | None:
+    """The size of a file store (the database and its WAL), or None for a server."""
+    path = getattr(store, "path", None)
+    if not isinstance(path, str) or not os.path.exists(path):
+        return None
+    return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
