@@ -21,7 +21,9 @@ from .app import AgentDef, App, RunHandle
 from .clock import Clock, FakeClock, SystemClock
 from .codec import decode, encode
 from .errors import (
+    ApprovalDenied,
     Conflict,
+    DecisionRefused,
     EncodeError,
     InvalidState,
     LeaseLost,
@@ -33,18 +35,22 @@ from .errors import (
     StepTimeout,
     StoreError,
     TetherError,
+    WaitTimeout,
 )
 from .events import Event
+from .journal import StepInfo, current_step
 from .retry import Retry
-from .runtime import AsyncRun, Run
+from .runtime import AsyncRun, Policy, Run
 from .state import RunState, StepState, Usage, fold
 
 __all__ = [
     "AgentDef",
     "App",
+    "ApprovalDenied",
     "AsyncRun",
     "Clock",
     "Conflict",
+    "DecisionRefused",
     "EncodeError",
     "Event",
     "FakeClock",
@@ -53,19 +59,23 @@ __all__ = [
     "NondeterminismError",
     "NotATetherDatabase",
     "NotFound",
+    "Policy",
     "Retry",
     "Run",
     "RunFailed",
     "RunHandle",
     "RunState",
     "SchemaTooNew",
+    "StepInfo",
     "StepState",
     "StepTimeout",
     "StoreError",
     "SystemClock",
     "TetherError",
     "Usage",
+    "WaitTimeout",
     "__version__",
+    "current_step",
     "decode",
     "encode",
     "fold",
@@ -83,6 +93,9 @@ def open(
     retry: Retry | None = None,
     snapshot_every: int = 500,
     lease_ttl: float = 30.0,
+    policy: Policy | None = None,
+    approver_groups: dict[str, list[str]] | None = None,
+    inline_sleep_max: float = 60.0,
     **options: _Any,
 ) -> App:
     """Open (creating if needed) a tether store and return its App.
@@ -107,4 +120,7 @@ def open(
         snapshot_every=snapshot_every,
         lease_ttl=lease_ttl,
         url=url,
+        policy=policy,
+        approver_groups=dict(approver_groups or {}),
+        inline_sleep_max=inline_sleep_max,
     )

@@ -10,20 +10,21 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, overload
+from typing import Any, TextIO, TypeVar, overload
 
-from . import codec
+from . import codec, compensation, export, retention, timetravel, waits
 from . import events as ev
 from .clock import Clock, SystemClock, new_run_id, owner_is_dead_local, process_owner
+from .effects import ToolDef, define_tool
 from .errors import EncodeError, InvalidState, LeaseLost, NotFound, RunFailed, TetherError
 from .events import Event
-from .journal import Journal
+from .journal import Core, Journal, Suspended
 from .retry import NO_RETRY, Retry
-from .runtime import AsyncRun, Run
+from .runtime import AsyncRun, Policy, Run, adrive, drive
 from .state import RunState, fold, from_data
-from .store import Lease, NewRun, RunRecord, Store, Transition
+from .store import AuditRecord, Effect, Lease, NewRun, RunRecord, Store, Transition
 
 log = logging.getLogger("tether")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -54,6 +55,7 @@ class RunHandle:
     error: dict[str, Any] | None = None
     reused: tuple[tuple[int, str], ...] = field(default=())
     executed: tuple[tuple[int, str], ...] = field(default=())
+    waiting: dict[str, Any] | None = None  # what a waiting run waits for
 
 
 class App:
@@ -68,6 +70,9 @@ class App:
         snapshot_every: int = 500,
         lease_ttl: float = 30.0,
         url: str = "",
+        policy: Policy | None = None,
+        approver_groups: dict[str, Iterable[str]] | None = None,
+        inline_sleep_max: float = 60.0,
     ) -> None:
         if snapshot_every < 1:
             raise ValueError(f"snapshot_every must be >= 1, not {snapshot_every}")
@@ -79,7 +84,11 @@ class App:
         self.url = url
         self.owner = process_owner()
         self._agents: dict[str, AgentDef] = {}
+        self._tools: dict[str, ToolDef] = {}
         self._heartbeat: _Heartbeat | None = None
+        self.policy = policy or Policy()
+        self.approver_groups = {g: set(m) for g, m in (approver_groups or {}).items()}
+        self.inline_sleep_max = inline_sleep_max
 
     # -- registration -----------------------------------------------------
 
@@ -105,6 +114,53 @@ class App:
     def agents(self) -> dict[str, AgentDef]:
         """The registered agents by name."""
         return dict(self._agents)
+
+    def tool(
+        self,
+        fn: F | None = None,
+        *,
+        risk: str = "write",
+        compensate: Callable[..., Any] | None = None,
+        on_doubt: str = "retry",
+        retry: Retry | None = None,
+        name: str | None = None,
+    ) -> F | Callable[[F], F]:
+        """Register a tool: ``risk`` is ``read``, ``write`` (default) or ``irreversible``.
+
+        ``compensate(result, *args, **kwargs)`` undoes a completed call when the run
+        fails or is cancelled with compensation; ``on_doubt`` is ``retry`` (call again
+        with the same idempotency key) or ``ask`` (pause for a human) after a crash
+        that hid whether the call happened.
+        """
+
+        def register(f: F) -> F:
+            d = define_tool(
+                f, name=name, risk=risk, compensate=compensate, on_doubt=on_doubt, retry=retry
+            )
+            self._tools[d.name] = d
+            f.__tether_tool__ = d  # type: ignore[attr-defined]
+            return f
+
+        return register(fn) if fn is not None else register
+
+    def tools(self) -> dict[str, ToolDef]:
+        """The registered tools by name."""
+        return dict(self._tools)
+
+    def _find_tool(self, name: str, code: Any) -> ToolDef | None:
+        found = self._tools.get(name)
+        if found is not None or not code:
+            return found
+        try:
+            obj = _import_object(dict(code))
+        except NotFound:
+            return None
+        d = getattr(obj, "__tether_tool__", None)
+        return d if isinstance(d, ToolDef) else None
+
+    def may_approve(self, by: str, approvers: Iterable[str]) -> bool:
+        """Whether ``by`` is one of ``approvers`` or a member of one of their groups."""
+        return any(by == a or by in self.approver_groups.get(a, ()) for a in approvers)
 
     def _resolve(self, agent: Callable[..., Any] | str) -> AgentDef:
         if isinstance(agent, str):
@@ -138,10 +194,16 @@ class App:
         return await self._aexecute(d, journal, run, args, kwargs)
 
     def resume(self, run_id: str) -> RunHandle:
-        """Continue a run that stopped: completed steps are reused, the rest run."""
+        """Continue a run that stopped: completed steps are reused, the rest run.
+
+        A waiting run resumes once what it waits for has happened (a decision, a
+        signal, its timer: resuming a sleeping run sleeps only what is left).
+        """
         prepared = self._prepare_resume(run_id, retry=False)
         if isinstance(prepared, RunHandle):
             return prepared
+        if prepared[1].compensating is not None:
+            return self._end_compensation(prepared[1])
         return self._execute(*prepared)
 
     async def aresume(self, run_id: str) -> RunHandle:
@@ -156,6 +218,8 @@ class App:
         prepared = self._prepare_resume(run_id, retry=True)
         if isinstance(prepared, RunHandle):
             return prepared
+        if prepared[1].compensating is not None:
+            return self._end_compensation(prepared[1])
         return self._execute(*prepared)
 
     def _create(
@@ -209,7 +273,7 @@ class App:
             actor=self.owner,
         )
         cls = AsyncRun if d.is_async else Run
-        return journal, cls(journal, d.name, self.retry)
+        return journal, cls(journal, d.name, self.retry, self.policy, self.inline_sleep_max)
 
     def _prepare_resume(
         self, run_id: str, *, retry: bool
@@ -222,6 +286,12 @@ class App:
                 f"run {run_id} is {record.status}, not failed; only failed runs "
                 f"can be retried (use resume)"
             )
+        if retry:
+            self._check_retryable(self.load(run_id))
+        if record.status == "waiting":
+            blocked = waits.resumable(self, self.load(run_id))
+            if blocked is not None:
+                raise InvalidState(blocked)
         d = self._agent_for(record)
         lease = self._claim(record)
         state = self.load(run_id)
@@ -239,6 +309,14 @@ class App:
         )
         args = tuple(state.input.get("args", ()))
         return d, journal, run, args, dict(state.input.get("kwargs", {}))
+
+    def _check_retryable(self, state: RunState) -> None:
+        if state.compensating is not None:
+            raise InvalidState(
+                f"run {state.run_id} failed and its effects were compensated (undone); "
+                f"retrying would reuse steps whose effects no longer exist. Start a new run, "
+                f"or fork it before its first tool call."
+            )
 
     def _finished(self, record: RunRecord) -> RunHandle:
         state = self.load(record.id)
@@ -279,9 +357,13 @@ class App:
             return asyncio.run(self._aexecute(d, journal, run, args, kwargs))
         try:
             output = d.fn(run, *args, **kwargs)
+        except Suspended as s:
+            return self._waiting(journal, s)
         except BaseException as exc:
-            self._stopped(journal, exc)
-            raise  # _stopped raised RunFailed unless exc is a crash-like BaseException
+            core = self._stopped(journal, exc)
+            if core is None:
+                raise
+            self._failed(journal, drive(core, self.clock), exc)
         return self._complete(journal, output)
 
     async def _aexecute(
@@ -295,9 +377,13 @@ class App:
         try:
             result = d.fn(run, *args, **kwargs)
             output = await result if inspect.isawaitable(result) else result
+        except Suspended as s:
+            return self._waiting(journal, s)
         except BaseException as exc:
-            self._stopped(journal, exc)
-            raise
+            core = self._stopped(journal, exc)
+            if core is None:
+                raise
+            self._failed(journal, await adrive(core, self.clock), exc)
         return self._complete(journal, output)
 
     def _complete(self, journal: Journal, output: Any) -> RunHandle:
@@ -310,8 +396,9 @@ class App:
                 path=e.path,
                 type_name=e.type_name,
             )
-            self._stopped(journal, err)
-            raise err from None
+            core = self._stopped(journal, err)
+            assert core is not None
+            self._failed(journal, drive(core, self.clock), err)
         journal.append([event], Transition("completed", release=True))
         return RunHandle(
             journal.run_id,
@@ -322,19 +409,73 @@ class App:
             tuple(journal.executed),
         )
 
-    def _stopped(self, journal: Journal, exc: BaseException) -> None:
-        """Record why execution stopped: a failure, or a suspension (crash-like exits)."""
+    def _waiting(self, journal: Journal, s: Suspended) -> RunHandle:
+        state = self.load(journal.run_id)
+        return RunHandle(
+            journal.run_id,
+            "waiting",
+            None,
+            None,
+            tuple(journal.reused),
+            tuple(journal.executed),
+            dict(state.waiting or {"for": s.waiting_for}),
+        )
+
+    def _stopped(self, journal: Journal, exc: BaseException) -> Core | None:
+        """Why execution stopped: None for a pause (crash-like exit, lost lease), else the
+        core that records the failure (compensating completed write tools first)."""
         if isinstance(exc, LeaseLost) or isinstance(journal.poisoned, LeaseLost):
-            return  # another worker owns the run now: write nothing
+            return None  # another worker owns the run now: write nothing
         if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: a pause
             self._suspend(journal, type(exc).__name__)
-            return
-        ctx = journal.context_for(exc)
+            return None
         journal.poisoned = None
+        return self._fail_core(journal, journal.context_for(exc), "failed")
+
+    def _fail_core(self, journal: Journal, ctx: dict[str, Any], reason: str) -> Core:
+        state = self.load(journal.run_id)
+        if state.compensating is None and compensation.compensable(state, self._find_tool):
+            compensation.start(journal, state, reason, ctx)
+            state = self.load(journal.run_id)
+        if state.compensating is not None:
+            failures = yield from compensation.compensation_core(
+                journal, state, self._find_tool, self.retry
+            )
+            if failures:
+                ctx = {**ctx, "compensation_failures": failures}
+        return ctx
+
+    def _failed(self, journal: Journal, ctx: dict[str, Any], exc: BaseException | None) -> None:
         journal.append(
             [journal.event(ev.RUN_FAILED, {"error": ctx})], Transition("failed", release=True)
         )
         raise RunFailed(journal.run_id, ctx) from exc
+
+    def _end_compensation(self, journal: Journal) -> RunHandle:
+        """Finish a compensation that a crash interrupted, then end the run."""
+        assert journal.compensating is not None
+        reason = journal.compensating["reason"]
+        ctx = drive(
+            self._fail_core(journal, dict(journal.compensating.get("error") or {}), reason),
+            self.clock,
+        )
+        if reason == "cancelled":
+            return self._cancelled(journal, ctx)
+        self._failed(journal, ctx, None)
+        raise AssertionError("unreachable")  # _failed raises
+
+    def _cancelled(self, journal: Journal, ctx: dict[str, Any]) -> RunHandle:
+        data = {
+            "by": ctx.get("by"),
+            "reason": ctx.get("message"),
+            "compensation_failures": ctx.get("compensation_failures"),
+        }
+        journal.append(
+            [journal.event(ev.RUN_CANCELLED, data)], Transition("cancelled", release=True)
+        )
+        return RunHandle(
+            journal.run_id, "cancelled", None, ctx, tuple(journal.reused), tuple(journal.executed)
+        )
 
     def _suspend(self, journal: Journal, reason: str) -> None:
         try:
@@ -369,6 +510,71 @@ class App:
         """Runs, newest first."""
         return self.store.list_runs(status=status, agent=agent, limit=limit)
 
+    # -- humans and the outside world (tether.waits) ------------------------
+
+    def approve(self, run_id: str, name: str, *, by: str, reason: str | None = None) -> None:
+        """Approve a waiting run's request ``name``; the run becomes resumable.
+
+        Refused (DecisionRefused, recorded in the audit log) when ``by`` is not an
+        approver, the request was already decided, or the run is not waiting for it.
+        """
+        waits.decide(self, run_id, name, approved=True, by=by, reason=reason)
+
+    def deny(self, run_id: str, name: str, *, by: str, reason: str | None = None) -> None:
+        """Deny a waiting run's request ``name``: ``run.approve`` raises ApprovalDenied."""
+        waits.decide(self, run_id, name, approved=False, by=by, reason=reason)
+
+    def resolve(self, run_id: str, *, happened: bool, by: str, result: Any = None) -> None:
+        """Settle a tool call in doubt: it ``happened`` (with its ``result``) or not (retry)."""
+        waits.resolve(self, run_id, happened=happened, by=by, result=result)
+
+    def signal(
+        self, run_id: str, name: str, payload: Any = None, *, sender: str | None = None
+    ) -> bool:
+        """Send a signal; kept until ``run.wait(name)`` takes it. Returns whether it woke
+        the run. A finished run refuses signals (InvalidState)."""
+        return waits.signal(self, run_id, name, payload, sender=sender)
+
+    def cancel(
+        self,
+        run_id: str,
+        *,
+        compensate: bool = False,
+        by: str | None = None,
+        reason: str | None = None,
+    ) -> RunHandle:
+        """Cancel a run that is not executing (queued, waiting, or crashed); with
+        ``compensate=True`` first undo its completed write tools, newest first."""
+        record = self.store.get_run(run_id)
+        if record.status in waits.FINISHED:
+            raise InvalidState(f"run {run_id} is already {record.status}; nothing to cancel")
+        lease = self._claim(record)
+        state = self.load(run_id)
+        journal = Journal(
+            self.store,
+            self.clock,
+            state,
+            lease,
+            snapshot_every=self.snapshot_every,
+            actor=by or self.owner,
+        )
+        ctx = {"type": "cancelled", "message": reason or "cancelled", "by": by}
+        if compensate and state.compensating is None:
+            compensation.start(journal, state, "cancelled", ctx)
+            journal.compensating = self.load(run_id).compensating
+        if journal.compensating is not None:
+            ctx = drive(self._fail_core(journal, ctx, "cancelled"), self.clock)
+        return self._cancelled(journal, ctx)
+
+    def effect(self, key: str) -> Effect | None:
+        """The effects-table row of an idempotency key (None if never called)."""
+        return self.store.get_effect(key)
+
+    def audit(self, run_id: str) -> list[AuditRecord]:
+        """The run's audit records (refused decisions and the like)."""
+        self.store.get_run(run_id)
+        return self.store.read_audit(run_id)
+
     # -- lifecycle --------------------------------------------------------
 
     def _ensure_heartbeat(self) -> None:
@@ -388,6 +594,78 @@ class App:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # -- time travel (tether.timetravel, tether.export, tether.retention) ------
+
+    def history(self, run_id: str) -> timetravel.History:
+        """The run's row, every event with its seq, and its steps."""
+        return timetravel.history(self, run_id)
+
+    def state(
+        self,
+        run_id: str,
+        *,
+        at: int | None = None,
+        step: int | str | None = None,
+        when: timetravel.When = "after",
+    ) -> RunState:
+        """The exact state at seq ``at``, or before/after ``step`` (a position or a name);
+        the head when neither is given."""
+        return timetravel.state_at(self, run_id, at=at, step=step, when=when)
+
+    def diff(
+        self, a: RunState | str, b: RunState | str, *, bookkeeping: bool = False
+    ) -> timetravel.Diff:
+        """What differs from state ``a`` to state ``b`` (a run id means its head)."""
+        sa = self.load(a) if isinstance(a, str) else a
+        sb = self.load(b) if isinstance(b, str) else b
+        return timetravel.diff(sa, sb, bookkeeping=bookkeeping)
+
+    def fork(
+        self,
+        run_id: str,
+        *,
+        step: int | str | None = None,
+        at: int | None = None,
+        when: timetravel.When = "after",
+        input: dict[str, Any] | None = None,
+        vars: dict[str, Any] | None = None,
+    ) -> str:
+        """A new queued run branching off ``run_id`` after ``step`` (or at seq ``at``, or at
+        its head), with new ``input`` and edited task ``vars``; ``resume`` executes it."""
+        return timetravel.fork(self, run_id, at=at, step=step, when=when, input=input, vars=vars)
+
+    def export_run(self, run_id: str, out: TextIO) -> int:
+        """Write the run to ``out`` as ``tether-run`` JSON lines; return how many events."""
+        return export.export_run(self, run_id, out)
+
+    def import_run(
+        self, lines: Iterable[str], *, new_id: bool = False, source: str = "<input>"
+    ) -> str:
+        """Create a run from an export (a file object or lines); return its id."""
+        return export.import_run(self, lines, new_id=new_id, source=source)
+
+    def gc(
+        self,
+        *,
+        older_than: float | str | None = None,
+        status: Sequence[str] = (),
+        keep_last: int | None = None,
+        dry_run: bool = False,
+        vacuum: bool = True,
+    ) -> retention.GcResult:
+        """Delete finished runs by age (seconds or ``"30d"``), status and keep-last-N per
+        agent, then give the space back. See :mod:`tether.retention`."""
+        age = retention.parse_age(older_than) if isinstance(older_than, str) else older_than
+        statuses = (status,) if isinstance(status, str) else tuple(status)
+        return retention.gc(
+            self,
+            older_than=age,
+            statuses=statuses,
+            keep_last=keep_last,
+            dry_run=dry_run,
+            vacuum=vacuum,
+        )
 
 
 class _Heartbeat(threading.Thread):
@@ -431,23 +709,31 @@ def _define(fn: Callable[..., Any], name: str | None, version: str | None) -> Ag
 
 def import_agent(code: dict[str, Any], name: str) -> AgentDef:
     """Import an agent from where its run recorded its code (module and qualname)."""
-    module_name, qualname = code.get("module"), code.get("qualname")
-    if not module_name or not qualname:
+    try:
+        obj = _import_object(code)
+    except NotFound:
         raise NotFound(
             f"agent {name!r} is not registered and its run did not record its code; "
             f"pass --app pkg.module:app"
-        )
-    module = _import_module(module_name, code.get("file"))
-    obj: Any = module
-    for part in qualname.split("."):
-        obj = getattr(obj, part, None)
+        ) from None
     d = getattr(obj, "__tether_agent__", None)
     if not isinstance(d, AgentDef):
         raise NotFound(
-            f"agent {name!r}: {module_name}.{qualname} is not a tether agent any "
-            f"more; pass --app pkg.module:app"
+            f"agent {name!r}: {code.get('module')}.{code.get('qualname')} is not a "
+            f"tether agent any more; pass --app pkg.module:app"
         )
     return d
+
+
+def _import_object(code: dict[str, Any]) -> Any:
+    """The object at ``code``'s module and qualname (importing the module)."""
+    module_name, qualname = code.get("module"), code.get("qualname")
+    if not module_name or not qualname:
+        raise NotFound("no code location recorded")
+    obj: Any = _import_module(module_name, code.get("file"))
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+    return obj
 
 
 def _import_module(module_name: str, file: str | None) -> Any:

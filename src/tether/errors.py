@@ -13,6 +13,9 @@
     ├── NondeterminismError          replay found a different step at a recorded position
     ├── StepTimeout                  a step attempt ran past its retry policy's timeout
     ├── InvalidState                 the run is not in a state that allows the operation
+    │   └── DecisionRefused          an approval decision that cannot be taken (recorded in audit)
+    ├── ApprovalDenied               raised inside the agent by a denied (or timed-out) approval
+    ├── WaitTimeout                  raised inside the agent when ``run.wait`` times out
     └── RunFailed                    raised by ``app.run`` when the run ends failed
 
 Every message says what was wrong, where (run, step, position, field) and what
@@ -84,6 +87,32 @@ class StepTimeout(TetherError, TimeoutError):
 
 class InvalidState(TetherError):
     """The run's status does not allow the operation (e.g. resuming a completed run)."""
+
+
+class DecisionRefused(InvalidState):
+    """An approve/deny/resolve that cannot be taken: wrong approver, second decision, or
+    a run not waiting for it. The refusal is recorded in the run's audit log."""
+
+
+class ApprovalDenied(TetherError):
+    """Raised inside the agent by ``run.approve`` when the request was denied or timed out."""
+
+    def __init__(
+        self, run_id: str, name: str, by: str | None, reason: str | None, timed_out: bool = False
+    ) -> None:
+        how = "timed out" if timed_out else f"was denied by {by}"
+        super().__init__(
+            f"run {run_id}: approval {name!r} {how}" + (f": {reason}" if reason else "")
+        )
+        self.run_id = run_id
+        self.name = name
+        self.by = by
+        self.reason = reason
+        self.timed_out = timed_out
+
+
+class WaitTimeout(TetherError, TimeoutError):
+    """Raised inside the agent when ``run.wait`` ran out of time before its signal came."""
 
 
 class RunFailed(TetherError):

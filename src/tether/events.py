@@ -27,12 +27,23 @@ RUN_COMPLETED = "run.completed"  # output
 RUN_FAILED = "run.failed"  # error (failure context)
 RUN_FORKED = "run.forked"  # parent, seq, position, input?, vars?: this run branched off
 # Steps (every one carries pos, name, kind)
-STEP_STARTED = "step.started"  # attempt, digest: written before a step whose start must be durable
 STEP_COMPLETED = "step.completed"  # attempt, digest, output, started, duration, usage
 STEP_FAILED = "step.failed"  # attempt, error, retry_at (None: no more attempts)
 DECISION = "decision"  # choice, why, details
 VAR_SET = "var.set"  # key, value
 VAR_DELETED = "var.deleted"  # key
+# Side effects (tether.effects): the intent is durable before a write tool runs
+TOOL_INTENT = "tool.intent"  # key, attempt, digest, risk, code: about to call a write tool
+TOOL_IN_DOUBT = "tool.in_doubt"  # key: a crash hid whether the effect happened; ask a human
+TOOL_RESOLVED = "tool.resolved"  # key, happened, result, by: a human settled the doubt
+# Waiting (tether.waits): the run holds no process while it waits
+APPROVAL_REQUESTED = "approval.requested"  # payload, approvers, timeout_at
+APPROVAL_DECIDED = "approval.decided"  # approved, by, reason (by "timeout" on expiry)
+TIMER_STARTED = "timer.started"  # until: a durable sleep
+WAIT_STARTED = "wait.started"  # timeout_at: waiting for a signal
+# Compensation (tether.compensation) and cancellation
+RUN_COMPENSATING = "run.compensating"  # reason, error: undoing completed write tools
+RUN_CANCELLED = "run.cancelled"  # by, reason
 
 ALL_TYPES = frozenset(
     {
@@ -42,12 +53,20 @@ ALL_TYPES = frozenset(
         RUN_COMPLETED,
         RUN_FAILED,
         RUN_FORKED,
-        STEP_STARTED,
         STEP_COMPLETED,
         STEP_FAILED,
         DECISION,
         VAR_SET,
         VAR_DELETED,
+        TOOL_INTENT,
+        TOOL_IN_DOUBT,
+        TOOL_RESOLVED,
+        APPROVAL_REQUESTED,
+        APPROVAL_DECIDED,
+        TIMER_STARTED,
+        WAIT_STARTED,
+        RUN_COMPENSATING,
+        RUN_CANCELLED,
     }
 )
 

@@ -14,9 +14,11 @@ either synchronously or with ``await``. There are no sync/async twins.
 
 from __future__ import annotations
 
+import contextvars
 import time
 import traceback
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +29,7 @@ from .errors import EncodeError, LeaseLost, NondeterminismError
 from .events import Event, NewEvent
 from .retry import Retry
 from .state import RunState, StepState, fold, to_data
-from .store import Lease, Snapshot, Store, Transition
+from .store import EffectWrite, Lease, SignalTake, Snapshot, Store, Transition
 
 MAX_INPUT_REPR = 2000
 
@@ -50,6 +52,60 @@ class Sleep:
 
 
 Core = Generator[Call | Sleep, Any, Any]
+
+
+class Suspended(BaseException):
+    """Internal: unwinds the agent when its run starts waiting (approval, signal, timer).
+
+    A BaseException so that an agent's ``except Exception`` does not swallow it.
+    """
+
+    def __init__(self, waiting_for: str) -> None:
+        super().__init__(waiting_for)
+        self.waiting_for = waiting_for
+
+
+@dataclass(frozen=True, slots=True)
+class StepInfo:
+    """What :func:`tether.current_step` returns inside a step or tool call."""
+
+    run_id: str
+    position: int
+    name: str
+    kind: str
+    attempt: int
+    idempotency_key: str
+
+
+_CURRENT: contextvars.ContextVar[StepInfo | None] = contextvars.ContextVar(
+    "tether_current_step", default=None
+)
+
+
+def current_step() -> StepInfo:
+    """The step being executed: run id, position, attempt and its idempotency key.
+
+    Pass ``idempotency_key`` on to external APIs (an ``Idempotency-Key`` header).
+    Raises LookupError outside a tether step.
+    """
+    info = _CURRENT.get()
+    if info is None:
+        raise LookupError("tether.current_step() is only available inside a step or tool call")
+    return info
+
+
+@contextmanager
+def in_step(info: StepInfo) -> Iterator[None]:
+    token = _CURRENT.set(info)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
+
+
+def step_key(run_id: str, pos: int, name: str, digest: str) -> str:
+    """The idempotency key ``{run_id}:{position}:{name}:{args_hash}``."""
+    return f"{run_id}:{pos}:{name}:{digest[:16]}"
 
 
 @dataclass(slots=True)
@@ -94,6 +150,7 @@ class Journal:
         self.reused: list[tuple[int, str]] = []
         self.executed: list[tuple[int, str]] = []
         self.last_failure: tuple[BaseException, dict[str, Any]] | None = None
+        self.compensating = state.compensating  # set: resume the compensation, not the agent
         self.vars: dict[str, Any] = {}  # task variables as of the current position
         self._fork_position = state.fork_position or 0
         self._fork_vars = dict(state.fork_vars) if state.fork_vars else None
@@ -107,8 +164,8 @@ class Journal:
 
     # -- positions --------------------------------------------------------
 
-    def slot(self, kind: str, name: str) -> Slot:
-        """Take the next position; check it against the log."""
+    def slot(self, kind: str, name: str, digest: str | None = None) -> Slot:
+        """Take the next position; check it against the log (kind, name, tool args)."""
         if self.poisoned is not None:
             raise self.poisoned
         if not isinstance(name, str) or not name:
@@ -121,6 +178,20 @@ class Journal:
             )
             self.poisoned = err
             raise err
+        if (
+            recorded is not None
+            and digest is not None
+            and recorded.input_digest is not None
+            and recorded.input_digest != digest
+        ):
+            err = NondeterminismError(
+                self.run_id,
+                self.pos,
+                f"{kind} {name}(args {recorded.input_digest[:12]})",
+                f"{kind} {name}(args {digest[:12]})",
+            )
+            self.poisoned = err
+            raise err
         slot = Slot(self.pos, kind, name, recorded)
         if slot.done:
             self.reused.append((slot.pos, name))
@@ -129,7 +200,12 @@ class Journal:
 
     # -- appends ----------------------------------------------------------
 
-    def append(self, events: list[NewEvent], transition: Transition | None = None) -> None:
+    def append(
+        self,
+        events: list[NewEvent],
+        transition: Transition | None = None,
+        writes: Sequence[EffectWrite | SignalTake] = (),
+    ) -> None:
         """Append events under this execution's lease (one transaction)."""
         if self.poisoned is not None:
             raise self.poisoned
@@ -146,6 +222,7 @@ class Journal:
                 epoch=self.lease.epoch,
                 transition=transition,
                 snapshot=snapshot,
+                writes=writes,
                 now=self.clock.now(),
             )
         except LeaseLost as e:
@@ -164,6 +241,16 @@ class Journal:
     def event(self, type_: str, data: dict[str, Any]) -> NewEvent:
         return ev.new(type_, data, self.clock.now(), self.actor)
 
+    def suspend(
+        self, events: list[NewEvent], waiting_for: str, available_at: float | None
+    ) -> Suspended:
+        """Append ``events`` and make the run wait (no lease); return the exception to raise."""
+        self.append(
+            events,
+            Transition("waiting", release=True, available_at=available_at, waiting_for=waiting_for),
+        )
+        return Suspended(waiting_for)
+
     # -- records ----------------------------------------------------------
 
     def record_success(
@@ -175,6 +262,8 @@ class Journal:
         started: float,
         duration: float,
         usage: dict[str, Any] | None = None,
+        key: str | None = None,
+        effect: EffectWrite | None = None,
     ) -> None:
         data = {
             "pos": slot.pos,
@@ -188,11 +277,14 @@ class Journal:
         }
         if usage is not None:
             data["usage"] = usage
+        if key is not None:
+            data["key"] = key
         try:
             event = self.event(ev.STEP_COMPLETED, data)
+            writes = [_with_result(effect, output)] if effect is not None else []
         except EncodeError as e:
             raise self._encode_error(slot, e) from None
-        self.append([event])
+        self.append([event], writes=writes)
         self.executed.append((slot.pos, slot.name))
 
     def _encode_error(self, slot: Slot, e: EncodeError) -> EncodeError:
@@ -257,6 +349,17 @@ class Journal:
         return self.failure_context(exc, None, None, None)
 
 
+def _with_result(effect: EffectWrite, output: Any) -> EffectWrite:
+    return EffectWrite(
+        effect.key,
+        effect.run_id,
+        effect.position,
+        effect.tool,
+        "completed",
+        codec.encode(output, what="tool result"),
+    )
+
+
 def error_info(exc: BaseException, at: float) -> dict[str, Any]:
     """An exception as plain data: type, message, traceback, time."""
     t = type(exc)
@@ -316,24 +419,59 @@ def step_core(
         assert slot.recorded is not None
         return slot.recorded.output
     digest = codec.digest([list(args), kwargs])
+    key = step_key(j.run_id, slot.pos, name, digest)
+    return (
+        yield from attempts(j, slot, Call(fn, args, kwargs, policy.timeout), policy, digest, key)
+    )
+
+
+def attempts(
+    j: Journal,
+    slot: Slot,
+    call: Call,
+    policy: Retry,
+    digest: str,
+    key: str,
+    before: Callable[[int], None] | None = None,
+    effect: EffectWrite | None = None,
+) -> Core:
+    """Call until success or the policy gives up, recording every attempt.
+
+    ``before(attempt)`` runs ahead of each attempt (a tool's durable intent);
+    ``effect`` is completed in the effects table with the result, atomically.
+    """
     attempt = slot.recorded.attempts + 1 if slot.recorded else 1
     if slot.recorded is not None and slot.recorded.next_retry_at is not None:
         wait = slot.recorded.next_retry_at - j.clock.now()
         if wait > 0:
             yield Sleep(wait)
+    inputs = (call.args, call.kwargs)
     while True:
+        if before is not None:
+            before(attempt)
         started, t0 = j.clock.now(), time.perf_counter()
         try:
-            output = yield Call(fn, args, kwargs, policy.timeout)
+            with in_step(StepInfo(j.run_id, slot.pos, slot.name, slot.kind, attempt, key)):
+                output = yield call
         except Exception as exc:
             if isinstance(exc, LeaseLost) or j.poisoned is not None:
                 raise
-            delay = j.record_failure(slot, attempt, digest, exc, policy, (args, kwargs))
+            delay = j.record_failure(slot, attempt, digest, exc, policy, inputs)
             if delay is None:
                 raise
             yield Sleep(delay)
             attempt += 1
             continue
-        usage = extract_usage(output) if kind == "llm" else None
-        j.record_success(slot, attempt, digest, output, started, time.perf_counter() - t0, usage)
+        usage = extract_usage(output) if slot.kind == "llm" else None
+        j.record_success(
+            slot,
+            attempt,
+            digest,
+            output,
+            started,
+            time.perf_counter() - t0,
+            usage,
+            key=key if effect is not None else None,
+            effect=effect,
+        )
         return output

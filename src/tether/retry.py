@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import random
 import threading
 from collections.abc import Callable
@@ -72,7 +73,9 @@ def call_with_timeout(fn: Callable[..., Any], args: Any, kwargs: Any, timeout: f
         except BaseException as e:  # handed over to the caller's thread
             box["error"] = e
 
-    t = threading.Thread(target=target, daemon=True, name=f"tether-step-{fn.__name__}")
+    ctx = contextvars.copy_context()  # tether.current_step() works inside the thread too
+    t = threading.Thread(target=ctx.run, args=(target,), daemon=True,
+                         name=f"tether-step-{getattr(fn, '__name__', 'call')}")
     t.start()
     t.join(timeout)
     if t.is_alive():

@@ -14,9 +14,11 @@ from typing import Any
 
 from . import events as ev
 from .clock import Clock
+from .effects import ToolDef, tool_core
 from .errors import EncodeError
 from .journal import Call, Core, Journal, Sleep, step_core
 from .retry import Retry, call_with_timeout
+from .waits import approve_core, sleep_core, wait_core
 
 
 def drive(core: Core, clock: Clock) -> Any:
@@ -122,11 +124,44 @@ class Vars(MutableMapping[str, Any]):
         return f"Vars({self._data!r})"
 
 
+class Policy:
+    """When tool calls need a human: tools at or above ``approve_at`` risk get an
+    automatic ``run.approve("approve:<tool>")`` gate before they run."""
+
+    LEVELS = ("read", "write", "irreversible")
+
+    def __init__(
+        self,
+        approve_at: str | None = None,
+        approvers: list[str] | None = None,
+        timeout: str | float | None = None,
+    ) -> None:
+        if approve_at is not None and approve_at not in self.LEVELS:
+            raise ValueError(f"approve_at must be one of {self.LEVELS} or None, not {approve_at!r}")
+        self.approve_at = approve_at
+        self.approvers = approvers
+        self.timeout = timeout
+
+    def requires_approval(self, risk: str) -> bool:
+        if self.approve_at is None:
+            return False
+        return self.LEVELS.index(risk) >= self.LEVELS.index(self.approve_at)
+
+
 class _RunBase:
-    def __init__(self, journal: Journal, agent: str, default_retry: Retry) -> None:
+    def __init__(
+        self,
+        journal: Journal,
+        agent: str,
+        default_retry: Retry,
+        policy: Policy | None = None,
+        inline_sleep_max: float = 60.0,
+    ) -> None:
         self._j = journal
         self.agent = agent
         self._retry = default_retry
+        self._policy = policy or Policy()
+        self._inline_sleep_max = inline_sleep_max
         self.vars = Vars(journal)
 
     @property
@@ -149,6 +184,22 @@ class _RunBase:
         retry: Retry | None,
     ) -> Core:
         return step_core(self._j, kind, name, fn, args, kwargs, retry or self._retry)
+
+    def _tool(
+        self, tool: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Core:
+        d = getattr(tool, "__tether_tool__", None)
+        if not isinstance(d, ToolDef):
+            raise TypeError(
+                f"run {self.id}: {getattr(tool, '__qualname__', tool)!r} is not a "
+                f"tether tool; decorate it with @app.tool(risk=...)"
+            )
+        if self._policy.requires_approval(d.risk):
+            payload = {"tool": d.name, "risk": d.risk, "args": list(args), "kwargs": kwargs}
+            approve_core(
+                self._j, f"approve:{d.name}", payload, self._policy.approvers, self._policy.timeout
+            )
+        return tool_core(self._j, d, args, kwargs, d.retry or self._retry)
 
     def _decide(self, name: str, choice: Any, why: str, details: dict[str, Any]) -> Any:
         slot = self._j.slot("decide", name)
@@ -190,6 +241,36 @@ class Run(_RunBase):
         """Record a choice and its rationale; on replay return the recorded choice."""
         return self._decide(name, choice, why, details)
 
+    def tool(self, tool: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Call a registered tool effectively once (idempotency key, intent, effects table)."""
+        return drive(self._tool(tool, args, kwargs), self._j.clock)
+
+    def approve(
+        self,
+        name: str,
+        payload: Any = None,
+        *,
+        approvers: list[str] | None = None,
+        timeout: str | float | None = None,
+    ) -> Any:
+        """Ask a human; the run waits (no process) until approved, denied or timed out.
+
+        Returns the decision (``approved``, ``by``, ``reason``); a denial or a timeout
+        raises :class:`tether.ApprovalDenied`, which the agent may catch.
+        """
+        return approve_core(self._j, name, payload, approvers, timeout)
+
+    def sleep(self, duration: str | float, name: str = "sleep") -> None:
+        """A durable sleep (``"10m"``): a restart sleeps only the time that is left."""
+        drive(sleep_core(self._j, name, duration, self._inline_sleep_max), self._j.clock)
+
+    def wait(self, name: str, timeout: str | float | None = None) -> Any:
+        """Wait for ``app.signal(run_id, name, payload)`` and return its payload.
+
+        Signals sent before the wait are kept. On timeout raises :class:`tether.WaitTimeout`.
+        """
+        return wait_core(self._j, name, timeout)
+
 
 class AsyncRun(_RunBase):
     """What an ``async def`` agent receives first: the same calls, awaited."""
@@ -219,3 +300,26 @@ class AsyncRun(_RunBase):
     async def decide(self, name: str, choice: Any, why: str = "", **details: Any) -> Any:
         """Record a choice and its rationale; on replay return the recorded choice."""
         return self._decide(name, choice, why, details)
+
+    async def tool(self, tool: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Call a registered tool effectively once (awaited when it is async)."""
+        return await adrive(self._tool(tool, args, kwargs), self._j.clock)
+
+    async def approve(
+        self,
+        name: str,
+        payload: Any = None,
+        *,
+        approvers: list[str] | None = None,
+        timeout: str | float | None = None,
+    ) -> Any:
+        """Ask a human; see :meth:`Run.approve`."""
+        return approve_core(self._j, name, payload, approvers, timeout)
+
+    async def sleep(self, duration: str | float, name: str = "sleep") -> None:
+        """A durable sleep; see :meth:`Run.sleep`."""
+        await adrive(sleep_core(self._j, name, duration, self._inline_sleep_max), self._j.clock)
+
+    async def wait(self, name: str, timeout: str | float | None = None) -> Any:
+        """Wait for a signal; see :meth:`Run.wait`."""
+        return wait_core(self._j, name, timeout)

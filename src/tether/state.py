@@ -17,7 +17,7 @@ usage and status.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from . import events as ev
@@ -61,6 +61,9 @@ class StepState:
     usage: Usage | None = None
     why: str | None = None  # decisions: the rationale
     seq: int = 0  # the event that last changed this step
+    key: str | None = None  # tools: the idempotency key
+    due_at: float | None = None  # timers: wake time; approvals and waits: timeout
+    detail: Mapping[str, Any] | None = None  # tool risk, approval payload and approvers…
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +89,8 @@ class RunState:
     fork_seq: int | None = None  # …at this seq of its log
     fork_position: int | None = None  # positions 1..fork_position are the parent's
     fork_vars: Mapping[str, Any] | None = None  # task variables edited at the fork
+    waiting: Mapping[str, Any] | None = None  # kind (approval|signal|timer|doubt), name, …
+    compensating: Mapping[str, Any] | None = None  # why completed write tools are undone
 
     @property
     def error(self) -> Mapping[str, Any] | None:
@@ -153,6 +158,21 @@ class _Fold:
         else:
             self.steps.append(step)
 
+    def wait(self, kind: str, d: dict[str, Any], e: Event, **more: Any) -> None:
+        self.s["status"] = "waiting"
+        self.s["waiting"] = {
+            "kind": kind,
+            "name": d["name"],
+            "position": d["pos"],
+            "since": e.at,
+            **more,
+        }
+
+    def unwait(self) -> None:
+        if self.s["status"] == "waiting":
+            self.s["status"] = "queued"
+        self.s["waiting"] = None
+
     def get_step(self, pos: int, d: dict[str, Any], e: Event) -> StepState:
         if pos <= len(self.steps):
             return self.steps[pos - 1]
@@ -174,7 +194,7 @@ def _created(f: _Fold, e: Event, d: dict[str, Any]) -> None:
 
 
 def _started(f: _Fold, e: Event, d: dict[str, Any]) -> None:
-    f.s["status"] = "running"
+    f.s.update(status="running", waiting=None)
     f.s["executions"] += 1
 
 
@@ -205,7 +225,7 @@ def _forked(f: _Fold, e: Event, d: dict[str, Any]) -> None:
     f.vars.update(d.get("vars") or {})
 
 
-def _step_started(f: _Fold, e: Event, d: dict[str, Any]) -> None:
+def _tool_intent(f: _Fold, e: Event, d: dict[str, Any]) -> None:
     pos = d["pos"]
     old = f.get_step(pos, d, e)
     f.put_step(
@@ -220,7 +240,121 @@ def _step_started(f: _Fold, e: Event, d: dict[str, Any]) -> None:
             errors=old.errors,
             started_at=old.started_at or e.at,
             seq=e.seq,
+            key=d["key"],
+            detail={k: d.get(k) for k in ("risk", "of", "input", "code")},
         ),
+    )
+
+
+def _in_doubt(f: _Fold, e: Event, d: dict[str, Any]) -> None:
+    old = f.get_step(d["pos"], d, e)
+    f.put_step(d["pos"], replace(old, status="in_doubt", seq=e.seq))
+    f.wait("doubt", d, e, key=d["key"])
+
+
+def _resolved(f: _Fold, e: Event, d: dict[str, Any]) -> None:
+    old = f.get_step(d["pos"], d, e)
+    if d["happened"]:
+        step = replace(old, status="completed", output=d.get("result"), finished_at=e.at, seq=e.seq)
+    else:
+        step = replace(old, status="retrying", seq=e.seq)  # it did not happen: call again
+    f.put_step(d["pos"], step)
+    f.unwait()
+
+
+def _approval_requested(f: _Fold, e: Event, d: dict[str, Any]) -> None:
+    pos = d["pos"]
+    detail = {"payload": d.get("payload"), "approvers": d.get("approvers")}
+    f.put_step(
+        pos,
+        StepState(
+            pos,
+            d["name"],
+            "approve",
+            "waiting",
+            attempts=1,
+            started_at=e.at,
+            due_at=d.get("timeout_at"),
+            detail=detail,
+            seq=e.seq,
+        ),
+    )
+    f.wait("approval", d, e, until=d.get("timeout_at"), **detail)
+
+
+def _approval_decided(f: _Fold, e: Event, d: dict[str, Any]) -> None:
+    old = f.get_step(d["pos"], d, e)
+    decision = {"approved": d["approved"], "by": d["by"], "reason": d.get("reason")}
+    f.put_step(
+        d["pos"],
+        replace(
+            old,
+            status="completed",
+            output=decision,
+            finished_at=e.at,
+            duration=e.at - (old.started_at or e.at),
+            seq=e.seq,
+        ),
+    )
+    f.unwait()
+
+
+def _timer_started(f: _Fold, e: Event, d: dict[str, Any]) -> None:
+    pos = d["pos"]
+    f.put_step(
+        pos,
+        StepState(
+            pos,
+            d["name"],
+            "sleep",
+            "waiting",
+            attempts=1,
+            started_at=e.at,
+            due_at=d["until"],
+            seq=e.seq,
+        ),
+    )
+    if d.get("suspend"):
+        f.wait("timer", d, e, until=d["until"])
+
+
+def _wait_started(f: _Fold, e: Event, d: dict[str, Any]) -> None:
+    pos = d["pos"]
+    f.put_step(
+        pos,
+        StepState(
+            pos,
+            d["name"],
+            "wait",
+            "waiting",
+            attempts=1,
+            started_at=e.at,
+            due_at=d.get("timeout_at"),
+            seq=e.seq,
+        ),
+    )
+    f.wait("signal", d, e, until=d.get("timeout_at"))
+
+
+def _compensating(f: _Fold, e: Event, d: dict[str, Any]) -> None:
+    f.s["compensating"] = {
+        "reason": d["reason"],
+        "error": d.get("error"),
+        "at": e.at,
+        "from_position": d["from_position"],
+    }
+
+
+def _cancelled(f: _Fold, e: Event, d: dict[str, Any]) -> None:
+    f.s.update(
+        status="cancelled",
+        waiting=None,
+        failure={
+            "type": "cancelled",
+            "message": d.get("reason") or "cancelled",
+            "by": d.get("by"),
+            "at": e.at,
+        },
     )
 
 
@@ -247,6 +381,9 @@ def _step_completed(f: _Fold, e: Event, d: dict[str, Any]) -> None:
             usage=usage,
             why=d.get("why"),
             seq=e.seq,
+            key=d.get("key", old.key),
+            due_at=old.due_at,
+            detail=d.get("detail", old.detail),
         ),
     )
 
@@ -269,6 +406,8 @@ def _step_failed(f: _Fold, e: Event, d: dict[str, Any]) -> None:
             finished_at=e.at,
             next_retry_at=retry_at,
             seq=e.seq,
+            key=d.get("key", old.key),
+            detail=old.detail,
         ),
     )
 
@@ -329,7 +468,15 @@ _HANDLERS = {
     ev.RUN_COMPLETED: _completed,
     ev.RUN_FAILED: _failed,
     ev.RUN_FORKED: _forked,
-    ev.STEP_STARTED: _step_started,
+    ev.TOOL_INTENT: _tool_intent,
+    ev.TOOL_IN_DOUBT: _in_doubt,
+    ev.TOOL_RESOLVED: _resolved,
+    ev.APPROVAL_REQUESTED: _approval_requested,
+    ev.APPROVAL_DECIDED: _approval_decided,
+    ev.TIMER_STARTED: _timer_started,
+    ev.WAIT_STARTED: _wait_started,
+    ev.RUN_COMPENSATING: _compensating,
+    ev.RUN_CANCELLED: _cancelled,
     ev.STEP_COMPLETED: _step_completed,
     ev.STEP_FAILED: _step_failed,
     ev.DECISION: _decision,

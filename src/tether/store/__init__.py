@@ -36,6 +36,8 @@ class RunRecord:
     queue: str | None = None
     priority: int = 0
     available_at: float | None = None
+    waiting_for: str | None = None  # approval:NAME | signal:NAME | timer | doubt:KEY
+    cancel_requested: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +84,66 @@ class Transition:
 
     status: str
     release: bool = False  # give the lease back (the run stops executing)
-    available_at: float | None = None
+    available_at: float | None = None  # a waiting run's due time (timer, timeout)
+    waiting_for: str | None = None  # what a waiting run waits for (see RunRecord)
+
+
+@dataclass(frozen=True, slots=True)
+class Effect:
+    """A row of the effects table: the outcome of one idempotency key."""
+
+    key: str
+    run_id: str
+    position: int
+    tool: str
+    status: str  # intent | completed
+    result: str | None  # JSON (tether.codec) when completed
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class EffectWrite:
+    """An effects-table write made in the same transaction as an append."""
+
+    key: str
+    run_id: str
+    position: int
+    tool: str
+    status: str
+    result: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SignalTake:
+    """Mark signal ``signal_id`` taken by the appended event at ``seq``, atomically."""
+
+    signal_id: int
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """A signal sent to a run, kept until a wait takes it."""
+
+    id: int
+    run_id: str
+    name: str
+    payload: str  # JSON (tether.codec)
+    sent_at: float
+    sender: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """An operation refused or worth keeping beside a run's log."""
+
+    id: int
+    run_id: str | None
+    at: float
+    actor: str | None
+    action: str
+    detail: str  # JSON
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,12 +202,14 @@ class Store(Protocol):
         epoch: int,
         transition: Transition | None = None,
         snapshot: Snapshot | None = None,
+        writes: Sequence[EffectWrite | SignalTake] = (),
         now: float,
     ) -> int:
         """Append ``events`` as seq ``expected_seq+1``… and return the new last seq.
 
-        Atomic: all events, the optional status transition and the optional
-        snapshot, or nothing. Refused with LeaseLost when ``epoch`` is not the run's
+        Atomic: all events, the optional status transition, the optional
+        snapshot and the effects/signal ``writes``, or nothing (a signal already
+        taken raises Conflict). Refused with LeaseLost when ``epoch`` is not the run's
         current fencing token, with Conflict when seq ``expected_seq+1`` is taken,
         with NotFound when the run does not exist.
         """
@@ -170,6 +233,60 @@ class Store(Protocol):
         """Heartbeat: extend every lease held by ``owner``; return how many."""
         ...
 
+    def get_effect(self, key: str) -> Effect | None:
+        """The effects-table row of an idempotency key, or None."""
+        ...
+
+    def send_signal(
+        self, run_id: str, name: str, payload: str, *, sender: str | None, now: float
+    ) -> bool:
+        """Keep a signal for the run; if the run waits for it (``signal:NAME``), make it
+        queued. Returns whether it woke the run. Raises NotFound."""
+        ...
+
+    def pending_signal(self, run_id: str, name: str) -> Signal | None:
+        """The oldest signal ``name`` sent to the run and not taken yet."""
+        ...
+
+    def wake(self, run_id: str, waiting_for: str, *, now: float) -> bool:
+        """Make the run queued if it is waiting for exactly ``waiting_for``."""
+        ...
+
+    def record_audit(
+        self, run_id: str | None, action: str, detail: str, *, actor: str | None, now: float
+    ) -> None:
+        """Append a record to the audit log (independent of any run's lease)."""
+        ...
+
+    def read_audit(self, run_id: str) -> list[AuditRecord]:
+        """A run's audit records, oldest first."""
+        ...
+
+    def request_cancel(self, run_id: str, *, now: float) -> None:
+        """Flag the run so that the process executing it stops at its next step."""
+        ...
+
     def close(self) -> None:
         """Release connections. The store must not be used afterwards."""
+        ...
+
+    # -- retention (tether gc) ----------------------------------------------
+
+    def delete_runs(self, run_ids: Sequence[str]) -> int:
+        """Delete these runs with their events, snapshots, effects and signals; return how
+        many runs were deleted.
+
+        One transaction: all of it or nothing. Unknown ids are skipped (not an error), so
+        a repeated call deletes nothing more. It does not look at leases or forks: the
+        caller chooses (forks copy their prefix, so they never depend on a parent). Audit
+        records are kept: the audit trail outlives the runs it describes.
+        """
+        ...
+
+    def vacuum(self) -> None:
+        """Give the space of deleted rows back to the file system, where the backend can.
+
+        Not in a transaction; may take a while on a large database and wait for other
+        writers. Raises StoreError when the database stays busy.
+        """
         ...

@@ -18,7 +18,19 @@ from typing import Any
 
 from ..errors import Conflict, LeaseLost, NotATetherDatabase, NotFound, SchemaTooNew, StoreError
 from ..events import Event, NewEvent
-from . import Lease, Loaded, NewRun, RunRecord, Snapshot, Transition
+from . import (
+    AuditRecord,
+    Effect,
+    EffectWrite,
+    Lease,
+    Loaded,
+    NewRun,
+    RunRecord,
+    Signal,
+    SignalTake,
+    Snapshot,
+    Transition,
+)
 from .queries import load_queries, migrations
 
 _Q = load_queries("sqlite")
@@ -176,9 +188,8 @@ class SQLiteStore:
         return version
 
     def _apply(self, conn: sqlite3.Connection, number: int, name: str, sql: str) -> None:
-        for statement in sql.split(";\n"):
-            if statement.strip() and not _only_comments(statement):
-                conn.execute(statement)
+        for statement in _statements(sql):
+            conn.execute(statement)
         conn.execute(
             "INSERT INTO tether_meta (key, value) VALUES ('schema_version', ?) "
             "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -278,6 +289,7 @@ class SQLiteStore:
         epoch: int,
         transition: Transition | None = None,
         snapshot: Snapshot | None = None,
+        writes: Sequence[EffectWrite | SignalTake] = (),
         now: float,
     ) -> int:
         conn = self._conn()
@@ -299,6 +311,8 @@ class SQLiteStore:
                     raise self._refused(conn, run_id, epoch)
             if transition is not None:
                 self._transition(conn, run_id, transition, now)
+            for w in writes:
+                self._side_write(conn, w, now)
             if snapshot is not None:
                 conn.execute(
                     _Q["insert_snapshot"],
@@ -315,6 +329,27 @@ class SQLiteStore:
                 "now": now,
                 "release": t.release,
                 "available_at": t.available_at,
+                "waiting_for": t.waiting_for,
+            },
+        )
+
+    def _side_write(
+        self, conn: sqlite3.Connection, w: EffectWrite | SignalTake, now: float
+    ) -> None:
+        if isinstance(w, SignalTake):
+            if conn.execute(_Q["take_signal"], (w.seq, w.signal_id)).rowcount != 1:
+                raise Conflict(f"signal {w.signal_id} was already taken by another wait")
+            return
+        conn.execute(
+            _Q["put_effect"],
+            {
+                "key": w.key,
+                "run_id": w.run_id,
+                "position": w.position,
+                "tool": w.tool,
+                "status": w.status,
+                "result": w.result,
+                "now": now,
             },
         )
 
@@ -363,14 +398,85 @@ class SQLiteStore:
         with self._tx() as conn:
             return conn.execute(_Q["renew"], (now + ttl, owner)).rowcount
 
+    # -- effects, signals, audit --------------------------------------------
+
+    def get_effect(self, key: str) -> Effect | None:
+        row = self._conn().execute(_Q["get_effect"], (key,)).fetchone()
+        return Effect(*row) if row else None
+
+    def send_signal(
+        self, run_id: str, name: str, payload: str, *, sender: str | None, now: float
+    ) -> bool:
+        with self._tx() as conn:
+            if conn.execute(_Q["get_run"], (run_id,)).fetchone() is None:
+                raise NotFound(f"no run {run_id!r} in {self.path}; `tether runs` lists the runs")
+            conn.execute(_Q["insert_signal"], (run_id, name, payload, now, sender))
+            woke = conn.execute(
+                _Q["wake_for"], {"id": run_id, "waiting_for": f"signal:{name}", "now": now}
+            ).rowcount
+        return woke == 1
+
+    def pending_signal(self, run_id: str, name: str) -> Signal | None:
+        row = self._conn().execute(_Q["pending_signal"], (run_id, name)).fetchone()
+        return Signal(*row) if row else None
+
+    def wake(self, run_id: str, waiting_for: str, *, now: float) -> bool:
+        with self._tx() as conn:
+            n = conn.execute(
+                _Q["wake_for"], {"id": run_id, "waiting_for": waiting_for, "now": now}
+            ).rowcount
+        return n == 1
+
+    def record_audit(
+        self, run_id: str | None, action: str, detail: str, *, actor: str | None, now: float
+    ) -> None:
+        with self._tx() as conn:
+            conn.execute(_Q["insert_audit"], (run_id, now, actor, action, detail))
+
+    def read_audit(self, run_id: str) -> list[AuditRecord]:
+        return [AuditRecord(*r) for r in self._conn().execute(_Q["read_audit"], (run_id,))]
+
+    def request_cancel(self, run_id: str, *, now: float) -> None:
+        with self._tx() as conn:
+            if conn.execute(_Q["request_cancel"], (now, run_id)).rowcount == 0:
+                raise NotFound(f"no run {run_id!r} in {self.path}; `tether runs` lists the runs")
+
     def set_status(self, run_id: str, transition: Transition, *, now: float) -> None:
         """Change a run's row status without an event (used by repairs and tests)."""
         with self._tx() as conn:
             self._transition(conn, run_id, transition, now)
 
+    # -- retention (tether gc) ----------------------------------------------
 
-def _only_comments(statement: str) -> bool:
-    return all(ln.strip().startswith("--") or not ln.strip() for ln in statement.splitlines())
+    def delete_runs(self, run_ids: Sequence[str]) -> int:
+        ids = json.dumps(list(run_ids))  # one parameter, whatever the count
+        with self._tx() as conn:
+            for table in ("events", "snapshots", "effects", "signals"):
+                conn.execute(_Q[f"delete_runs_{table}"], (ids,))
+            return int(conn.execute(_Q["delete_runs_rows"], (ids,)).rowcount)
+
+    def vacuum(self) -> None:
+        conn = self._conn()
+        try:
+            conn.execute(_Q["vacuum"])
+            conn.execute(_Q["wal_truncate"]).fetchall()
+        except sqlite3.Error as e:
+            raise self._translate(e) from None
+
+
+def _statements(sql: str) -> list[str]:
+    """Split a script into complete statements (as sqlite3 itself sees them)."""
+    out, buf = [], ""
+    for line in sql.splitlines(keepends=True):
+        buf += line
+        if sqlite3.complete_statement(buf):
+            out.append(buf.strip())
+            buf = ""
+    if buf.strip() and not all(
+        ln.strip().startswith("--") or not ln.strip() for ln in buf.splitlines()
+    ):
+        raise StoreError(f"incomplete SQL statement at the end of a migration: {buf[:80]!r}")
+    return out
 
 
 def sqlite_path(url: str) -> str:
