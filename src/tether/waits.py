@@ -40,7 +40,7 @@ def parse_duration(value: float | int | str | None, *, what: str = "duration") -
     if value is None:
         return None
     if isinstance(value, bool):
-        raise ValueError(f"{what} must be seconds or a string like '10m', not {value!r}")
+        raise ValueError(f"{what} must be a duration (seconds, or e.g. '10m'), not {value!r}")
     if isinstance(value, (int, float)):
         seconds = float(value)
     else:
