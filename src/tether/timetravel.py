@@ -145,7 +145,9 @@ def find_step(state: RunState, step: StepRef) -> int:
     found = [s.position for s in state.steps if s.name == name]
     if len(found) >= nth:
         return found[nth - 1]
-    where = f"{len(found)} step(s) named {name!r}" if found else f"no step named {name!r}"
+    where = f"no step named {name!r}"
+    if found:
+        where = f"only {len(found)} step(s) named {name!r}, so no {name}#{nth}"
     raise NotFound(f"run {state.run_id}: {where}; {_steps_hint(state)}")
 
 

@@ -53,8 +53,11 @@ def test_fork_at_n_starts_with_the_parents_first_n_events(program: list[Any], cu
             "input": None,
             "vars": None,
         }
-        assert app.load(child) == fold(copied, run_id=child)  # the cached snapshot is exact
+        cached = app.store.load(child).snapshot
+        assert cached is not None and cached.seq == n + 1  # forks of long runs load fast…
+        assert app.load(child) == fold(copied, run_id=child)  # …and the snapshot is exact
         assert app.events(parent) == events  # the parent is untouched
+        assert app.load(parent) == fold(events, run_id=parent)
 
 
 @SETTINGS
