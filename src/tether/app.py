@@ -18,13 +18,22 @@ from . import codec, compensation, export, retention, timetravel, waits
 from . import events as ev
 from .clock import Clock, SystemClock, new_run_id, owner_is_dead_local, process_owner
 from .effects import ToolDef, define_tool
-from .errors import EncodeError, InvalidState, LeaseLost, NotFound, RunFailed, TetherError
+from .errors import (
+    Conflict,
+    EncodeError,
+    InvalidState,
+    LeaseLost,
+    NotFound,
+    RunFailed,
+    TetherError,
+)
 from .events import Event
-from .journal import Core, Journal, Suspended
+from .journal import Cancelling, Core, Journal, Suspended
 from .retry import NO_RETRY, Retry
 from .runtime import AsyncRun, Policy, Run, adrive, drive
 from .state import RunState, fold, from_data
 from .store import AuditRecord, Effect, Lease, NewRun, RunRecord, Store, Transition
+from .worker import QueueConfig, Worker
 
 log = logging.getLogger("tether")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -85,6 +94,8 @@ class App:
         self.owner = process_owner()
         self._agents: dict[str, AgentDef] = {}
         self._tools: dict[str, ToolDef] = {}
+        self._queues: dict[str, QueueConfig] = {}
+        self._active: dict[str, Journal] = {}  # executions in this process, by run id
         self._heartbeat: _Heartbeat | None = None
         self.policy = policy or Policy()
         self.approver_groups = {g: set(m) for g, m in (approver_groups or {}).items()}
@@ -158,6 +169,95 @@ class App:
         d = getattr(obj, "__tether_tool__", None)
         return d if isinstance(d, ToolDef) else None
 
+    def queue(
+        self,
+        name: str,
+        *,
+        concurrency: int | None = None,
+        worker_concurrency: int | None = None,
+        per_key: int | None = None,
+        rate: tuple[int, float] | None = None,
+        max_depth: int | None = None,
+    ) -> QueueConfig:
+        """Declare a queue's flow control: ``concurrency`` (all workers together),
+        ``worker_concurrency`` (one worker), ``per_key`` (per concurrency_key), ``rate``
+        ``(starts, period_seconds)`` and ``max_depth`` (refuse new runs beyond it)."""
+        config = QueueConfig(name, concurrency, worker_concurrency, per_key, rate, max_depth)
+        self._queues[name] = config
+        return config
+
+    def queue_config(self, name: str) -> QueueConfig:
+        """The flow control of queue ``name`` (no limits unless declared)."""
+        return self._queues.get(name) or QueueConfig(name)
+
+    def start(
+        self,
+        agent: Callable[..., Any] | str,
+        *args: Any,
+        queue: str = "default",
+        priority: int = 0,
+        run_id: str | None = None,
+        dedup_key: str | None = None,
+        delay: str | float | None = None,
+        concurrency_key: str | None = None,
+        **kwargs: Any,
+    ) -> str:
+        """Enqueue a run for the workers and return its id (``queued``).
+
+        An existing ``run_id``, or a ``dedup_key`` held by an active run of the same
+        queue, returns that run's id instead of starting a second one. ``delay``
+        (seconds or ``"10m"``) makes it claimable later; higher ``priority`` first.
+        Raises QueueFull when the queue is at its ``max_depth``.
+        """
+        d = self._resolve(agent)
+        now = self.clock.now()
+        payload = self._input(d, args, kwargs)
+        seconds = waits.parse_duration(delay, what="delay") or 0.0
+        new = NewRun(
+            run_id or new_run_id(now),
+            d.name,
+            d.version,
+            "queued",
+            code=d.code,
+            queue=queue,
+            priority=priority,
+            available_at=now + seconds,
+            dedup_key=dedup_key,
+            concurrency_key=concurrency_key,
+        )
+        created = ev.new(
+            ev.RUN_CREATED,
+            {
+                "agent": d.name,
+                "version": d.version,
+                "input": payload,
+                "code": d.code,
+                "queue": queue,
+            },
+            now,
+        )
+        rid, fresh = self.store.enqueue(
+            new, [created], now=now, max_depth=self.queue_config(queue).max_depth
+        )
+        if fresh:
+            self.store.notify_work(queue)
+        return rid
+
+    def worker(
+        self, *, queues: Sequence[str] = ("default",), concurrency: int = 8, poll: float = 0.2
+    ) -> Worker:
+        """A worker that claims runs from ``queues`` on this app's store; call ``.run()``."""
+        return Worker(self, queues=queues, concurrency=concurrency, poll=poll)
+
+    def interrupt(self, run_id: str, exc: BaseException) -> bool:
+        """Stop a run executing in this process at its next position (``exc`` is raised
+        there: Stopping puts it back in the queue, Cancelling cancels it)."""
+        journal = self._active.get(run_id)
+        if journal is None:
+            return False
+        journal.interrupted = exc
+        return True
+
     def may_approve(self, by: str, approvers: Iterable[str]) -> bool:
         """Whether ``by`` is one of ``approvers`` or a member of one of their groups."""
         return any(by == a or by in self.approver_groups.get(a, ()) for a in approvers)
@@ -227,17 +327,7 @@ class App:
     ) -> tuple[Journal, Run | AsyncRun]:
         now = self.clock.now()
         run_id = new_run_id(now)
-        payload = {"args": list(args), "kwargs": kwargs}
-        try:
-            codec.encode(payload)
-        except EncodeError as e:
-            raise EncodeError(
-                f"agent {d.name!r}: its input cannot be stored: {e.type_name} at "
-                f"{e.path.replace('$.args', 'args', 1).replace('$.kwargs', 'kwargs', 1)}; "
-                f"pass plain data to agents. No run was created.",
-                path=e.path,
-                type_name=e.type_name,
-            ) from None
+        payload = self._input(d, args, kwargs)
         created = ev.new(
             ev.RUN_CREATED,
             {"agent": d.name, "version": d.version, "input": payload, "code": d.code},
@@ -260,6 +350,20 @@ class App:
         )
         return self._journal(d, state, lease)
 
+    def _input(self, d: AgentDef, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        payload = {"args": list(args), "kwargs": kwargs}
+        try:
+            codec.encode(payload)
+        except EncodeError as e:
+            where = e.path.replace("$.args", "args", 1).replace("$.kwargs", "kwargs", 1)
+            raise EncodeError(
+                f"agent {d.name!r}: its input cannot be stored: {e.type_name} at {where}; "
+                f"pass plain data to agents. No run was created.",
+                path=e.path,
+                type_name=e.type_name,
+            ) from None
+        return payload
+
     def _journal(
         self, d: AgentDef, state: RunState, lease: Lease
     ) -> tuple[Journal, Run | AsyncRun]:
@@ -270,9 +374,10 @@ class App:
             state,
             lease,
             snapshot_every=self.snapshot_every,
-            actor=self.owner,
+            actor=lease.owner,
         )
         cls = AsyncRun if d.is_async else Run
+        self._active[state.run_id] = journal
         return journal, cls(journal, d.name, self.retry, self.policy, self.inline_sleep_max)
 
     def _prepare_resume(
@@ -293,22 +398,32 @@ class App:
             if blocked is not None:
                 raise InvalidState(blocked)
         d = self._agent_for(record)
-        lease = self._claim(record)
-        state = self.load(run_id)
+        return self._prepare_claimed(d, record, self._claim(record), retry=retry)
+
+    def _prepare_claimed(
+        self, d: AgentDef, record: RunRecord, lease: Lease, *, retry: bool = False
+    ) -> RunHandle | tuple[AgentDef, Journal, Run | AsyncRun, tuple[Any, ...], dict[str, Any]]:
+        state = self.load(record.id)
         if state.status in ("completed", "cancelled"):  # finished while we were claiming
-            self.store.release(run_id, epoch=lease.epoch)
+            self.store.release(record.id, epoch=lease.epoch)
             return self._finished(record)
         journal, run = self._journal(d, state, lease)
-        journal.append(
-            [
-                journal.event(
-                    ev.RUN_STARTED, {"by": self.owner, "epoch": lease.epoch, "retry": retry}
-                )
-            ],
-            Transition("running"),
-        )
+        started = {"by": lease.owner, "epoch": lease.epoch, "retry": retry}
+        journal.append([journal.event(ev.RUN_STARTED, started)], Transition("running"))
         args = tuple(state.input.get("args", ()))
         return d, journal, run, args, dict(state.input.get("kwargs", {}))
+
+    def execute_claimed(self, record: RunRecord, lease: Lease) -> RunHandle:
+        """Execute a run a worker claimed (``lease``): resume it, or finish its compensation.
+
+        Raises RunFailed when the run fails (the failure is recorded first).
+        """
+        prepared = self._prepare_claimed(self._agent_for(record), record, lease)
+        if isinstance(prepared, RunHandle):
+            return prepared
+        if prepared[1].compensating is not None:
+            return self._end_compensation(prepared[1])
+        return self._execute(*prepared)
 
     def _check_retryable(self, state: RunState) -> None:
         if state.compensating is not None:
@@ -359,11 +474,15 @@ class App:
             output = d.fn(run, *args, **kwargs)
         except Suspended as s:
             return self._waiting(journal, s)
+        except Cancelling as c:
+            return self._cancel_inside(journal, c)
         except BaseException as exc:
             core = self._stopped(journal, exc)
             if core is None:
                 raise
             self._failed(journal, drive(core, self.clock), exc)
+        finally:
+            self._active.pop(journal.run_id, None)
         return self._complete(journal, output)
 
     async def _aexecute(
@@ -379,11 +498,15 @@ class App:
             output = await result if inspect.isawaitable(result) else result
         except Suspended as s:
             return self._waiting(journal, s)
+        except Cancelling as c:
+            return self._cancel_inside(journal, c)
         except BaseException as exc:
             core = self._stopped(journal, exc)
             if core is None:
                 raise
             self._failed(journal, await adrive(core, self.clock), exc)
+        finally:
+            self._active.pop(journal.run_id, None)
         return self._complete(journal, output)
 
     def _complete(self, journal: Journal, output: Any) -> RunHandle:
@@ -463,6 +586,22 @@ class App:
             return self._cancelled(journal, ctx)
         self._failed(journal, ctx, None)
         raise AssertionError("unreachable")  # _failed raises
+
+    def _cancel_inside(self, journal: Journal, c: Cancelling) -> RunHandle:
+        """A cancel requested while the run executed here: compensate if asked, then end."""
+        journal.interrupted = None
+        ctx = {"type": "cancelled", "message": "cancel requested", "by": None}
+        return self._cancel_with(journal, ctx, c.compensate)
+
+    def _cancel_with(self, journal: Journal, ctx: dict[str, Any], compensate: bool) -> RunHandle:
+        if compensate and journal.compensating is None:
+            state = self.load(journal.run_id)
+            if compensation.compensable(state, self._find_tool):
+                compensation.start(journal, state, "cancelled", ctx)
+                journal.compensating = self.load(journal.run_id).compensating
+        if journal.compensating is not None:
+            ctx = drive(self._fail_core(journal, ctx, "cancelled"), self.clock)
+        return self._cancelled(journal, ctx)
 
     def _cancelled(self, journal: Journal, ctx: dict[str, Any]) -> RunHandle:
         data = {
@@ -548,7 +687,12 @@ class App:
         record = self.store.get_run(run_id)
         if record.status in waits.FINISHED:
             raise InvalidState(f"run {run_id} is already {record.status}; nothing to cancel")
-        lease = self._claim(record)
+        try:
+            lease = self._claim(record)
+        except Conflict:  # executing elsewhere: it stops at its next step
+            self.store.request_cancel(run_id, compensate=compensate, now=self.clock.now())
+            self.interrupt(run_id, Cancelling(compensate))
+            return RunHandle(run_id, "running", waiting={"cancel": "requested"})
         state = self.load(run_id)
         journal = Journal(
             self.store,
@@ -559,12 +703,7 @@ class App:
             actor=by or self.owner,
         )
         ctx = {"type": "cancelled", "message": reason or "cancelled", "by": by}
-        if compensate and state.compensating is None:
-            compensation.start(journal, state, "cancelled", ctx)
-            journal.compensating = self.load(run_id).compensating
-        if journal.compensating is not None:
-            ctx = drive(self._fail_core(journal, ctx, "cancelled"), self.clock)
-        return self._cancelled(journal, ctx)
+        return self._cancel_with(journal, ctx, compensate)
 
     def effect(self, key: str) -> Effect | None:
         """The effects-table row of an idempotency key (None if never called)."""
@@ -680,9 +819,11 @@ class _Heartbeat(threading.Thread):
         interval = max(0.05, self.app.lease_ttl / 3)
         while not self._stop_event.wait(interval):
             try:
-                self.app.store.renew(
+                _, cancels = self.app.store.worker_heartbeat(
                     self.app.owner, ttl=self.app.lease_ttl, now=self.app.clock.now()
                 )
+                for run_id, flag in cancels.items():
+                    self.app.interrupt(run_id, Cancelling(compensate=flag == 2))
             except Exception as e:  # a missed beat is not fatal; the next one retries
                 log.warning("tether heartbeat failed: %s", e)
 

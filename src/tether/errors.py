@@ -9,6 +9,7 @@
     ├── NotFound                     no such run / agent / event
     ├── Conflict                     someone else appended first, or holds the run
     │   └── LeaseLost                a newer lease (fencing token) exists; stop writing
+    ├── QueueFull                    a queue at its max depth refuses new runs (backpressure)
     ├── EncodeError                  a value cannot be stored (names the type and path)
     ├── NondeterminismError          replay found a different step at a recorded position
     ├── StepTimeout                  a step attempt ran past its retry policy's timeout
@@ -54,6 +55,10 @@ class Conflict(TetherError):
 
 class LeaseLost(Conflict):
     """A newer lease (fencing token) exists for the run: this writer must stop."""
+
+
+class QueueFull(TetherError):
+    """The queue holds its maximum number of waiting runs: retry later (backpressure)."""
 
 
 class EncodeError(TetherError, TypeError):

@@ -65,6 +65,18 @@ class Suspended(BaseException):
         self.waiting_for = waiting_for
 
 
+class Stopping(BaseException):
+    """Internal: the process is stopping; the run goes back to the queue at its next step."""
+
+
+class Cancelling(BaseException):
+    """Internal: someone cancelled the run; it stops at its next step (and compensates)."""
+
+    def __init__(self, compensate: bool = False) -> None:
+        super().__init__("cancel requested" + (" with compensation" if compensate else ""))
+        self.compensate = compensate
+
+
 @dataclass(frozen=True, slots=True)
 class StepInfo:
     """What :func:`tether.current_step` returns inside a step or tool call."""
@@ -147,6 +159,7 @@ class Journal:
         self._base = state
         self._tail: list[Event] = []
         self.poisoned: BaseException | None = None
+        self.interrupted: BaseException | None = None  # raised at the next position
         self.reused: list[tuple[int, str]] = []
         self.executed: list[tuple[int, str]] = []
         self.last_failure: tuple[BaseException, dict[str, Any]] | None = None
@@ -168,6 +181,8 @@ class Journal:
         """Take the next position; check it against the log (kind, name, tool args)."""
         if self.poisoned is not None:
             raise self.poisoned
+        if self.interrupted is not None:
+            raise self.interrupted
         if not isinstance(name, str) or not name:
             raise TypeError(f"run {self.run_id}: a {kind} needs a non-empty str name, got {name!r}")
         self.pos += 1

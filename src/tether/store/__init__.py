@@ -8,6 +8,7 @@ picks the backend (:mod:`tether.store.sqlite` for a path or ``sqlite:///…``).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -37,7 +38,10 @@ class RunRecord:
     priority: int = 0
     available_at: float | None = None
     waiting_for: str | None = None  # approval:NAME | signal:NAME | timer | doubt:KEY
-    cancel_requested: int = 0
+    cancel_requested: int = 0  # 1: stop at the next step; 2: and compensate
+    dedup_key: str | None = None
+    concurrency_key: str | None = None
+    claimed_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +60,32 @@ class NewRun:
     queue: str | None = None
     priority: int = 0
     available_at: float | None = None
+    dedup_key: str | None = None  # one active run per (queue, dedup_key)
+    concurrency_key: str | None = None  # limits per key (e.g. a tenant)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLimits:
+    """Flow control of one queue, enforced by every claim (across all workers)."""
+
+    name: str
+    concurrency: int | None = None  # runs executing at once, all workers together
+    per_key: int | None = None  # runs executing at once per concurrency_key
+    rate: tuple[int, float] | None = None  # at most N claims per period (seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRecord:
+    """A registered worker; its id is the lease owner of the runs it executes."""
+
+    id: str
+    host: str
+    pid: int
+    queues: list[str]
+    concurrency: int
+    started_at: float
+    heartbeat_at: float
+    stopping: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +183,27 @@ class Loaded:
     run: RunRecord
     snapshot: Snapshot | None
     events: list[Event]
+
+
+def pick_within_limits(
+    candidates: Sequence[tuple[str, str | None]],
+    running: dict[str | None, int],
+    limits: QueueLimits,
+    budget: int,
+) -> list[str]:
+    """Pure: which candidates (id, concurrency key), best first, a claim may take without
+    exceeding ``budget`` or the queue's per-key limit given what is ``running``."""
+    taken: list[str] = []
+    per_key = dict(running)
+    for run_id, key in candidates:
+        if len(taken) >= budget:
+            break
+        if limits.per_key is not None and key is not None:
+            if per_key.get(key, 0) >= limits.per_key:
+                continue
+            per_key[key] = per_key.get(key, 0) + 1
+        taken.append(run_id)
+    return taken
 
 
 class Store(Protocol):
@@ -262,8 +313,60 @@ class Store(Protocol):
         """A run's audit records, oldest first."""
         ...
 
-    def request_cancel(self, run_id: str, *, now: float) -> None:
+    def request_cancel(self, run_id: str, *, compensate: bool, now: float) -> None:
         """Flag the run so that the process executing it stops at its next step."""
+        ...
+
+    # -- the queue and its workers (tether.worker) --
+
+    def enqueue(
+        self, run: NewRun, events: Sequence[NewEvent], *, now: float, max_depth: int | None
+    ) -> tuple[str, bool]:
+        """Create a queued run unless its id or its (queue, dedup_key) is already taken.
+
+        Returns ``(run_id, created)``: the existing run's id when not created. Raises
+        QueueFull when the queue already holds ``max_depth`` queued runs.
+        """
+        ...
+
+    def claim_next(
+        self, queues: Sequence[QueueLimits], *, owner: str, ttl: float, now: float, capacity: int
+    ) -> list[tuple[RunRecord, Lease]]:
+        """Claim up to ``capacity`` runs from ``queues`` (in the order given), best first:
+        queued and due, waiting and due (timer, timeout) or running under an expired lease.
+
+        Each claim bumps the fencing token. Never exceeds a queue's limits, whatever
+        other workers claim concurrently. Returns the rows as they were before the claim
+        (status included) with the new leases.
+        """
+        ...
+
+    def register_worker(self, worker: WorkerRecord, *, now: float) -> None:
+        """Add (or refresh) a worker row."""
+        ...
+
+    def worker_heartbeat(
+        self, worker_id: str, *, ttl: float, now: float
+    ) -> tuple[bool, dict[str, int]]:
+        """Extend the worker's leases and mark it alive, in one transaction. Returns
+        whether it was asked to stop, and its runs asked to cancel (run id -> 1 or 2)."""
+        ...
+
+    def list_workers(self) -> list[WorkerRecord]:
+        """Registered workers, newest heartbeat first."""
+        ...
+
+    def remove_worker(self, worker_id: str, *, expire_leases: bool) -> None:
+        """Forget a worker; with ``expire_leases`` its runs become claimable at once."""
+        ...
+
+    def notify_work(self, queue: str) -> None:
+        """Tell waiting workers that ``queue`` has work (PostgreSQL NOTIFY; SQLite: no-op)."""
+        ...
+
+    def wait_for_work(self, queues: Sequence[str], timeout: float, wake: threading.Event) -> None:
+        """Block until work may be available in ``queues``, ``wake`` is set, or ``timeout``
+        seconds pass (PostgreSQL: LISTEN; SQLite: a short poll)."""
         ...
 
     def close(self) -> None:

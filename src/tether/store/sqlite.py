@@ -16,7 +16,15 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ..errors import Conflict, LeaseLost, NotATetherDatabase, NotFound, SchemaTooNew, StoreError
+from ..errors import (
+    Conflict,
+    LeaseLost,
+    NotATetherDatabase,
+    NotFound,
+    QueueFull,
+    SchemaTooNew,
+    StoreError,
+)
 from ..events import Event, NewEvent
 from . import (
     AuditRecord,
@@ -25,11 +33,14 @@ from . import (
     Lease,
     Loaded,
     NewRun,
+    QueueLimits,
     RunRecord,
     Signal,
     SignalTake,
     Snapshot,
     Transition,
+    WorkerRecord,
+    pick_within_limits,
 )
 from .queries import load_queries, migrations
 
@@ -216,6 +227,22 @@ class SQLiteStore:
         now: float,
         ttl: float,
     ) -> Lease | None:
+        with self._tx() as conn:
+            self._insert_run(conn, run, events, lease_owner=lease_owner, now=now, ttl=ttl)
+        if lease_owner is None:
+            return None
+        return Lease(run.id, lease_owner, 1, now + ttl)
+
+    def _insert_run(
+        self,
+        conn: sqlite3.Connection,
+        run: NewRun,
+        events: Sequence[NewEvent],
+        *,
+        lease_owner: str | None,
+        now: float,
+        ttl: float,
+    ) -> None:
         params = {
             "id": run.id,
             "agent": run.agent,
@@ -233,19 +260,17 @@ class SQLiteStore:
             "queue": run.queue,
             "priority": run.priority,
             "available_at": run.available_at,
+            "dedup_key": run.dedup_key,
+            "concurrency_key": run.concurrency_key,
         }
-        with self._tx() as conn:
-            try:
-                conn.execute(_Q["insert_run"], params)
-            except sqlite3.IntegrityError:
-                raise Conflict(f"a run with id {run.id!r} already exists") from None
-            conn.executemany(
-                _Q["insert_event"],
-                [(run.id, i, e.type, e.data, e.at, e.actor) for i, e in enumerate(events, 1)],
-            )
-        if lease_owner is None:
-            return None
-        return Lease(run.id, lease_owner, 1, now + ttl)
+        try:
+            conn.execute(_Q["insert_run"], params)
+        except sqlite3.IntegrityError:
+            raise Conflict(f"a run with id {run.id!r} already exists") from None
+        conn.executemany(
+            _Q["insert_event"],
+            [(run.id, i, e.type, e.data, e.at, e.actor) for i, e in enumerate(events, 1)],
+        )
 
     def get_run(self, run_id: str) -> RunRecord:
         row = self._conn().execute(_Q["get_run"], (run_id,)).fetchone()
@@ -436,10 +461,109 @@ class SQLiteStore:
     def read_audit(self, run_id: str) -> list[AuditRecord]:
         return [AuditRecord(*r) for r in self._conn().execute(_Q["read_audit"], (run_id,))]
 
-    def request_cancel(self, run_id: str, *, now: float) -> None:
+    def request_cancel(self, run_id: str, *, compensate: bool, now: float) -> None:
         with self._tx() as conn:
-            if conn.execute(_Q["request_cancel"], (now, run_id)).rowcount == 0:
+            flag = 2 if compensate else 1
+            if conn.execute(_Q["request_cancel"], (flag, now, run_id)).rowcount == 0:
                 raise NotFound(f"no run {run_id!r} in {self.path}; `tether runs` lists the runs")
+
+    # -- the queue and its workers ------------------------------------------
+
+    def enqueue(
+        self, run: NewRun, events: Sequence[NewEvent], *, now: float, max_depth: int | None
+    ) -> tuple[str, bool]:
+        with self._tx() as conn:
+            if conn.execute(_Q["get_run"], (run.id,)).fetchone() is not None:
+                return run.id, False
+            if run.dedup_key is not None:
+                row = conn.execute(_Q["find_dedup"], (run.queue, run.dedup_key)).fetchone()
+                if row is not None:
+                    return str(row[0]), False
+            if max_depth is not None:
+                depth = conn.execute(_Q["queue_depth"], (run.queue,)).fetchone()[0]
+                if depth >= max_depth:
+                    raise QueueFull(
+                        f"queue {run.queue!r} already holds {depth} queued runs (max_depth "
+                        f"{max_depth}); retry later, add workers, or raise max_depth"
+                    )
+            self._insert_run(conn, run, events, lease_owner=None, now=now, ttl=0.0)
+        return run.id, True
+
+    def claim_next(
+        self, queues: Sequence[QueueLimits], *, owner: str, ttl: float, now: float, capacity: int
+    ) -> list[tuple[RunRecord, Lease]]:
+        out: list[tuple[RunRecord, Lease]] = []
+        with self._tx() as conn:
+            for limits in queues:
+                if len(out) >= capacity:
+                    break
+                for run_id in self._pick(conn, limits, now, capacity - len(out)):
+                    before = _record(conn.execute(_Q["get_run"], (run_id,)).fetchone())
+                    row = conn.execute(
+                        _Q["claim_run"],
+                        {"id": run_id, "owner": owner, "expires": now + ttl, "now": now},
+                    ).fetchone()
+                    out.append((before, Lease(run_id, owner, int(row["epoch"]), now + ttl)))
+        return out
+
+    def _pick(
+        self, conn: sqlite3.Connection, limits: QueueLimits, now: float, capacity: int
+    ) -> list[str]:
+        """Which candidates of one queue this claim may take, within the queue's limits."""
+        running = dict(conn.execute(_Q["running_in_queue"], {"queue": limits.name, "now": now}))
+        budget = capacity
+        if limits.concurrency is not None:
+            budget = min(budget, limits.concurrency - sum(running.values()))
+        if limits.rate is not None:
+            n, period = limits.rate
+            recent = conn.execute(_Q["claims_since"], (limits.name, now - period)).fetchone()[0]
+            budget = min(budget, n - recent)
+        if budget <= 0:
+            return []
+        scan = budget if limits.per_key is None else budget * 20
+        rows = conn.execute(
+            _Q["claim_candidates"], {"queue": limits.name, "now": now, "scan": scan}
+        ).fetchall()
+        return pick_within_limits([(r[0], r[1]) for r in rows], running, limits, budget)
+
+    def register_worker(self, worker: WorkerRecord, *, now: float) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                _Q["upsert_worker"],
+                {
+                    "id": worker.id,
+                    "host": worker.host,
+                    "pid": worker.pid,
+                    "queues": json.dumps(worker.queues),
+                    "concurrency": worker.concurrency,
+                    "now": now,
+                },
+            )
+
+    def worker_heartbeat(
+        self, worker_id: str, *, ttl: float, now: float
+    ) -> tuple[bool, dict[str, int]]:
+        with self._tx() as conn:
+            conn.execute(_Q["renew"], (now + ttl, worker_id))
+            row = conn.execute(_Q["worker_beat"], (now, worker_id)).fetchone()
+            cancels = {r[0]: int(r[1]) for r in conn.execute(_Q["cancel_requests"], (worker_id,))}
+        return bool(row and row[0]), cancels
+
+    def list_workers(self) -> list[WorkerRecord]:
+        rows = self._conn().execute(_Q["list_workers"]).fetchall()
+        return [WorkerRecord(r[0], r[1], r[2], json.loads(r[3]), *r[4:]) for r in rows]
+
+    def notify_work(self, queue: str) -> None:
+        """SQLite has no notifications: workers poll."""
+
+    def wait_for_work(self, queues: Sequence[str], timeout: float, wake: threading.Event) -> None:
+        wake.wait(timeout)
+
+    def remove_worker(self, worker_id: str, *, expire_leases: bool) -> None:
+        with self._tx() as conn:
+            conn.execute(_Q["delete_worker"], (worker_id,))
+            if expire_leases:
+                conn.execute(_Q["expire_leases"], (worker_id,))
 
     def set_status(self, run_id: str, transition: Transition, *, now: float) -> None:
         """Change a run's row status without an event (used by repairs and tests)."""

@@ -5,10 +5,11 @@
 -- Create a run row (the caller appends its first events in the same transaction).
 INSERT INTO runs (id, agent, version, status, code, created_at, updated_at, epoch,
                   lease_owner, lease_expires, parent_id, fork_seq, session_id, owner,
-                  queue, priority, available_at)
+                  queue, priority, available_at, dedup_key, concurrency_key, claimed_at)
 VALUES (:id, :agent, :version, :status, :code, :now, :now, :epoch,
         :lease_owner, :lease_expires, :parent_id, :fork_seq, :session_id, :owner,
-        :queue, :priority, :available_at);
+        :queue, :priority, :available_at, :dedup_key, :concurrency_key,
+        CASE WHEN :lease_owner IS NULL THEN NULL ELSE :now END);
 
 -- name: get_run
 -- One run row by id.
@@ -111,12 +112,8 @@ INSERT INTO audit (run_id, at, actor, action, detail) VALUES (?, ?, ?, ?, ?);
 SELECT id, run_id, at, actor, action, detail FROM audit WHERE run_id = ? ORDER BY id;
 
 -- name: request_cancel
--- Ask the process executing a run to stop at its next step.
-UPDATE runs SET cancel_requested = 1, updated_at = ? WHERE id = ?;
-
--- name: renew_and_cancels
--- Heartbeat: extend this owner's leases; report the runs asked to cancel.
-UPDATE runs SET lease_expires = ? WHERE lease_owner = ? RETURNING id, cancel_requested;
+-- Ask the process executing a run to stop at its next step (2: and compensate).
+UPDATE runs SET cancel_requested = ?, updated_at = ? WHERE id = ?;
 
 -- == retention (tether gc): each takes a JSON array of run ids ==
 
@@ -147,3 +144,68 @@ VACUUM;
 -- name: wal_truncate
 -- After a VACUUM: move the WAL into the file and truncate the WAL to zero bytes.
 PRAGMA wal_checkpoint(TRUNCATE);
+
+-- name: find_dedup
+-- The active run holding a dedup key in a queue.
+SELECT id FROM runs WHERE queue = ? AND dedup_key = ?
+  AND status IN ('queued', 'running', 'waiting');
+
+-- name: queue_depth
+-- How many runs wait in a queue to be claimed.
+SELECT COUNT(*) FROM runs WHERE queue = ? AND status = 'queued';
+
+-- name: claim_candidates
+-- Claimable runs of one queue, best first: queued and due, waiting and due, or running
+-- under an expired lease (its worker died).
+SELECT id, concurrency_key FROM runs
+WHERE queue = :queue AND (
+      (status = 'queued' AND (available_at IS NULL OR available_at <= :now))
+   OR (status = 'waiting' AND available_at IS NOT NULL AND available_at <= :now)
+   OR (status = 'running' AND (lease_owner IS NULL OR lease_expires < :now)))
+ORDER BY priority DESC, COALESCE(available_at, created_at), created_at, id
+LIMIT :scan;
+
+-- name: running_in_queue
+-- Runs of a queue executing under a live lease, by concurrency key.
+SELECT concurrency_key, COUNT(*) FROM runs
+WHERE queue = :queue AND status = 'running' AND lease_owner IS NOT NULL
+  AND lease_expires >= :now
+GROUP BY concurrency_key;
+
+-- name: claims_since
+-- How many claims a queue made since a time (rate limits).
+SELECT COUNT(*) FROM runs WHERE queue = ? AND claimed_at > ?;
+
+-- name: claim_run
+-- Take a claimable run for a worker: a new lease and fencing token.
+UPDATE runs SET status = 'running', epoch = epoch + 1, lease_owner = :owner,
+       lease_expires = :expires, claimed_at = :now, updated_at = :now, waiting_for = NULL
+WHERE id = :id
+RETURNING *;
+
+-- name: upsert_worker
+-- Register (or re-register) a worker.
+INSERT INTO workers (id, host, pid, queues, concurrency, started_at, heartbeat_at)
+VALUES (:id, :host, :pid, :queues, :concurrency, :now, :now)
+ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at, stopping = 0;
+
+-- name: worker_beat
+-- A worker is alive (and whether it was asked to stop).
+UPDATE workers SET heartbeat_at = ? WHERE id = ? RETURNING stopping;
+
+-- name: cancel_requests
+-- This owner's runs that were asked to cancel.
+SELECT id, cancel_requested FROM runs WHERE lease_owner = ? AND cancel_requested > 0;
+
+-- name: list_workers
+-- Every registered worker, newest heartbeat first.
+SELECT id, host, pid, queues, concurrency, started_at, heartbeat_at, stopping FROM workers
+ORDER BY heartbeat_at DESC;
+
+-- name: delete_worker
+-- Forget a worker (after it stopped, or when it is known dead).
+DELETE FROM workers WHERE id = ?;
+
+-- name: expire_leases
+-- Make a dead owner's leases claimable at once.
+UPDATE runs SET lease_expires = 0 WHERE lease_owner = ?;

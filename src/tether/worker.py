@@ -1,0 +1,289 @@
+"""Workers: claim runs from queues, execute them under a lease, heartbeat, stop gracefully.
+
+::
+
+    app.queue("default", concurrency=50, per_key=2, rate=(100, 60), max_depth=10_000)
+    run_id = app.start(triage, ticket="T-1", queue="default")
+    app.worker(queues=["default"], concurrency=8).run()     # or: tether worker --app m:app
+
+A claim is a lease with an expiry and a fencing token (the run's epoch): every
+append carries the token, so a worker that lost its lease (paused, partitioned,
+presumed dead) cannot write. A heartbeat extends the worker's leases every
+third of their time to live. A worker killed with SIGKILL loses its leases at
+expiry (or at once, when a worker on the same host sees its process is gone),
+and another worker resumes its runs from their logs. Waiting runs hold no lease;
+what ends their wait (a decision, a signal, a due time) makes them claimable.
+
+On SIGTERM (or :meth:`Worker.stop`) a worker stops claiming, lets each run finish
+the step it is in, records it, releases the lease and puts the run back in the
+queue for another worker.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .clock import owner_is_dead_local, process_owner
+from .errors import Conflict, LeaseLost, RunFailed, TetherError
+from .journal import Cancelling, Stopping
+from .store import Lease, QueueLimits, RunRecord, WorkerRecord
+
+if TYPE_CHECKING:
+    from .app import App
+
+log = logging.getLogger("tether.worker")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueConfig:
+    """Flow control of one queue (see :meth:`tether.App.queue`)."""
+
+    name: str
+    concurrency: int | None = None  # at once, all workers together
+    worker_concurrency: int | None = None  # at once, in one worker
+    per_key: int | None = None  # at once, per concurrency_key (one tenant cannot take all)
+    rate: tuple[int, float] | None = None  # at most N starts per period (seconds)
+    max_depth: int | None = None  # queued runs beyond this are refused (QueueFull)
+
+    def __post_init__(self) -> None:
+        for name in ("concurrency", "worker_concurrency", "per_key", "max_depth"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(
+                    f"queue {self.name!r}: {name} must be a positive int, not {value!r}"
+                )
+        if self.rate is not None and (len(self.rate) != 2 or self.rate[0] < 1 or self.rate[1] <= 0):
+            raise ValueError(
+                f"queue {self.name!r}: rate is (starts, period_seconds), "
+                f"e.g. (100, 60), not {self.rate!r}"
+            )
+
+    def limits(self) -> QueueLimits:
+        return QueueLimits(self.name, self.concurrency, self.per_key, self.rate)
+
+
+@dataclass
+class WorkerStats:
+    """What a worker did."""
+
+    claimed: int = 0
+    completed: int = 0
+    failed: int = 0
+    waiting: int = 0
+    interrupted: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+class Worker:
+    """Claims runs from ``queues`` and executes up to ``concurrency`` of them at once."""
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        queues: Sequence[str] = ("default",),
+        concurrency: int = 8,
+        poll: float = 0.2,
+        worker_id: str | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, not {concurrency}")
+        if not queues:
+            raise ValueError("a worker needs at least one queue")
+        self.app = app
+        self.queues = list(queues)
+        self.concurrency = concurrency
+        self.poll = poll
+        self.id = worker_id or f"worker:{process_owner()}"
+        self.stats = WorkerStats()
+        self._stopping = threading.Event()
+        self._active: dict[str, tuple[str, Future[Any]]] = {}  # run id -> (queue, future)
+        self._lock = threading.Lock()
+        self._wake = threading.Event()  # set when a run ends here: capacity came back
+
+    # -- lifecycle --------------------------------------------------------
+
+    def run(
+        self, *, until_idle: bool = False, max_runs: int | None = None, install_signals: bool = True
+    ) -> WorkerStats:
+        """Claim and execute until stopped (SIGTERM, :meth:`stop`), or until no run is
+        claimable and none executes (``until_idle``), or after ``max_runs`` claims."""
+        if install_signals and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, lambda *_: self.stop())
+        self._register()
+        beat = threading.Thread(target=self._heartbeat_loop, name="tether-worker-beat", daemon=True)
+        beat.start()
+        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="tether-run")
+        try:
+            self._loop(pool, until_idle, max_runs)
+        finally:
+            self._stopping.set()
+            self._interrupt_all()
+            pool.shutdown(wait=True)
+            beat.join(timeout=5)
+            self.app.store.remove_worker(self.id, expire_leases=False)
+        return self.stats
+
+    def stop(self) -> None:
+        """Stop claiming; running runs finish their current step and go back to the queue."""
+        self._stopping.set()
+        self._wake.set()
+
+    def _register(self) -> None:
+        host, pid = os.uname().nodename, os.getpid()
+        now = self.app.clock.now()
+        self.app.store.register_worker(
+            WorkerRecord(self.id, host, pid, self.queues, self.concurrency, now, now), now=now
+        )
+
+    # -- claiming ---------------------------------------------------------
+
+    def _loop(self, pool: ThreadPoolExecutor, until_idle: bool, max_runs: int | None) -> None:
+        while not self._stopping.is_set():
+            if max_runs is not None and self.stats.claimed >= max_runs:
+                break
+            claimed = self._claim(pool, max_runs)
+            if claimed:
+                continue
+            with self._lock:
+                idle = not self._active
+            if until_idle and idle and claimed == 0:
+                break
+            self.app.store.wait_for_work(self.queues, self.poll, self._wake)
+            self._wake.clear()
+
+    def _claim(self, pool: ThreadPoolExecutor, max_runs: int | None) -> int | None:
+        """Claim what fits; the number claimed, or None when this worker had no room."""
+        limits = self._limits()
+        with self._lock:
+            free = self.concurrency - len(self._active)
+        if max_runs is not None:
+            free = min(free, max_runs - self.stats.claimed)
+        if not limits or free <= 0:
+            return None
+        now = self.app.clock.now()
+        claims = self.app.store.claim_next(
+            limits, owner=self.id, ttl=self.app.lease_ttl, now=now, capacity=free
+        )
+        for record, lease in claims:
+            self.stats.claimed += 1
+            with self._lock:
+                self._active[record.id] = (
+                    record.queue or "",
+                    pool.submit(self._execute, record, lease),
+                )
+        return len(claims)
+
+    def _limits(self) -> list[QueueLimits]:
+        """The queues that still have room in this worker, with their global limits."""
+        with self._lock:
+            busy: dict[str, int] = {}
+            for queue, _ in self._active.values():
+                busy[queue] = busy.get(queue, 0) + 1
+        out = []
+        for name in self.queues:
+            config = self.app.queue_config(name)
+            if config.worker_concurrency is None or busy.get(name, 0) < config.worker_concurrency:
+                out.append(config.limits())
+        return out
+
+    # -- executing --------------------------------------------------------
+
+    def _execute(self, record: RunRecord, lease: Lease) -> None:
+        try:
+            handle = self.app.execute_claimed(record, lease)
+        except RunFailed:
+            self.stats.failed += 1
+        except (LeaseLost, Conflict) as e:
+            log.warning("worker %s lost run %s: %s", self.id, record.id, e)
+        except (Stopping, KeyboardInterrupt):
+            self.stats.interrupted += 1
+        except TetherError as e:
+            self.stats.errors.append(f"{record.id}: {e}")
+            log.error("worker %s could not execute run %s: %s", self.id, record.id, e)
+        except Exception as e:  # an agent bug must not kill the worker
+            self.stats.errors.append(f"{record.id}: {type(e).__name__}: {e}")
+            log.exception("worker %s: run %s raised", self.id, record.id)
+        else:
+            if handle.status == "waiting":
+                self.stats.waiting += 1
+            else:
+                self.stats.completed += 1
+        finally:
+            with self._lock:
+                self._active.pop(record.id, None)
+            self._wake.set()
+
+    def _interrupt_all(self) -> None:
+        with self._lock:
+            ids = list(self._active)
+        for run_id in ids:
+            self.app.interrupt(run_id, Stopping("the worker is stopping"))
+
+    # -- heartbeat --------------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        interval = max(0.02, self.app.lease_ttl / 3)
+        while not self._stopping.wait(interval):
+            try:
+                self._beat()
+            except Exception as e:  # a missed beat is not fatal; the next one retries
+                log.warning("worker %s heartbeat failed: %s", self.id, e)
+
+    def _beat(self) -> None:
+        store, now = self.app.store, self.app.clock.now()
+        stop, cancels = store.worker_heartbeat(self.id, ttl=self.app.lease_ttl, now=now)
+        if stop:
+            self.stop()
+        for run_id, flag in cancels.items():
+            self.app.interrupt(run_id, Cancelling(compensate=flag == 2))
+        reap_dead_workers(self.app, exclude=self.id)
+
+
+def reap_dead_workers(app: App, *, exclude: str | None = None) -> list[str]:
+    """Forget workers whose process is gone (same host), or whose heartbeat is long
+    past; their leases become claimable at once. Returns the reaped worker ids."""
+    reaped = []
+    now = app.clock.now()
+    for w in app.store.list_workers():
+        if w.id == exclude:
+            continue
+        dead = owner_is_dead_local(f"{w.host}:{w.pid}:x")
+        if dead or now - w.heartbeat_at > 10 * app.lease_ttl:
+            app.store.remove_worker(w.id, expire_leases=True)
+            reaped.append(w.id)
+    return reaped
+
+
+def describe(
+    workers: Iterable[WorkerRecord], leases: dict[str, list[str]], now: float
+) -> list[dict[str, Any]]:
+    """Plain data for ``tether workers``."""
+    return [
+        {
+            "id": w.id,
+            "host": w.host,
+            "pid": w.pid,
+            "queues": w.queues,
+            "concurrency": w.concurrency,
+            "heartbeat_age_s": round(now - w.heartbeat_at, 3),
+            "stopping": bool(w.stopping),
+            "runs": leases.get(w.id, []),
+        }
+        for w in workers
+    ]
+
+
+def parse_queues(text: str) -> list[str]:
+    """``"a,b"`` or a JSON list -> queue names."""
+    text = text.strip()
+    names = json.loads(text) if text.startswith("[") else text.split(",")
+    return [n.strip() for n in names if n.strip()]
