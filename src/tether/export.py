@@ -15,8 +15,12 @@ are a cache, rebuilt from the events.
 Import refuses, naming the line: a missing or foreign header, a newer format
 version, a malformed event, a seq that does not follow the previous one, an event
 count different from the header's. It refuses an id that already exists (import
-with ``new_id=True`` to give the run a fresh id). The run row keeps its status,
-lineage and ``created_at``; ``updated_at`` becomes ``created_at``.
+with ``new_id=True`` to give the run a fresh id; the copy then drops the queue's dedup
+key, as it is another run). The run row keeps its status, except that a run exported
+while running or waiting is imported queued (no process of the new store executes
+it; ``resume``, or a worker of its queue, replays it to where it was). The row's times
+are both the export's ``updated_at`` (the last change, which ``gc --older-than``
+counts from); the creation time stays in the run's first event, as in every run.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ if TYPE_CHECKING:
 FORMAT = "tether-run"
 FORMAT_VERSION = 1
 _LEASE_FIELDS = ("epoch", "lease_owner", "lease_expires")
+_ACTIVE = ("running", "waiting")
 _compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 
 
@@ -91,7 +96,7 @@ def import_run(
         )
     run = _new_run(source, header["run"], new_id, app.clock.now())
     state = _fold(source, run.id, events)
-    _create(app, run, events, header["run"].get("created_at"))
+    _create(app, run, events, header["run"].get("updated_at"))
     cache_snapshot(app, state)
     return run.id
 
@@ -153,8 +158,11 @@ def _event(source: str, n: int, line: str, expected: int) -> NewEvent:
 def _new_run(source: str, row: dict[str, Any], new_id: bool, now: float) -> NewRun:
     fields = set(NewRun.__dataclass_fields__)
     values = {k: v for k, v in row.items() if k in fields}
+    if values.get("status") in _ACTIVE:
+        values["status"] = "queued"  # no process of this store executes it: resume does
     if new_id:
         values["id"] = new_run_id(now)
+        values.pop("dedup_key", None)  # a copy is another run: it must not take the key
     try:
         return NewRun(**values)
     except TypeError as e:
@@ -174,8 +182,8 @@ def _fold(source: str, run_id: str, events: list[NewEvent]) -> RunState:
         ) from None
 
 
-def _create(app: App, run: NewRun, events: list[NewEvent], created_at: Any) -> None:
-    at = float(created_at) if isinstance(created_at, (int, float)) else app.clock.now()
+def _create(app: App, run: NewRun, events: list[NewEvent], updated_at: Any) -> None:
+    at = float(updated_at) if isinstance(updated_at, (int, float)) else app.clock.now()
     try:
         app.store.create_run(run, events, lease_owner=None, now=at, ttl=app.lease_ttl)
     except Conflict:

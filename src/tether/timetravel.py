@@ -360,7 +360,8 @@ def fork(
     """Branch a new run off ``run_id`` at a point (its head when none is given).
 
     The new run's log is the parent's events ``1..seq`` verbatim, then ``run.forked``;
-    it is created queued with no lease: ``app.resume(new_id)`` executes it, reusing
+    it is created queued with no lease, on the parent's queue if it had one (so a worker
+    of that queue may take it): ``app.resume(new_id)`` executes it, reusing
     every step completed at the fork point and running the rest afresh. ``input``
     (``{"args": [...], "kwargs": {...}}``) replaces the input, ``vars`` are task
     variables set once replay passes the fork point. Returns the new run's id.
@@ -391,6 +392,7 @@ def fork(
             owner=record.owner,
             queue=record.queue,
             priority=record.priority,
+            concurrency_key=record.concurrency_key,
         ),
         [*copies, forked],
         lease_owner=None,

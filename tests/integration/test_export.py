@@ -43,7 +43,7 @@ def test_round_trip_gives_identical_events_and_state(program: list[Any]) -> None
         assert target.import_run(io.StringIO(text)) == run_id
         assert [_key(e) for e in target.events(run_id)] == [_key(e) for e in source.events(run_id)]
         assert target.load(run_id) == source.load(run_id)
-        for field in ("agent", "version", "status", "code", "created_at", "parent_id"):
+        for field in ("agent", "version", "status", "code", "updated_at", "parent_id"):
             assert getattr(target.store.get_run(run_id), field) == getattr(
                 source.store.get_run(run_id), field
             )
@@ -109,6 +109,16 @@ def _refused(app: tether.App, lines: list[str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         app.import_run(lines, source="run.jsonl")
     assert app.runs() == before
+
+
+def test_a_run_exported_while_active_is_imported_queued(
+    app: tether.App, exported: list[str]
+) -> None:
+    for status in ("running", "waiting"):
+        header = exported[0].replace('"status":"completed"', f'"status":"{status}"')
+        run_id = app.import_run([header, *exported[1:]], new_id=True)
+        assert app.store.get_run(run_id).status == "queued"
+        assert app.store.get_run(run_id).lease_owner is None
 
 
 def test_a_duplicate_id_is_refused_with_a_way_out(app: tether.App, exported: list[str]) -> None:
