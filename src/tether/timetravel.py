@@ -162,9 +162,11 @@ def _occurrence(state: RunState, step: str) -> tuple[str, int]:
 def _steps_hint(state: RunState) -> str:
     if not state.steps:
         return "it has no steps yet"
-    shown = ", ".join(f"{s.position}:{s.name}" for s in state.steps[:30])
-    more = f", … ({len(state.steps)} in all)" if len(state.steps) > 30 else ""
-    return f"its steps are {shown}{more}"
+    if len(state.steps) <= 30:
+        return "its steps are " + ", ".join(f"{s.position}:{s.name}" for s in state.steps)
+    names = list(dict.fromkeys(s.name for s in state.steps))
+    shown = ", ".join(names[:30]) + (f", … ({len(names)} names)" if len(names) > 30 else "")
+    return f"it has positions 1..{len(state.steps)}, named {shown}"
 
 
 def step_seq(head: RunState, step: StepRef, when: When, app: App) -> int:

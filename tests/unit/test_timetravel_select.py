@@ -165,3 +165,11 @@ def test_find_step_refuses_listing_the_steps(step: int | str, message: str) -> N
         find_step(STATE, step)
     with pytest.raises(TypeError):
         find_step(STATE, True)
+
+
+def test_a_long_run_lists_its_step_names_once() -> None:
+    state = RunState(
+        "r", steps=tuple(StepState(i, f"n{i % 3}", "step", "completed") for i in range(1, 101))
+    )
+    with pytest.raises(NotFound, match="it has positions 1..100, named n1, n2, n0$"):
+        find_step(state, "nope")
