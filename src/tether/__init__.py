@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any as _Any
 
-from .app import AgentDef, App, RunHandle
+from .app import AgentDef, App, RunHandle, agent, tool
 from .clock import Clock, FakeClock, SystemClock
 from .codec import decode, encode
 from .errors import (
@@ -75,11 +75,13 @@ __all__ = [
     "Usage",
     "WaitTimeout",
     "__version__",
+    "agent",
     "current_step",
     "decode",
     "encode",
     "fold",
     "open",
+    "tool",
 ]
 
 __version__ = "0.1.0"

@@ -115,9 +115,9 @@ class App:
         """Register an agent: a function whose first parameter is the ``run`` object."""
 
         def register(f: F) -> F:
-            d = _define(f, name, version)
+            agent(name=name, version=version)(f)
+            d: AgentDef = f.__tether_agent__  # type: ignore[attr-defined]
             self._agents[d.name] = d
-            f.__tether_agent__ = d  # type: ignore[attr-defined]
             return f
 
         return register(fn) if fn is not None else register
@@ -145,11 +145,9 @@ class App:
         """
 
         def register(f: F) -> F:
-            d = define_tool(
-                f, name=name, risk=risk, compensate=compensate, on_doubt=on_doubt, retry=retry
-            )
+            tool(risk=risk, compensate=compensate, on_doubt=on_doubt, retry=retry, name=name)(f)
+            d: ToolDef = f.__tether_tool__  # type: ignore[attr-defined]
             self._tools[d.name] = d
-            f.__tether_tool__ = d  # type: ignore[attr-defined]
             return f
 
         return register(fn) if fn is not None else register
@@ -832,6 +830,66 @@ class _Heartbeat(threading.Thread):
         self.join(timeout=5)
 
 
+@overload
+def agent(fn: F) -> F: ...
+
+
+@overload
+def agent(
+    fn: None = None, *, name: str | None = None, version: str | None = None
+) -> Callable[[F], F]: ...
+
+
+def agent(
+    fn: F | None = None, *, name: str | None = None, version: str | None = None
+) -> F | Callable[[F], F]:
+    """Declare an agent without an App (``@tether.agent``): any App runs it, and a
+    resume in another process finds it by the module its run recorded."""
+
+    def declare(f: F) -> F:
+        f.__tether_agent__ = _define(f, name, version)  # type: ignore[attr-defined]
+        return f
+
+    return declare(fn) if fn is not None else declare
+
+
+@overload
+def tool(fn: F) -> F: ...
+
+
+@overload
+def tool(
+    fn: None = None,
+    *,
+    risk: str = "write",
+    compensate: Callable[..., Any] | None = None,
+    on_doubt: str = "retry",
+    retry: Retry | None = None,
+    name: str | None = None,
+) -> Callable[[F], F]: ...
+
+
+def tool(
+    fn: F | None = None,
+    *,
+    risk: str = "write",
+    compensate: Callable[..., Any] | None = None,
+    on_doubt: str = "retry",
+    retry: Retry | None = None,
+    name: str | None = None,
+) -> F | Callable[[F], F]:
+    """Declare a tool without an App (``@tether.tool(risk=…)``); see :meth:`App.tool`."""
+
+    def declare(f: F) -> F:
+        d = define_tool(
+            f, name=name, risk=risk, compensate=compensate, on_doubt=on_doubt, retry=retry
+        )
+        f.__tether_tool__ = d  # type: ignore[attr-defined]
+        return f
+
+    return declare(fn) if fn is not None else declare
+
+
 def _define(fn: Callable[..., Any], name: str | None, version: str | None) -> AgentDef:
     if not callable(fn):
         raise TypeError(f"@app.agent decorates a function, not {fn!r}")
@@ -850,14 +908,12 @@ def _define(fn: Callable[..., Any], name: str | None, version: str | None) -> Ag
 
 def import_agent(code: dict[str, Any], name: str) -> AgentDef:
     """Import an agent from where its run recorded its code (module and qualname)."""
-    try:
-        obj = _import_object(code)
-    except NotFound:
+    if not code.get("module") or not code.get("qualname"):
         raise NotFound(
             f"agent {name!r} is not registered and its run did not record its code; "
             f"pass --app pkg.module:app"
-        ) from None
-    d = getattr(obj, "__tether_agent__", None)
+        )
+    d = getattr(_import_object(code), "__tether_agent__", None)
     if not isinstance(d, AgentDef):
         raise NotFound(
             f"agent {name!r}: {code.get('module')}.{code.get('qualname')} is not a "
@@ -878,15 +934,18 @@ def _import_object(code: dict[str, Any]) -> Any:
 
 
 def _import_module(module_name: str, file: str | None) -> Any:
+    """Import by module name; else (``__main__``, or not on the path) from the file."""
     if module_name != "__main__":
         try:
             return importlib.import_module(module_name)
         except ImportError as e:
-            if not file:
+            if not file or not os.path.exists(file):
                 raise NotFound(
-                    f"cannot import {module_name!r} ({e}); run from the project "
-                    f"directory or pass --app pkg.module:app"
+                    f"cannot import the agent's module {module_name!r} ({e}); run from the "
+                    f"project directory or pass --app pkg.module:app"
                 ) from None
+        except Exception as e:  # the module itself raised while importing
+            raise NotFound(_import_failed(module_name, e)) from e
     if not file or not os.path.exists(file):
         raise NotFound(
             f"the agent's code {module_name!r} ({file}) cannot be found; pass --app pkg.module:app"
@@ -895,5 +954,15 @@ def _import_module(module_name: str, file: str | None) -> Any:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        raise NotFound(_import_failed(file, e)) from e
     return module
+
+
+def _import_failed(where: str, e: Exception) -> str:
+    return (
+        f"importing the agent's code {where!r} failed: {type(e).__name__}: {e}; fix it, "
+        f"or pass --app pkg.module:app"
+    )

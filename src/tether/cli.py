@@ -296,7 +296,7 @@ def _runs_arguments(parser: argparse.ArgumentParser) -> None:
 def _runs(args: argparse.Namespace, ctx: Context) -> int:
     app = ctx.app()
     records = app.runs(status=args.status, agent=args.agent, limit=args.limit)
-    rows = [run_summary(r, app.get(r.id)) for r in records]
+    rows = [run_summary(r, app.get(r.id), expected_positions(app, r)) for r in records]
     if args.json:
         dump_json(ctx, rows)
     elif not rows:
@@ -320,7 +320,23 @@ def _runs(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
-def run_summary(record: RunRecord, state: tether.RunState) -> dict[str, Any]:
+def expected_positions(app: tether.App, record: RunRecord) -> int | None:
+    """How many positions the newest completed run of the same agent and version had."""
+    key = (record.agent, record.version)
+    cache: dict[tuple[str, str | None], int | None] = app.__dict__.setdefault("_cli_expected", {})
+    if key not in cache:
+        done = [
+            r
+            for r in app.runs(status="completed", agent=record.agent, limit=20)
+            if r.version == record.version
+        ]
+        cache[key] = len(app.get(done[0].id).steps) if done else None
+    return cache[key]
+
+
+def run_summary(
+    record: RunRecord, state: tether.RunState, expected: int | None = None
+) -> dict[str, Any]:
     """One run as plain data: identity, status, position."""
     return {
         "id": record.id,
@@ -328,7 +344,7 @@ def run_summary(record: RunRecord, state: tether.RunState) -> dict[str, Any]:
         "version": record.version,
         "status": state.status,
         "stalled": stalled(record),
-        "position": state.describe_position(),
+        "position": state.describe_position(expected),
         "committed": state.committed,
         "steps": len(state.steps),
         "created_at": state.created_at,
@@ -352,7 +368,7 @@ def _show(args: argparse.Namespace, ctx: Context) -> int:
     if args.json:
         dump_json(ctx, run_details(record, state))
         return 0
-    ctx.print(_fields(_header_fields(record, state)))
+    ctx.print(_fields(_header_fields(record, state, expected_positions(ctx.app(), record))))
     if state.failure:
         ctx.print(_failure_text(state.failure, record.id, args.traceback))
     if state.steps:
@@ -403,13 +419,15 @@ def _ms(seconds: float | None) -> int | None:
     return None if seconds is None else round(seconds * 1000)
 
 
-def _header_fields(record: RunRecord, state: tether.RunState) -> list[tuple[str, str]]:
+def _header_fields(
+    record: RunRecord, state: tether.RunState, expected: int | None = None
+) -> list[tuple[str, str]]:
     u = state.usage
     out = [
         ("run", record.id),
         ("agent", record.agent + (f" (version {record.version})" if record.version else "")),
         ("status", _status(record, state)),
-        ("position", state.describe_position()),
+        ("position", state.describe_position(expected)),
         ("created", when(state.created_at)),
         ("updated", f"{when(state.updated_at)} ({plural(state.executions, 'execution')})"),
         ("input", short(state.input)),

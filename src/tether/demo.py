@@ -3,13 +3,16 @@
 The agent, :func:`investigate`, asks a scripted model for a plan, queries metrics,
 searches logs (a flaky tool: its first attempt fails and a retry succeeds), checks
 deployments, asks the model for a diagnosis, decides on a remediation, keeps it in a
-task variable and asks the model for a summary: 8 positions. Nothing here needs a
+task variable, asks a human to approve the one irreversible step (rolling back the
+deploy), rolls it back and asks the model for a summary: 10 positions. Nothing here needs a
 network, an API key or a server: the "model" returns canned answers with token usage
 and cost, like a real one.
 
 The demo starts the agent in a child process that sends itself SIGKILL inside
 ``check_deployments`` (positions 1–3 are committed by then), then resumes the run in
-this process with ``app.resume``: positions 1–3 come back from the journal and 4–8 run.
+this process with ``app.resume``: positions 1–3 come back from the journal and 4–7 run,
+then the run waits for the approval without holding a process. The demo approves it
+from another process (``tether approve``) and resumes it: the rollback runs once.
 
 Run it with ``tether demo`` or ``python -m tether.demo [--db PATH]``. The agent lives
 at module level so that any process can resume its runs by the module the run
@@ -30,7 +33,7 @@ import textwrap
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import tether
 
@@ -54,22 +57,6 @@ class _Flags:
 
 
 _flags = _Flags()
-
-
-class _NoStore:
-    """The store of :data:`agents`, which only declares agents: any use is an error."""
-
-    def __getattr__(self, name: str) -> Any:
-        raise AttributeError(
-            f"tether.demo.agents has no store (no {name!r}): it only declares the demo's "
-            f"agent; run the agent on tether.open(db)"
-        )
-
-
-# tether has no store-less way to declare an agent, and the demo's database is chosen
-# at run time, so the agent is declared on an App without a store and run on the App
-# that tether.open(db) returns (an App runs any agent, wherever it was declared).
-agents = tether.App(cast(Any, _NoStore()))
 
 
 # -- the scripted model --------------------------------------------------------
@@ -155,6 +142,14 @@ def check_deployments(service: str, window: str) -> list[dict[str, Any]]:
     ]
 
 
+@tether.tool(risk="irreversible")
+def rollback_deploy(deploy_id: int, *, idempotency_key: str) -> dict[str, Any]:
+    """Roll a deploy back: the one irreversible step, so a human approves it first."""
+    _tool_call("rollback_deploy")
+    _say(f"ran    rollback_deploy    deploy #{deploy_id} rolled back (key …{idempotency_key[-8:]})")
+    return {"rolled_back": deploy_id, "idempotency_key": idempotency_key}
+
+
 def _tool_call(name: str) -> None:
     _trace(name)
     if _flags.crash_in == name:
@@ -188,7 +183,7 @@ def _say(text: str) -> None:
 # -- the agent -----------------------------------------------------------------
 
 
-@agents.agent
+@tether.agent
 def investigate(run: tether.Run, incident: str) -> dict[str, Any]:
     """Investigate an incident: plan, gather evidence, diagnose, decide, summarise."""
     plan = run.llm("plan", scripted_model, "plan", incident)["data"]
@@ -206,6 +201,9 @@ def investigate(run: tether.Run, incident: str) -> dict[str, Any]:
         confidence=diagnosis["confidence"],
     )
     run.vars["remediation"] = action
+    deploy = evidence["deploys"][0]["id"]
+    run.approve("rollback", payload={"action": action, "deploy": deploy}, approvers=["oncall"])
+    run.tool(rollback_deploy, deploy)
     summary = run.llm("summarise", scripted_model, "summarise", f"{incident}\n{diagnosis}")
     return {
         "incident": incident,
@@ -231,9 +229,38 @@ def run_demo(db: str = DEFAULT_DB) -> int:
     with tether.open(db) as app:
         run_id = _only_run(app)
         _report_crash(app, run_id, pid)
-        handle = _resume(app, run_id)
-        _report_result(app, handle, db)
+        first = _resume(app, run_id)
+        if first.status != "waiting":
+            _out(f"\nthe run is {first.status} instead of waiting for the approval")
+            return 1
+        _report_waiting(first)
+        _approve_elsewhere(db, run_id)
+        handle = app.resume(run_id)
+        _report_result(app, first, handle, db)
     return 0
+
+
+def _report_waiting(handle: tether.RunHandle) -> None:
+    w = handle.waiting or {}
+    who = ", ".join(w.get("approvers") or [])
+    _out(
+        f"4. It waits for a human: approval {w.get('name')!r} by {who} for "
+        f"{w.get('payload', {}).get('action')}; no process is held while it waits"
+    )
+
+
+def _approve_elsewhere(db: str, run_id: str) -> None:
+    cmd = ["approve", run_id, "rollback", "--by", "oncall", "--reason", "matches the deploy"]
+    _out(f"5. Another process approves: tether --db {db} {' '.join(cmd[:5])}")
+    done = subprocess.run(
+        [sys.executable, "-m", "tether.cli", "--db", db, *cmd],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise tether.InvalidState(f"the approval failed: {done.stderr.strip()}")
+    _out("   and this process resumes the run again")
 
 
 def fresh_database(db: str) -> None:
@@ -283,16 +310,19 @@ def _resume(app: tether.App, run_id: str) -> tether.RunHandle:
     return app.resume(run_id)
 
 
-def _report_result(app: tether.App, handle: tether.RunHandle, db: str) -> None:
+def _report_result(
+    app: tether.App, first: tether.RunHandle, handle: tether.RunHandle, db: str
+) -> None:
     state = app.get(handle.id)
     output = handle.output if isinstance(handle.output, dict) else {}
     u = state.usage
     _out(
-        f"4. The run {handle.status}: {len(state.steps)} positions committed, "
-        f"in {state.executions} executions (the child's and this one)"
+        f"6. The run {handle.status}: {len(state.steps)} positions committed, "
+        f"in {state.executions} executions (the child's and two here)"
     )
-    _wrap(f"reused (from the journal, not run again): {_positions(handle.reused)}")
-    _wrap(f"ran now: {_positions(handle.executed)}")
+    _wrap(f"reused (from the journal, not run again): {_positions(first.reused)}")
+    _wrap(f"ran after the crash: {_positions(first.executed)}")
+    _wrap(f"ran after the approval: {_positions(handle.executed)}")
     _wrap(f"decision: {output.get('action')} ({output.get('cause')})")
     _wrap(f"summary: {output.get('summary')}")
     _wrap(

@@ -213,6 +213,10 @@ class Journal:
         self._apply_fork_vars()
         return slot
 
+    def peek(self) -> StepState | None:
+        """What the log recorded at the next position (None past the recorded ones)."""
+        return self.recorded[self.pos] if self.pos < len(self.recorded) else None
+
     # -- appends ----------------------------------------------------------
 
     def append(

@@ -194,11 +194,15 @@ class _RunBase:
                 f"run {self.id}: {getattr(tool, '__qualname__', tool)!r} is not a "
                 f"tether tool; decorate it with @app.tool(risk=...)"
             )
-        if self._policy.requires_approval(d.risk):
+        gate = f"approve:{d.name}"
+        recorded = self._j.peek()
+        # The log wins over the policy: a recorded gate is replayed, a recorded call is not
+        # gated afresh, so changing the policy never breaks a run in flight.
+        if (recorded is None and self._policy.requires_approval(d.risk)) or (
+            recorded is not None and recorded.kind == "approve" and recorded.name == gate
+        ):
             payload = {"tool": d.name, "risk": d.risk, "args": list(args), "kwargs": kwargs}
-            approve_core(
-                self._j, f"approve:{d.name}", payload, self._policy.approvers, self._policy.timeout
-            )
+            approve_core(self._j, gate, payload, self._policy.approvers, self._policy.timeout)
         return tool_core(self._j, d, args, kwargs, d.retry or self._retry)
 
     def _decide(self, name: str, choice: Any, why: str, details: dict[str, Any]) -> Any:

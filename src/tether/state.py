@@ -123,14 +123,16 @@ class RunState:
             return self.steps[position - 1]
         return None
 
-    def describe_position(self) -> str:
-        """``"step 6 of 9, 1–5 committed"`` (``of N`` when the log knows N)."""
+    def describe_position(self, expected: int | None = None) -> str:
+        """``"step 6 of 9, 1–5 committed"``; ``of N`` only when the run completed or the
+        caller knows how many positions to expect (e.g. from an earlier completed run)."""
         total = len(self.steps)
         done = self.committed
         if self.status == "completed":
             return f"completed, {total} of {total} committed"
         committed = f"1–{done} committed" if done else "none committed"
-        return f"step {self.position} of {max(total, self.position)}, {committed}"
+        of = f" of {max(expected, self.position)}" if expected else ""
+        return f"step {self.position}{of}, {committed}"
 
 
 class _Fold:

@@ -60,10 +60,7 @@ def pay(run: tether.Run, amount: int) -> Any:
 
 
 if __name__ == "__main__":
-    if sys.argv[3] == "start":
-        handle = app.run(pay, 42)
-    else:
-        handle = app.resume(sys.argv[4])
+    handle = app.run(pay, 42) if sys.argv[3] == "start" else app.resume(sys.argv[4])
     print(
         json.dumps(
             {

@@ -22,7 +22,10 @@ app = tether.open(DB)
 
 
 def _effect(line: str, key: str) -> None:
-    seen = open(LOG).read().split("\n") if os.path.exists(LOG) else []
+    seen = []
+    if os.path.exists(LOG):
+        with open(LOG) as f:
+            seen = f.read().split("\n")
     if any(entry.endswith(" " + key) for entry in seen):
         return  # this key already took effect
     with open(LOG, "a") as f:

@@ -157,10 +157,10 @@ def test_runs_lists_the_run_with_its_position(demo: tuple[Path, str], tmp_path: 
     header, row = proc.stdout.strip().splitlines()
     assert header.split() == ["ID", "AGENT", "STATUS", "POSITION", "UPDATED"]
     assert row.startswith(run_id)
-    assert "investigate" in row and "completed, 8 of 8 committed" in row
+    assert "investigate" in row and "completed, 10 of 10 committed" in row
 
     listed = json.loads(tether_cli("--db", str(db), "runs", "--json", cwd=tmp_path).stdout)
-    assert [(r["id"], r["status"], r["committed"]) for r in listed] == [(run_id, "completed", 8)]
+    assert [(r["id"], r["status"], r["committed"]) for r in listed] == [(run_id, "completed", 10)]
     none = tether_cli("--db", str(db), "runs", "--status", "failed", cwd=tmp_path)
     assert none.returncode == 0 and none.stdout.strip() == "no runs match"
     # TETHER_DB is the default database; global options may also follow the command
@@ -177,7 +177,7 @@ def test_show_prints_status_usage_vars_and_every_step(
     assert proc.returncode == 0, proc.stderr
     fields = dict(line.split(None, 1) for line in proc.stdout.split("\n\n")[0].splitlines())
     assert fields["run"] == run_id and fields["status"] == "completed"
-    assert fields["position"] == "completed, 8 of 8 committed"
+    assert fields["position"] == "completed, 10 of 10 committed"
     assert fields["usage"].startswith("3 model calls")
     assert fields["var"] == "remediation = rollback deploy #4812"
     steps = proc.stdout.split("\n\n")[1].splitlines()
@@ -198,10 +198,10 @@ def test_show_prints_status_usage_vars_and_every_step(
         ["3", "step", "search_logs", "completed", "2"],
         ["4", "step", "check_deployments", "completed", "1"],
     ]
-    assert len(steps) == 9
+    assert len(steps) == 11
 
     data = json.loads(tether_cli("--db", str(db), "show", run_id, "--json", cwd=tmp_path).stdout)
-    assert data["status"] == "completed" and data["executions"] == 2
+    assert data["status"] == "completed" and data["executions"] == 3
     assert [s["name"] for s in data["steps"]][-1] == "summarise"
     assert data["steps"][2]["errors"][0]["type"] == "ConnectionError"
     assert data["usage"]["calls"] == 3
@@ -241,17 +241,24 @@ def test_resume_a_run_killed_by_sigkill_in_another_process(tmp_path: Path) -> No
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     listed = tether_cli("--db", str(db), "runs", cwd=elsewhere)
-    assert "running (stalled)" in listed.stdout and "step 4 of 4, 1–3 committed" in listed.stdout
+    assert "running (stalled)" in listed.stdout and "step 4, 1–3 committed" in listed.stdout
     run_id = listed.stdout.splitlines()[1].split()[0]
 
     proc = tether_cli("--db", str(db), "resume", run_id, cwd=elsewhere)
     assert proc.returncode == 0, proc.stderr
-    assert f"run {run_id}: completed, 8 of 8 committed" in proc.stdout
+    assert f"run {run_id}: waiting, step 8, 1–7 committed" in proc.stdout
     assert "(not executed again): 1 plan, 2 query_metrics, 3 search_logs\n" in proc.stdout
     assert (
-        "executed now: 4 check_deployments, 5 diagnose, 6 remediation, 7 vars.remediation, "
-        "8 summarise\n" in proc.stdout
+        "executed now: 4 check_deployments, 5 diagnose, 6 remediation, 7 vars.remediation\n"
+        in proc.stdout
     )
+    assert '"kind": "approval", "name": "rollback"' in proc.stdout
+    approve = ["approve", run_id, "rollback", "--by", "oncall"]
+    assert tether_cli("--db", str(db), *approve, cwd=elsewhere).returncode == 0
+    proc = tether_cli("--db", str(db), "resume", run_id, cwd=elsewhere)
+    assert proc.returncode == 0, proc.stderr
+    assert f"run {run_id}: completed, 10 of 10 committed" in proc.stdout
+    assert "executed now: 9 rollback_deploy, 10 summarise\n" in proc.stdout
     with tether.open(str(db)) as app:
         events = app.events(run_id)
         assert app.get(run_id).status == "completed"

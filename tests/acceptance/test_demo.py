@@ -16,7 +16,7 @@ import tether
 pytestmark = pytest.mark.acceptance
 
 BEFORE_THE_KILL = ["model:plan", "query_metrics", "search_logs", "search_logs", "check_deployments"]
-AFTER_THE_KILL = ["check_deployments", "model:diagnose", "model:summarise"]
+AFTER_THE_KILL = ["check_deployments", "model:diagnose", "rollback_deploy", "model:summarise"]
 
 
 def tether_cli(
@@ -53,20 +53,24 @@ def test_demo_kills_its_child_and_resumes_without_running_a_committed_step_twice
     assert elapsed < 10
     out = proc.stdout
     assert "died: killed by signal 9 (SIGKILL)" in out
-    assert "running, step 4 of 4, 1–3 committed" in out
+    assert "running, step 4, 1–3 committed" in out
     assert (
         "reused (from the journal, not run again): 1 plan, 2 query_metrics, 3 search_logs\n" in out
     )
     assert (
-        "ran now: 4 check_deployments, 5 diagnose, 6 remediation, 7 vars.remediation, "
-        "8 summarise\n" in out
+        "ran after the crash: 4 check_deployments, 5 diagnose, 6 remediation, "
+        "7 vars.remediation\n" in out
     )
+    assert "4. It waits for a human: approval 'rollback' by oncall" in out
+    assert "approve" in out and "--by oncall" in out
+    assert "ran after the approval: 9 rollback_deploy, 10 summarise\n" in out
     assert "The run completed" in out
     assert "tether --db tether-demo.db show " in out and "tether --db tether-demo.db log " in out
     assert len(out.splitlines()) <= 35
 
     # The trace, written by the tools as they execute: the child ran 1–3 (search_logs twice:
-    # its first attempt fails) and died in check_deployments; the resume ran 4 onwards only.
+    # its first attempt fails) and died in check_deployments; this process ran 4 onwards only
+    # (the rollback once, after the approval).
     runs = read_trace(trace)
     assert list(runs.values()) == [BEFORE_THE_KILL, AFTER_THE_KILL]
 
@@ -75,11 +79,13 @@ def test_demo_kills_its_child_and_resumes_without_running_a_committed_step_twice
         state = app.get(record.id)
         events = app.events(record.id)
     assert state.status == "completed"
-    assert state.executions == 2
+    assert state.executions == 3
     completed = collections.Counter(
         e.payload()["pos"] for e in events if e.type == "step.completed"
     )
-    assert completed == {pos: 1 for pos in (1, 2, 3, 4, 5, 8)}
+    assert completed == {pos: 1 for pos in (1, 2, 3, 4, 5, 9, 10)}
+    approval = state.steps[7]
+    assert approval.kind == "approve" and approval.output["by"] == "oncall"
     assert [s.attempts for s in state.steps[:4]] == [1, 1, 2, 1]
     assert state.usage.calls == 3 and state.usage.input_tokens > 0 and state.usage.cost > 0
     assert state.vars == {"remediation": "rollback deploy #4812"}

@@ -11,10 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _ledger import Ledger
 
 import tether
-
-from _ledger import Ledger
 
 pytestmark = pytest.mark.acceptance
 AGENT = str(Path(__file__).with_name("_payments.py"))

@@ -30,5 +30,5 @@ def test_parse(text: object, seconds: float | None) -> None:
 
 @pytest.mark.parametrize("bad", ["ten minutes", "", "5 parsecs", "-3s", True, -1])
 def test_bad_durations_say_what_to_write(bad: object) -> None:
-    with pytest.raises(ValueError, match="duration|negative"):
+    with pytest.raises(ValueError, match=r"duration|negative"):
         parse_duration(bad, what="sleep 'nap'")  # type: ignore[arg-type]

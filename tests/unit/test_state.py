@@ -138,7 +138,8 @@ def test_five_layers_are_folded() -> None:
     assert s.vars == {"a": [1]}
     assert s.usage.input_tokens == 3 and s.usage.calls == 1
     assert s.executions == 1
-    assert s.describe_position() == "step 5 of 5, 1–4 committed"
+    assert s.describe_position() == "step 5, 1–4 committed"
+    assert s.describe_position(9) == "step 5 of 9, 1–4 committed"
 
 
 def test_failed_run_keeps_failure_context() -> None:

@@ -1,0 +1,127 @@
+"""CLI commands for the queue: ``tether worker`` and ``tether workers``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+
+from .cli import Command, CommandError, Context, Subparsers, add_command, table
+from .worker import describe, reap_dead_workers
+
+
+def _worker_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--queue",
+        action="append",
+        dest="queues",
+        metavar="NAME",
+        help="a queue to claim from (repeatable; default: default)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=8,
+        help="runs executed at once by this worker (default 8)",
+    )
+    parser.add_argument(
+        "--poll",
+        type=float,
+        default=0.2,
+        help="seconds between claims when idle, on SQLite (default 0.2)",
+    )
+    parser.add_argument(
+        "--until-idle", action="store_true", help="exit once no run is claimable and none executes"
+    )
+    parser.add_argument("--max-runs", type=int, help="exit after claiming this many runs")
+    parser.add_argument("--quiet", action="store_true", help="log warnings only")
+
+
+def _worker(args: argparse.Namespace, ctx: Context) -> int:
+    if not ctx.app_ref:
+        raise CommandError("tether worker needs the agents' code: --app pkg.module:app", 2)
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    app = ctx.app(create=True)
+    worker = app.worker(
+        queues=args.queues or ["default"], concurrency=args.concurrency, poll=args.poll
+    )
+    if not args.quiet:
+        ctx.print(
+            f"worker {worker.id} claims from {', '.join(worker.queues)} "
+            f"(concurrency {worker.concurrency}) on {app.url}; SIGTERM stops it"
+        )
+    stats = worker.run(until_idle=args.until_idle, max_runs=args.max_runs)
+    ctx.print(
+        f"worker {worker.id} stopped: claimed {stats.claimed}, completed "
+        f"{stats.completed}, failed {stats.failed}, waiting {stats.waiting}, "
+        f"interrupted {stats.interrupted}"
+    )
+    return 1 if stats.errors else 0
+
+
+def _workers_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="one JSON object per worker")
+
+
+def _workers(args: argparse.Namespace, ctx: Context) -> int:
+    app = ctx.app()
+    reap_dead_workers(app)
+    now = app.clock.now()
+    leases: dict[str, list[str]] = {}
+    for r in app.runs(status="running", limit=10_000):
+        if r.lease_owner and (r.lease_expires or 0) >= now:
+            leases.setdefault(r.lease_owner, []).append(r.id)
+    rows = describe(app.store.list_workers(), leases, now)
+    if args.json:
+        for row in rows:
+            ctx.print(json.dumps(row))
+        return 0
+    if not rows:
+        ctx.print("no live workers")
+        return 0
+    ctx.print(
+        table(
+            ["worker", "queues", "conc", "heartbeat", "runs"],
+            [
+                [
+                    r["id"],
+                    ",".join(r["queues"]),
+                    r["concurrency"],
+                    f"{r['heartbeat_age_s']:.1f}s ago",
+                    f"{len(r['runs'])}: {' '.join(r['runs'][:4])}",
+                ]
+                for r in rows
+            ],
+        )
+    )
+    return 0
+
+
+def register(subparsers: Subparsers) -> None:
+    """Add the queue commands."""
+    add_command(
+        subparsers,
+        Command(
+            "worker",
+            "claim queued runs and execute them",
+            _worker_arguments,
+            _worker,
+            "Claims runs from the queues (a lease with a fencing token per run), heartbeats "
+            "while they execute, and resumes runs whose worker died. SIGTERM: stop claiming, "
+            "let each run finish its current step, put it back in the queue.",
+        ),
+    )
+    add_command(
+        subparsers,
+        Command(
+            "workers",
+            "list live workers, their leases and heartbeats",
+            _workers_arguments,
+            _workers,
+            "Workers on this host whose process is gone are forgotten first, and "
+            "their runs become claimable at once.",
+        ),
+    )
