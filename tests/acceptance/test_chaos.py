@@ -1,0 +1,136 @@
+"""Chaos: worker processes SIGKILLed at random while they execute 200 runs.
+
+At the end every run completed, no step whose completion was recorded ran again,
+every run's write tool used one idempotency key and took effect once, and every
+run's log has contiguous seqs.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import random
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import tether
+
+pytestmark = pytest.mark.acceptance
+WORKLOAD = str(Path(__file__).with_name("_chaos.py"))
+PG_URL = os.environ.get("TETHER_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+RUNS, STEPS = 200, 10
+TIME_LIMIT = 150.0
+
+
+@pytest.fixture(params=[("sqlite", 2), ("postgres", 4)], ids=["sqlite-2", "postgres-4"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, int]]:
+    backend, workers = request.param
+    if backend == "sqlite":
+        yield str(tmp_path / "chaos.db"), workers
+        return
+    import psycopg
+
+    schema = f"chaos_{secrets.token_hex(4)}"
+    try:
+        psycopg.connect(PG_URL, connect_timeout=5).close()
+    except Exception as e:
+        pytest.fail(f"PostgreSQL at {PG_URL} cannot be reached ({e}); the chaos test needs it")
+    yield f"{PG_URL}?schema={schema}", workers
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE".encode())
+
+
+def _worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tether.cli",
+            "--app",
+            f"{WORKLOAD}:app",
+            "worker",
+            "--quiet",
+            "--concurrency",
+            "4",
+            "--poll",
+            "0.05",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def test_chaos(target: tuple[str, int], tmp_path: Path) -> None:
+    url, n_workers = target
+    (tmp_path / "effects").mkdir()
+    env = {**os.environ, "TETHER_TEST_DB": url, "TETHER_TEST_DIR": str(tmp_path)}
+    os.environ.update({"TETHER_TEST_DB": url, "TETHER_TEST_DIR": str(tmp_path)})
+    sys.path.insert(0, str(Path(WORKLOAD).parent))
+    try:
+        import _chaos
+    finally:
+        sys.path.pop(0)
+    app = tether.open(url, lease_ttl=2.0)
+    ids = [app.start(_chaos.chaos, i) for i in range(RUNS)]
+    rng = random.Random(7)
+    workers = [_worker(env) for _ in range(n_workers)]
+    kills, deadline = 0, time.monotonic() + TIME_LIMIT
+    try:
+        while time.monotonic() < deadline:
+            time.sleep(rng.uniform(0.3, 0.7))
+            if sum(1 for r in app.runs(status="completed", limit=RUNS + 1)) == RUNS:
+                break
+            victim = rng.randrange(len(workers))
+            workers[victim].send_signal(signal.SIGKILL)
+            workers[victim].wait()
+            kills += 1
+            workers[victim] = _worker(env)
+    finally:
+        for w in workers:
+            w.send_signal(signal.SIGTERM)
+        for w in workers:
+            try:
+                w.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                w.kill()
+    statuses = collections.Counter(app.store.get_run(i).status for i in ids)
+    assert statuses == {"completed": RUNS}, f"{statuses} after {kills} kills"
+    assert kills >= 5, "the killer hardly ran: the test proved little"
+
+    executions = collections.defaultdict(list)
+    for line in (tmp_path / "ledger.txt").read_text().splitlines():
+        run_id, pos, token = line.split()
+        executions[(run_id, int(pos))].append(token)
+    calls = collections.defaultdict(set)
+    for line in (tmp_path / "calls.txt").read_text().splitlines():
+        run_id, key = line.split()
+        calls[run_id].add(key)
+    effects = os.listdir(tmp_path / "effects")
+    for run_id in ids:
+        events = app.events(run_id)
+        assert [e.seq for e in events] == list(range(1, len(events) + 1)), run_id
+        state = app.get(run_id)
+        steps = [s for s in state.steps if s.kind == "step"]
+        assert len(steps) == STEPS and state.output == STEPS
+        for s in steps:
+            tokens = executions[(run_id, s.position if s.position <= 5 else s.position - 1)]
+            # the recorded execution is the last one: nothing ran after its completion
+            assert tokens and tokens[-1] == s.output, (run_id, s.name, tokens, s.output)
+        assert len(calls[run_id]) == 1, calls[run_id]  # one key, whatever the retries
+        tool = next(s for s in state.steps if s.kind == "tool")
+        assert calls[run_id] == {tool.key}
+    assert len(effects) == RUNS  # one effect per run: none duplicated, none lost
+    started = len((tmp_path / "started.txt").read_text().splitlines())
+    print(
+        f"\nchaos on {url.split('?')[0]}: {RUNS} runs, {kills} workers killed, "
+        f"{started - RUNS * STEPS} steps re-entered (in flight at a kill)"
+    )
+    app.close()

@@ -1,0 +1,211 @@
+"""The queue and its workers on SQLite: claims, leases, fencing, flow control, wake-ups.
+
+Lease expiry and timers use an injected clock: nothing here sleeps to let time pass.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import tether
+from tether import events as ev
+from tether.store import QueueLimits
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def clock() -> tether.FakeClock:
+    return tether.FakeClock()
+
+
+@pytest.fixture
+def qapp(tmp_path: Path, clock: tether.FakeClock) -> tether.App:
+    app = tether.open(str(tmp_path / "q.db"), clock=clock, lease_ttl=30)
+
+    @app.agent
+    def job(run: tether.Run, n: int) -> int:
+        return int(sum(run.step(f"s{i}", lambda i=i: i * n) for i in range(3)))
+
+    return app
+
+
+def _claim(app: tether.App, owner: str, n: int = 10, **limits: object) -> list[str]:
+    got = app.store.claim_next(
+        [QueueLimits("default", **limits)],
+        owner=owner,  # type: ignore[arg-type]
+        ttl=app.lease_ttl,
+        now=app.clock.now(),
+        capacity=n,
+    )
+    return [record.id for record, _ in got]
+
+
+def test_start_enqueues_and_a_worker_runs_it(qapp: tether.App) -> None:
+    rid = qapp.start("job", 2)
+    assert qapp.get(rid).status == "queued" and qapp.store.get_run(rid).status == "queued"
+    stats = qapp.worker(concurrency=2).run(until_idle=True, install_signals=False)
+    assert stats.completed == 1 and qapp.get(rid).output == 6
+
+
+def test_start_with_existing_run_id_or_dedup_key_returns_that_run(qapp: tether.App) -> None:
+    rid = qapp.start("job", 1, run_id="order-42")
+    assert rid == "order-42" and qapp.start("job", 9, run_id="order-42") == "order-42"
+    a = qapp.start("job", 1, dedup_key="tenant-7")
+    assert qapp.start("job", 2, dedup_key="tenant-7") == a
+    qapp.worker().run(until_idle=True, install_signals=False)
+    b = qapp.start("job", 3, dedup_key="tenant-7")  # the first finished: the key is free
+    assert b != a
+    assert len(qapp.runs()) == 3
+
+
+def test_two_workers_racing_exactly_one_holds_the_lease(qapp: tether.App) -> None:
+    rid = qapp.start("job", 1)
+    first, second = _claim(qapp, "w1"), _claim(qapp, "w2")
+    assert first == [rid] and second == []
+    assert qapp.store.get_run(rid).lease_owner == "w1"
+
+
+def test_expired_lease_is_claimed_by_another_and_the_zombie_cannot_append(
+    qapp: tether.App, clock: tether.FakeClock
+) -> None:
+    rid = qapp.start("job", 1)
+    ((record, zombie),) = qapp.store.claim_next(
+        [QueueLimits("default")], owner="w1", ttl=30, now=clock.now(), capacity=1
+    )
+    clock.advance(31)  # w1 stopped heartbeating
+    assert _claim(qapp, "w2") == [rid]
+    event = ev.new(ev.RUN_STARTED, {"by": "w1"}, clock.now())
+    seq = len(qapp.events(rid))
+    with pytest.raises(tether.LeaseLost, match="superseded by w2"):
+        qapp.store.append(rid, [event], expected_seq=seq, epoch=zombie.epoch, now=clock.now())
+    assert len(qapp.events(rid)) == seq  # nothing was appended
+
+
+def test_heartbeat_keeps_the_lease(qapp: tether.App, clock: tether.FakeClock) -> None:
+    rid = qapp.start("job", 1)
+    _claim(qapp, "w1")
+    for _ in range(5):
+        clock.advance(20)
+        qapp.store.worker_heartbeat("w1", ttl=30, now=clock.now())
+        assert _claim(qapp, "w2") == []
+    clock.advance(31)
+    assert _claim(qapp, "w2") == [rid]
+
+
+def test_priorities_and_delays(qapp: tether.App, clock: tether.FakeClock) -> None:
+    low = qapp.start("job", 1, priority=0)
+    high = qapp.start("job", 2, priority=5)
+    later = qapp.start("job", 3, priority=9, delay="10m")
+    assert _claim(qapp, "w", n=1) == [high]
+    assert _claim(qapp, "w", n=5) == [low]  # `later` is not due
+    clock.advance(601)  # `later` is due (and the other two leases have expired)
+    assert _claim(qapp, "w", n=1) == [later]
+
+
+def test_global_and_per_key_concurrency(qapp: tether.App) -> None:
+    for n in range(6):
+        qapp.start("job", n, concurrency_key=f"tenant-{n % 2}")
+    assert len(_claim(qapp, "w1", n=10, concurrency=3)) == 3
+    assert _claim(qapp, "w2", n=10, concurrency=3) == []  # all workers together
+    for r in qapp.runs(status="running"):
+        qapp.store.release(r.id, epoch=qapp.store.get_run(r.id).epoch)
+        qapp.store.set_status(r.id, tether.store.Transition("completed"), now=0)  # type: ignore[attr-defined]
+    got = _claim(qapp, "w1", n=10, per_key=1)
+    keys = sorted(qapp.store.get_run(r).concurrency_key or "" for r in got)
+    assert keys == ["tenant-0", "tenant-1"]  # one per tenant
+
+
+def test_rate_limit(qapp: tether.App, clock: tether.FakeClock) -> None:
+    for n in range(5):
+        qapp.start("job", n)
+    assert len(_claim(qapp, "w", n=10, rate=(2, 60.0))) == 2
+    assert _claim(qapp, "w", n=10, rate=(2, 60.0)) == []
+    clock.advance(61)
+    assert len(_claim(qapp, "w", n=10, rate=(2, 60.0))) == 2
+
+
+def test_max_depth_refuses_new_work(qapp: tether.App) -> None:
+    qapp.queue("default", max_depth=2)
+    qapp.start("job", 1)
+    qapp.start("job", 2)
+    with pytest.raises(tether.QueueFull, match="max_depth 2"):
+        qapp.start("job", 3)
+    assert len(qapp.runs()) == 2
+
+
+def test_bad_queue_settings(qapp: tether.App) -> None:
+    with pytest.raises(ValueError, match="concurrency must be a positive int"):
+        qapp.queue("q", concurrency=0)
+    with pytest.raises(ValueError, match="rate is"):
+        qapp.queue("q", rate=(5, 0))
+    with pytest.raises(ValueError, match="not a duration"):
+        qapp.start("job", 1, delay="soon")
+
+
+def test_waiting_runs_hold_no_lease_and_wake_into_the_queue(
+    tmp_path: Path, clock: tether.FakeClock
+) -> None:
+    app = tether.open(str(tmp_path / "w.db"), clock=clock)
+
+    @app.agent
+    def gated(run: tether.Run) -> object:
+        run.approve("go")
+        run.sleep("1h")
+        return run.wait("done")
+
+    rid = app.start(gated)
+    worker = app.worker()
+    worker.run(until_idle=True, install_signals=False)
+    record = app.store.get_run(rid)
+    assert record.status == "waiting" and record.lease_owner is None
+    assert _claim(app, "w") == []  # nothing to do while it waits
+    app.approve(rid, "go", by="ops")
+    app.worker().run(until_idle=True, install_signals=False)
+    record = app.store.get_run(rid)
+    assert record.waiting_for == "timer" and record.available_at == clock.now() + 3600
+    clock.advance(3600)  # the timer is due: a worker picks the run up again
+    app.worker().run(until_idle=True, install_signals=False)
+    assert app.store.get_run(rid).waiting_for == "signal:done"
+    app.signal(rid, "done", "ok")
+    app.worker().run(until_idle=True, install_signals=False)
+    assert app.get(rid).output == "ok"
+
+
+def test_cancel_a_run_executing_elsewhere_stops_it_at_its_next_step(tmp_path: Path) -> None:
+    import threading
+
+    app = tether.open(str(tmp_path / "c.db"), lease_ttl=0.3)
+    gate = threading.Event()
+    seen: list[int] = []
+
+    def slow(i: int) -> int:
+        seen.append(i)
+        if i == 1:
+            gate.wait(5)
+        return i
+
+    @app.agent
+    def long(run: tether.Run) -> int:
+        return sum(run.step(f"s{i}", slow, i) for i in range(10))
+
+    rid = app.start(long)
+    worker = app.worker()
+    t = threading.Thread(target=worker.run, kwargs={"until_idle": True, "install_signals": False})
+    t.start()
+    while len(seen) < 2:
+        gate.wait(0.01)
+    other = tether.open(str(tmp_path / "c.db"))
+    handle = other.cancel(rid, by="ops")
+    assert handle.status == "running" and handle.waiting == {"cancel": "requested"}
+    import time
+
+    time.sleep(0.3)  # let the heartbeat (every ttl/3) carry the request to the worker
+    gate.set()
+    t.join(10)
+    state = app.get(rid)
+    assert state.status == "cancelled"
+    assert seen == [0, 1]  # step 1 finished and was recorded; step 2 never started
+    assert state.committed == 2
