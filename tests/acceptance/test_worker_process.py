@@ -51,7 +51,8 @@ def test_sigterm_finishes_the_step_releases_the_lease_and_requeues(tmp_path: Pat
         [
             sys.executable,
             "-c",
-            "import sys; sys.path.insert(0, sys.argv[1]); import work; print(work.app.start(work.long))",
+            "import sys; sys.path.insert(0, sys.argv[1]); import work; "
+            "print(work.app.start(work.long))",
             str(tmp_path),
         ],
         env=env,

@@ -72,7 +72,7 @@ def test_expired_lease_is_claimed_by_another_and_the_zombie_cannot_append(
     qapp: tether.App, clock: tether.FakeClock
 ) -> None:
     rid = qapp.start("job", 1)
-    ((record, zombie),) = qapp.store.claim_next(
+    ((_, zombie),) = qapp.store.claim_next(
         [QueueLimits("default")], owner="w1", ttl=30, now=clock.now(), capacity=1
     )
     clock.advance(31)  # w1 stopped heartbeating
