@@ -171,5 +171,5 @@ def test_a_long_run_lists_its_step_names_once() -> None:
     state = RunState(
         "r", steps=tuple(StepState(i, f"n{i % 3}", "step", "completed") for i in range(1, 101))
     )
-    with pytest.raises(NotFound, match="it has positions 1..100, named n1, n2, n0$"):
+    with pytest.raises(NotFound, match=r"it has positions 1\.\.100, named n1, n2, n0$"):
         find_step(state, "nope")
