@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 import tether
 from tether import events as ev
 from tether.state import fold
+from tether.timetravel import cache_snapshot
 
 pytestmark = pytest.mark.integration
 
@@ -80,12 +81,17 @@ def test_a_resumed_fork_reuses_what_was_completed_at_the_fork_point(
 
 
 @SETTINGS
-@given(program=programs, every=st.integers(1, 4))
-def test_state_at_k_is_the_fold_of_the_first_k_events(program: list[Any], every: int) -> None:
+@given(program=programs, every=st.integers(1, 4), cuts=st.sets(st.floats(0, 1), max_size=3))
+def test_state_at_k_is_the_fold_of_the_first_k_events(
+    program: list[Any], every: int, cuts: set[float]
+) -> None:
     with tempfile.TemporaryDirectory() as folder, _open(folder, every) as app:
         run_id = execute(app, register(app), program)
         events = app.events(run_id)
-        if all(op[0] != "pause" for op in program) and len(events) - 2 >= every:
+        for cut in cuts:  # snapshots where the runtime may not have taken one
+            n = min(len(events), max(every, int(cut * len(events))))
+            cache_snapshot(app, fold(events[:n], run_id=run_id))
+        if cuts and len(events) >= every:
             assert app.store.load(run_id).snapshot is not None  # the reads below use them
         for k in range(len(events) + 1):
             assert app.state(run_id, at=k) == fold(events[:k], run_id=run_id), k
