@@ -6,14 +6,15 @@ bytes stored per step, for runs of 1k, 10k and 100k events.
     python bench/timetravel.py --snapshot-every 2000   # another snapshot cadence
     python bench/timetravel.py --cadence bytes         # the proposed cadence (see below)
 
-Each run is built through the real machinery, only faster than an agent would: a
-:class:`tether.journal.Journal` appends ``step.completed`` events (a ~230-byte output
-each) in batches of 100 through ``Store.append``, and takes its snapshots at its own
-cadence (every ``snapshot_every`` events, folded by ``tether.state.fold``). Then it
-times (the best of several runs) ``app.state(run, at=k)`` at several points, loading the head, and
-folding the whole log from nothing (the anchor: what every read would cost without
-snapshots), and reads the table sizes from SQLite's ``dbstat``. Ratios are against
-the smallest run measured in the same process.
+Each run is built through the real machinery, only faster than an agent would:
+``step.completed`` events (a ~230-byte output each) are appended in batches of 100
+through ``Store.append`` under the run's lease, and snapshots are taken with
+``tether.state.fold`` and ``to_data`` at a cadence: ``count`` (the default) every
+``snapshot_every`` events, the rule tether's Journal applied when this was written.
+Then it times (best of several) ``app.state(run, at=k)`` at several points, loading
+the head, and folding the whole log from nothing (the anchor: what every read would
+cost without snapshots), and reads the table sizes from SQLite's ``dbstat``. Ratios
+are against the smallest run measured in the same process.
 
 ``--cadence bytes`` measures a *proposal*, not what tether does today: a snapshot is
 taken only once the events since the previous snapshot weigh at least as much as that
@@ -21,7 +22,7 @@ snapshot (and at least ``snapshot_every`` events have passed). A snapshot holds 
 step's output, so it grows with the run; with this rule snapshots become geometrically
 rarer as they grow, the snapshots of a run weigh O(its events) instead of O(events²),
 and a read costs at most about twice the decoding of the state it returns. It is
-prototyped here as a Journal subclass (``ByteCadence``); reading is unchanged.
+prototyped here in :class:`Builder`; reading (``App.load``) is unchanged.
 """
 
 from __future__ import annotations
@@ -40,9 +41,8 @@ import tether
 from tether import codec
 from tether import events as ev
 from tether.clock import new_run_id
-from tether.journal import Journal
-from tether.state import fold, from_data
-from tether.store import NewRun, Transition
+from tether.state import fold, from_data, to_data
+from tether.store import NewRun, Snapshot, Transition
 
 BATCH = 100
 FIXED = 900  # a point every run has: reading it must cost the same in a run of any length
@@ -55,71 +55,95 @@ def output(k: int) -> dict[str, Any]:
     return {"id": f"msg_{k:06d}", "text": TEXT * 2, "score": 0.5, "tokens": 133}
 
 
-class ByteCadence(Journal):
-    """The proposed cadence: snapshot when the events since the last one outweigh it."""
+class Builder:
+    """Appends a run's events through ``Store.append`` under its lease, in batches, and
+    snapshots it the way a cadence says: ``count`` every ``snapshot_every`` events (the
+    rule tether's Journal has used), ``bytes`` the proposal (see the module docstring)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._pending_bytes = 0
-        self._last_bytes = 0
+    def __init__(self, app: tether.App, cadence: str) -> None:
+        self.app, self.cadence = app, cadence
+        now = app.clock.now()
+        self.run_id = new_run_id(now)
+        first = [
+            ev.new(
+                ev.RUN_CREATED,
+                {
+                    "agent": "bench",
+                    "version": None,
+                    "input": {"args": [], "kwargs": {}},
+                    "code": {},
+                },
+                now,
+            ),
+            ev.new(ev.RUN_STARTED, {"by": app.owner, "epoch": 1}, now, app.owner),
+        ]
+        lease = app.store.create_run(
+            NewRun(self.run_id, "bench", None, "running"),
+            first,
+            lease_owner=app.owner,
+            now=now,
+            ttl=3600.0,
+        )
+        assert lease is not None
+        self.epoch, self.seq = lease.epoch, len(first)
+        self.base = fold(self._stored(first, 0))
+        self.tail: list[tether.Event] = []
+        self.tail_bytes = self.last_snapshot_bytes = 0
 
-    def _snapshot_due(self, stored: list[tether.Event]) -> Any:
-        self._pending_bytes += sum(len(e.data) for e in stored)
-        if self._pending_bytes < self._last_bytes:
+    def _stored(self, events: list[ev.NewEvent], after: int) -> list[tether.Event]:
+        return [
+            tether.Event(self.run_id, after + i, e.type, e.data, e.at, e.actor)
+            for i, e in enumerate(events, 1)
+        ]
+
+    def append(self, events: list[ev.NewEvent], transition: Transition | None = None) -> None:
+        self.tail += self._stored(events, self.seq)
+        self.tail_bytes += sum(len(e.data) for e in events)
+        snapshot = self._snapshot_due()
+        self.seq = self.app.store.append(
+            self.run_id,
+            events,
+            expected_seq=self.seq,
+            epoch=self.epoch,
+            transition=transition,
+            snapshot=snapshot,
+            now=self.app.clock.now(),
+        )
+
+    def _snapshot_due(self) -> Snapshot | None:
+        if len(self.tail) < self.app.snapshot_every:
             return None
-        snap = super()._snapshot_due(stored)  # applies the snapshot_every count as well
-        if snap is not None:
-            self._pending_bytes, self._last_bytes = 0, len(snap.data)
-        return snap
+        if self.cadence == "bytes" and self.tail_bytes < self.last_snapshot_bytes:
+            return None
+        self.base = fold(self.tail, start=self.base)  # the real fold and encoding
+        data = codec.encode(to_data(self.base))
+        self.tail, self.tail_bytes, self.last_snapshot_bytes = [], 0, len(data)
+        return Snapshot(self.run_id, self.base.seq, data, self.app.clock.now())
 
 
-def build(app: tether.App, n_events: int, journal_class: type[Journal] = Journal) -> str:
-    """A completed run of exactly ``n_events`` events, appended through a Journal."""
-    now = app.clock.now()
-    run_id = new_run_id(now)
-    first = [
-        ev.new(
-            ev.RUN_CREATED,
-            {"agent": "bench", "version": None, "input": {"args": [], "kwargs": {}}, "code": {}},
-            now,
-        ),
-        ev.new(ev.RUN_STARTED, {"by": app.owner, "epoch": 1}, now, app.owner),
-    ]
-    lease = app.store.create_run(
-        NewRun(run_id, "bench", None, "running"), first, lease_owner=app.owner, now=now, ttl=3600.0
-    )
-    assert lease is not None
-    state = fold(
-        [tether.Event(run_id, i, e.type, e.data, e.at, e.actor) for i, e in enumerate(first, 1)]
-    )
-    journal = journal_class(
-        app.store, app.clock, state, lease, snapshot_every=app.snapshot_every, actor=app.owner
-    )
-    while journal.seq < n_events - 1:
-        start = journal.seq - 1  # positions so far
-        count = min(BATCH, n_events - 1 - journal.seq)
-        journal.append([step_event(journal, start + i) for i in range(1, count + 1)])
-    journal.append(
-        [journal.event(ev.RUN_COMPLETED, {"output": {"steps": n_events - 3}})],
-        Transition("completed", release=True),
-    )
-    return run_id
+def build(app: tether.App, n_events: int, cadence: str) -> str:
+    """A completed run of exactly ``n_events`` events (``step.completed`` but 3)."""
+    b = Builder(app, cadence)
+    while b.seq < n_events - 1:
+        count = min(BATCH, n_events - 1 - b.seq)
+        b.append([step_event(app, b.seq - 1 + i) for i in range(1, count + 1)])
+    done = ev.new(ev.RUN_COMPLETED, {"output": {"steps": n_events - 3}}, app.clock.now())
+    b.append([done], Transition("completed", release=True))
+    return b.run_id
 
 
-def step_event(journal: Journal, pos: int) -> ev.NewEvent:
-    return journal.event(
-        ev.STEP_COMPLETED,
-        {
-            "pos": pos,
-            "name": f"step{pos}",
-            "kind": "step",
-            "attempt": 1,
-            "digest": DIGEST,
-            "output": output(pos),
-            "started": 0.0,
-            "duration": 0.001,
-        },
-    )
+def step_event(app: tether.App, pos: int) -> ev.NewEvent:
+    data = {
+        "pos": pos,
+        "name": f"step{pos}",
+        "kind": "step",
+        "attempt": 1,
+        "digest": DIGEST,
+        "output": output(pos),
+        "started": 0.0,
+        "duration": 0.001,
+    }
+    return ev.new(ev.STEP_COMPLETED, data, app.clock.now(), app.owner)
 
 
 def median_time(fn: Callable[[], object], repeat: int) -> float:
@@ -162,10 +186,9 @@ class Result:
 
 def measure(n_events: int, snapshot_every: int, folder: str, cadence: str) -> Result:
     path = os.path.join(folder, f"tt-{n_events}-{cadence}.db")
-    journal_class = ByteCadence if cadence == "bytes" else Journal
     with tether.open(path, snapshot_every=snapshot_every) as app:
         t0 = time.perf_counter()
-        run_id = build(app, n_events, journal_class)
+        run_id = build(app, n_events, cadence)
         build_s = time.perf_counter() - t0
         repeat = 7 if n_events <= 10_000 else 3
         seqs = [FIXED, *(n_events * p // 100 for p in (25, 50, 75, 99))]
