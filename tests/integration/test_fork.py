@@ -196,6 +196,29 @@ def test_fork_vars_apply_after_the_fork_point_and_carry_into_forks_of_forks(
     assert app.load(grandchild).parent_id == child and app.load(child).parent_id == parent
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="the journal applies only the newest fork's vars (at its position): a fork of a "
+    "fork replays the stretch between the two fork points with the code's values",
+)
+def test_a_fork_of_a_fork_replays_a_branch_on_an_earlier_forks_variable(
+    app: tether.App,
+) -> None:
+    @app.agent
+    def branching(run: tether.Run) -> str:
+        run.vars["tone"] = "dry"
+        run.step("s1", lambda: 1)
+        tone = run.vars["tone"]
+        branch = str(run.step("warm" if tone == "warm" else "cold", lambda t: t, tone))
+        run.step("s3", lambda: 3)
+        return branch
+
+    child = app.fork(app.run(branching).id, step="s1", vars={"tone": "warm"})
+    assert app.resume(child).output == "warm"
+    grandchild = app.fork(child, step="s3")
+    assert app.resume(grandchild).output == "warm"
+
+
 def test_fork_with_new_input_reuses_the_steps_before_the_point(app: tether.App) -> None:
     @app.agent
     def echo(run: tether.Run, word: str) -> list[str]:
