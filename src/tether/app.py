@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import importlib.util
 import inspect
@@ -16,7 +15,9 @@ from typing import Any, TextIO, TypeVar, overload
 
 from . import codec, compensation, export, retention, timetravel, waits
 from . import events as ev
+from .artifacts import Artifacts, ArtifactStore, DatabaseArtifacts
 from .clock import Clock, SystemClock, new_run_id, owner_is_dead_local, process_owner
+from .conversation import Session, Summarizer, make_policy, open_session
 from .effects import ToolDef, define_tool
 from .errors import (
     Conflict,
@@ -29,10 +30,20 @@ from .errors import (
 )
 from .events import Event
 from .journal import Cancelling, Core, Journal, Suspended
+from .memory import Memory
 from .retry import NO_RETRY, Retry
 from .runtime import AsyncRun, Policy, Run, adrive, drive
-from .state import RunState, fold, from_data
-from .store import AuditRecord, Effect, Lease, NewRun, RunRecord, Store, Transition
+from .state import RunState, fold, from_data, to_data
+from .store import (
+    AuditRecord,
+    Effect,
+    Lease,
+    NewRun,
+    RunRecord,
+    Snapshot,
+    Store,
+    Transition,
+)
 from .worker import QueueConfig, Worker
 
 log = logging.getLogger("tether")
@@ -285,6 +296,37 @@ class App:
         journal, run = self._create(d, args, kwargs)
         return self._execute(d, journal, run, args, kwargs)
 
+    def run_in(
+        self, session: Session | str, agent: Callable[..., Any] | str, *args: Any, **kwargs: Any
+    ) -> RunHandle:
+        """``run`` in a conversation: the run belongs to ``session`` (a Session or its id;
+        recorded in its row and its ``run.created`` event) and the agent finds it as
+        ``run.session``, where ``run.llm(…, messages=…)`` records its prompt as references
+        to the stored messages."""
+        s = session if isinstance(session, Session) else self.session(session)
+        d = self._resolve(agent)
+        journal, run = self._create(d, args, kwargs, session=s)
+        run._session = s.bound(run.id)
+        return self._execute(d, journal, run, args, kwargs)
+
+    def session(
+        self,
+        session_id: str,
+        *,
+        owner: str | None = None,
+        compact_at_tokens: int | None = None,
+        summarize: Summarizer | None = None,
+        keep_last: int = 6,
+    ) -> Session:
+        """Get or create the conversation ``session_id`` (see :mod:`tether.conversation`).
+
+        An existing session with another owner raises Conflict. With
+        ``compact_at_tokens`` and ``summarize``, every ``add`` compacts the session once
+        its prompt view passes that many tokens, keeping the last ``keep_last`` messages.
+        """
+        policy = make_policy(compact_at_tokens, summarize, keep_last)
+        return open_session(self.store, self.clock, session_id, owner=owner, policy=policy)
+
     async def arun(self, agent: Callable[..., Any] | str, *args: Any, **kwargs: Any) -> RunHandle:
         """``run`` for use inside an event loop (``async def`` agents)."""
         d = self._resolve(agent)
@@ -321,19 +363,23 @@ class App:
         return self._execute(*prepared)
 
     def _create(
-        self, d: AgentDef, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        d: AgentDef,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        session: Session | None = None,
     ) -> tuple[Journal, Run | AsyncRun]:
         now = self.clock.now()
         run_id = new_run_id(now)
         payload = self._input(d, args, kwargs)
-        created = ev.new(
-            ev.RUN_CREATED,
-            {"agent": d.name, "version": d.version, "input": payload, "code": d.code},
-            now,
-        )
+        data = {"agent": d.name, "version": d.version, "input": payload, "code": d.code}
+        if session is not None:
+            data["session"] = session.id
+        created = ev.new(ev.RUN_CREATED, data, now)
         started = ev.new(ev.RUN_STARTED, {"by": self.owner, "epoch": 1}, now, self.owner)
+        sid, owner = (session.id, session.owner) if session is not None else (None, None)
         lease = self.store.create_run(
-            NewRun(run_id, d.name, d.version, "running", code=d.code),
+            NewRun(run_id, d.name, d.version, "running", code=d.code, session_id=sid, owner=owner),
             [created, started],
             lease_owner=self.owner,
             now=now,
@@ -371,7 +417,6 @@ class App:
             self.clock,
             state,
             lease,
-            snapshot_every=self.snapshot_every,
             actor=lease.owner,
         )
         cls = AsyncRun if d.is_async else Run
@@ -467,6 +512,8 @@ class App:
         kwargs: dict[str, Any],
     ) -> RunHandle:
         if d.is_async:
+            import asyncio  # only for async agents: keeps `import tether` fast
+
             return asyncio.run(self._aexecute(d, journal, run, args, kwargs))
         try:
             output = d.fn(run, *args, **kwargs)
@@ -627,10 +674,25 @@ class App:
     # -- reading ----------------------------------------------------------
 
     def load(self, run_id: str, *, upto: int | None = None) -> RunState:
-        """The run's state (at ``upto``, or its head): newest snapshot + fold of the rest."""
+        """The run's state (at ``upto``, or its head): newest snapshot + fold of the rest.
+
+        Snapshots are a read-side cache: when this load folded ``snapshot_every`` events
+        or more, it saves the state it computed, so the next load starts from there.
+        Steps never pay for snapshots.
+        """
         loaded = self.store.load(run_id, upto=upto)
         start = from_data(codec.decode(loaded.snapshot.data)) if loaded.snapshot else None
-        return fold(loaded.events, start, run_id=run_id)
+        state = fold(loaded.events, start, run_id=run_id)
+        if len(loaded.events) >= self.snapshot_every:
+            self._cache(state)
+        return state
+
+    def _cache(self, state: RunState) -> None:
+        snap = Snapshot(state.run_id, state.seq, codec.encode(to_data(state)), self.clock.now())
+        try:
+            self.store.save_snapshot(snap)
+        except TetherError as e:  # a cache that cannot be written is not an error
+            log.warning("could not save a snapshot of run %s: %s", state.run_id, e)
 
     def get(self, run_id: str) -> RunState:
         """The run's current state (status, position, steps, output, failure, vars, usage)."""
@@ -697,7 +759,6 @@ class App:
             self.clock,
             state,
             lease,
-            snapshot_every=self.snapshot_every,
             actor=by or self.owner,
         )
         ctx = {"type": "cancelled", "message": reason or "cancelled", "by": by}
@@ -803,6 +864,28 @@ class App:
             dry_run=dry_run,
             vacuum=vacuum,
         )
+
+    # -- memory and artifacts (tether.memory, tether.artifacts) ----------------
+
+    @property
+    def memory(self) -> Memory:
+        """Long-term memory on this app's store (namespaced, searchable, with TTL)."""
+        mem: Memory | None = getattr(self, "_memory", None)
+        if mem is None:
+            mem = self._memory = Memory(self.store, self.clock)
+        return mem
+
+    @property
+    def artifacts(self) -> Artifacts:
+        """Content-addressed artifacts; in the database unless set to another store."""
+        arts: Artifacts | None = getattr(self, "_artifacts", None)
+        if arts is None:
+            arts = self._artifacts = Artifacts(DatabaseArtifacts(self.store, self.clock))
+        return arts
+
+    @artifacts.setter
+    def artifacts(self, value: Artifacts | ArtifactStore) -> None:
+        self._artifacts = value if isinstance(value, Artifacts) else Artifacts(value)
 
 
 class _Heartbeat(threading.Thread):

@@ -56,15 +56,22 @@ def _enc_float(x: float) -> Any:
 
 def _enc_dict(x: dict[Any, Any]) -> Any:
     out: dict[str, Any] = {}
-    for k, v in x.items():
-        if type(k) is not str or k == TAG:
-            return _enc_pairs(x)
-        try:
-            out[k] = _enc(v)
-        except _Unencodable as e:
-            e.parts.append(f"[{k!r}]" if not k.isidentifier() else f".{k}")
-            raise
-    return out
+    k: Any = None
+    try:
+        for k, v in x.items():
+            if type(k) is not str or k == TAG:
+                break
+            t = type(v)  # leaves inline: most values are str/int/bool/None
+            if t is str or t is int or t is bool or v is None:
+                out[k] = v
+            else:
+                out[k] = _enc(v)
+        else:
+            return out
+    except _Unencodable as e:
+        e.parts.append(f".{k}" if k.isidentifier() else f"[{k!r}]")
+        raise
+    return _enc_pairs(x)
 
 
 def _enc_pairs(x: dict[Any, Any]) -> Any:
@@ -79,13 +86,17 @@ def _enc_pairs(x: dict[Any, Any]) -> Any:
 
 
 def _enc_seq(x: Any) -> list[Any]:
-    out = []
-    for i, v in enumerate(x):
-        try:
-            out.append(_enc(v))
-        except _Unencodable as e:
-            e.parts.append(f"[{i}]")
-            raise
+    out: list[Any] = []
+    try:
+        for v in x:
+            t = type(v)
+            if t is str or t is int or t is bool or v is None:
+                out.append(v)
+            else:
+                out.append(_enc(v))
+    except _Unencodable as e:
+        e.parts.append(f"[{len(out)}]")  # the failing item is the next one
+        raise
     return out
 
 

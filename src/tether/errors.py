@@ -5,7 +5,8 @@
     TetherError                      every error tether raises on purpose
     ├── StoreError                   the database cannot be used as a tether store
     │   ├── NotATetherDatabase       the file is not SQLite, is corrupt, or is someone else's
-    │   └── SchemaTooNew             written by a newer tether; upgrade tether to open it
+    │   ├── SchemaTooNew             written by a newer tether; upgrade tether to open it
+    │   └── ArtifactCorrupt          stored bytes no longer match their SHA-256 (names the digest)
     ├── NotFound                     no such run / agent / event
     ├── Conflict                     someone else appended first, or holds the run
     │   └── LeaseLost                a newer lease (fencing token) exists; stop writing
@@ -43,6 +44,14 @@ class NotATetherDatabase(StoreError):
 
 class SchemaTooNew(StoreError):
     """The database was written by a newer tether than this one."""
+
+
+class ArtifactCorrupt(StoreError):
+    """An artifact's stored bytes do not hash to its digest: they were changed or damaged."""
+
+    def __init__(self, message: str, *, sha256: str) -> None:
+        super().__init__(message)
+        self.sha256 = sha256
 
 
 class NotFound(TetherError, LookupError):

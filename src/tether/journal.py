@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextvars
 import time
 import traceback
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -26,10 +26,10 @@ from . import codec
 from . import events as ev
 from .clock import Clock
 from .errors import EncodeError, LeaseLost, NondeterminismError
-from .events import Event, NewEvent
+from .events import NewEvent
 from .retry import Retry
-from .state import RunState, StepState, fold, to_data
-from .store import EffectWrite, Lease, SignalTake, Snapshot, Store, Transition
+from .state import RunState, StepState
+from .store import EffectWrite, Lease, SignalTake, Store, Transition
 
 MAX_INPUT_REPR = 2000
 
@@ -144,7 +144,6 @@ class Journal:
         state: RunState,
         lease: Lease,
         *,
-        snapshot_every: int = 500,
         actor: str | None = None,
     ) -> None:
         self.store = store
@@ -154,10 +153,7 @@ class Journal:
         self.seq = state.seq
         self.recorded = state.steps
         self.pos = 0
-        self.snapshot_every = snapshot_every
         self.actor = actor
-        self._base = state
-        self._tail: list[Event] = []
         self.poisoned: BaseException | None = None
         self.interrupted: BaseException | None = None  # raised at the next position
         self.reused: list[tuple[int, str]] = []
@@ -165,15 +161,14 @@ class Journal:
         self.last_failure: tuple[BaseException, dict[str, Any]] | None = None
         self.compensating = state.compensating  # set: resume the compensation, not the agent
         self.vars: dict[str, Any] = {}  # task variables as of the current position
-        self._fork_position = state.fork_position or 0
-        self._fork_vars = dict(state.fork_vars) if state.fork_vars else None
+        self._fork_edits = sorted(state.fork_edits, key=lambda edit: edit[0])
         self._apply_fork_vars()
 
     def _apply_fork_vars(self) -> None:
-        """A fork's edited variables take effect once replay passes the fork point."""
-        if self._fork_vars is not None and self.pos >= self._fork_position:
-            self.vars.update(self._fork_vars)
-            self._fork_vars = None
+        """Each fork's edited variables take effect once replay passes its fork point
+        (oldest first, so a fork of a fork sees every ancestor's edits in turn)."""
+        while self._fork_edits and self.pos >= self._fork_edits[0][0]:
+            self.vars.update(self._fork_edits.pop(0)[1])
 
     # -- positions --------------------------------------------------------
 
@@ -228,34 +223,14 @@ class Journal:
         """Append events under this execution's lease (one transaction)."""
         if self.poisoned is not None:
             raise self.poisoned
-        stored = [
-            Event(self.run_id, self.seq + i, e.type, e.data, e.at, e.actor)
-            for i, e in enumerate(events, 1)
-        ]
-        snapshot = self._snapshot_due(stored)
         try:
             self.seq = self.store.append(
-                self.run_id,
-                events,
-                expected_seq=self.seq,
-                epoch=self.lease.epoch,
-                transition=transition,
-                snapshot=snapshot,
-                writes=writes,
-                now=self.clock.now(),
+                self.run_id, events, expected_seq=self.seq, epoch=self.lease.epoch,
+                transition=transition, writes=writes, now=self.clock.now(),
             )
         except LeaseLost as e:
             self.poisoned = e
             raise
-        if snapshot is None:
-            self._tail.extend(stored)
-
-    def _snapshot_due(self, stored: list[Event]) -> Snapshot | None:
-        if len(self._tail) + len(stored) < self.snapshot_every:
-            return None
-        state = fold([*self._tail, *stored], start=self._base)
-        self._base, self._tail = state, []
-        return Snapshot(self.run_id, state.seq, codec.encode(to_data(state)), self.clock.now())
 
     def event(self, type_: str, data: dict[str, Any]) -> NewEvent:
         return ev.new(type_, data, self.clock.now(), self.actor)
@@ -283,6 +258,7 @@ class Journal:
         usage: dict[str, Any] | None = None,
         key: str | None = None,
         effect: EffectWrite | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> None:
         data = {
             "pos": slot.pos,
@@ -298,6 +274,8 @@ class Journal:
             data["usage"] = usage
         if key is not None:
             data["key"] = key
+        if extra:
+            data.update(extra)
         try:
             event = self.event(ev.STEP_COMPLETED, data)
             writes = [_with_result(effect, output)] if effect is not None else []
@@ -429,8 +407,13 @@ def step_core(
     args: Sequence[Any],
     kwargs: dict[str, Any],
     policy: Retry,
+    note: Callable[[], Mapping[str, Any]] | None = None,
 ) -> Core:
-    """One journaled call with retries: replay, or execute and record every attempt."""
+    """One journaled call with retries: replay, or execute and record every attempt.
+
+    ``note()``, when given, is called once if the call executes (never on replay) and
+    its items are added to the ``step.completed`` event (a model call's prompt refs).
+    """
     if not callable(fn):
         raise TypeError(f"run {j.run_id}: {kind} {name!r} needs a callable, got {fn!r}")
     slot = j.slot(kind, name)
@@ -439,9 +422,9 @@ def step_core(
         return slot.recorded.output
     digest = codec.digest([list(args), kwargs])
     key = step_key(j.run_id, slot.pos, name, digest)
-    return (
-        yield from attempts(j, slot, Call(fn, args, kwargs, policy.timeout), policy, digest, key)
-    )
+    call = Call(fn, args, kwargs, policy.timeout)
+    extra = note() if note is not None else None
+    return (yield from attempts(j, slot, call, policy, digest, key, extra=extra))
 
 
 def attempts(
@@ -453,6 +436,7 @@ def attempts(
     key: str,
     before: Callable[[int], None] | None = None,
     effect: EffectWrite | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> Core:
     """Call until success or the policy gives up, recording every attempt.
 
@@ -469,10 +453,11 @@ def attempts(
         if before is not None:
             before(attempt)
         started, t0 = j.clock.now(), time.perf_counter()
+        token = _CURRENT.set(StepInfo(j.run_id, slot.pos, slot.name, slot.kind, attempt, key))
         try:
-            with in_step(StepInfo(j.run_id, slot.pos, slot.name, slot.kind, attempt, key)):
-                output = yield call
+            output = yield call
         except Exception as exc:
+            _CURRENT.reset(token)
             if isinstance(exc, LeaseLost) or j.poisoned is not None:
                 raise
             delay = j.record_failure(slot, attempt, digest, exc, policy, inputs)
@@ -481,6 +466,10 @@ def attempts(
             yield Sleep(delay)
             attempt += 1
             continue
+        except BaseException:
+            _CURRENT.reset(token)
+            raise
+        _CURRENT.reset(token)
         usage = extract_usage(output) if slot.kind == "llm" else None
         j.record_success(
             slot,
@@ -492,5 +481,6 @@ def attempts(
             usage,
             key=key if effect is not None else None,
             effect=effect,
+            extra=extra,
         )
         return output

@@ -7,18 +7,21 @@ calls and sleeps, the async one awaits.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import Callable, Iterator, MutableMapping
+from functools import partial
 from typing import Any
 
 from . import events as ev
 from .clock import Clock
+from .conversation import Session, session_of_run
 from .effects import ToolDef, tool_core
 from .errors import EncodeError
 from .journal import Call, Core, Journal, Sleep, step_core
 from .retry import Retry, call_with_timeout
 from .waits import approve_core, sleep_core, wait_core
+
+_UNSET = object()
 
 
 def drive(core: Core, clock: Clock) -> Any:
@@ -63,6 +66,8 @@ async def _asleep(clock: Clock, seconds: float) -> None:
     if hasattr(clock, "advance"):  # a fake clock: move it, do not wait
         clock.sleep(seconds)
     else:
+        import asyncio  # imported lazily: most agents are not async
+
         await asyncio.sleep(seconds)
 
 
@@ -71,6 +76,8 @@ async def _acall(cmd: Call) -> Any:
     if inspect.isawaitable(result):
         if cmd.timeout is None:
             return await result
+        import asyncio
+
         return await asyncio.wait_for(result, cmd.timeout)
     return result
 
@@ -163,6 +170,20 @@ class _RunBase:
         self._policy = policy or Policy()
         self._inline_sleep_max = inline_sleep_max
         self.vars = Vars(journal)
+        self._session: Session | None | object = _UNSET  # loaded on first use
+
+    @property
+    def session(self) -> Session | None:
+        """The conversation this run belongs to (``app.run_in``), or None."""
+        if self._session is _UNSET:
+            self._session = session_of_run(self._j.store, self._j.clock, self.id)
+        assert self._session is None or isinstance(self._session, Session)
+        return self._session
+
+    def _prompt(self, messages: Any) -> dict[str, Any]:
+        """A model call's prompt as references to the session's messages (none outside one)."""
+        session = self.session
+        return {} if session is None else {"prompt": session.prompt_refs(messages)}
 
     @property
     def id(self) -> str:
@@ -183,7 +204,10 @@ class _RunBase:
         kwargs: dict[str, Any],
         retry: Retry | None,
     ) -> Core:
-        return step_core(self._j, kind, name, fn, args, kwargs, retry or self._retry)
+        note = None
+        if kind == "llm" and "messages" in kwargs:  # plain steps pay nothing
+            note = partial(self._prompt, kwargs["messages"])
+        return step_core(self._j, kind, name, fn, args, kwargs, retry or self._retry, note)
 
     def _tool(
         self, tool: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]

@@ -89,6 +89,9 @@ class RunState:
     fork_seq: int | None = None  # …at this seq of its log
     fork_position: int | None = None  # positions 1..fork_position are the parent's
     fork_vars: Mapping[str, Any] | None = None  # task variables edited at the fork
+    # every fork in the lineage, oldest first: (position, edited vars); a fork of a fork
+    # replays each ancestor's edits at its own fork point
+    fork_edits: tuple[tuple[int, Mapping[str, Any]], ...] = ()
     waiting: Mapping[str, Any] | None = None  # kind (approval|signal|timer|doubt), name, …
     compensating: Mapping[str, Any] | None = None  # why completed write tools are undone
 
@@ -222,6 +225,8 @@ def _forked(f: _Fold, e: Event, d: dict[str, Any]) -> None:
         output=None,
         failure=None,
     )
+    if d.get("vars"):
+        f.s["fork_edits"] = (*f.s["fork_edits"], (d["position"], dict(d["vars"])))
     if d.get("input") is not None:
         f.s["input"] = d["input"]
     f.vars.update(d.get("vars") or {})

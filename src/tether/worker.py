@@ -27,7 +27,6 @@ import os
 import signal
 import threading
 from collections.abc import Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +36,8 @@ from .journal import Cancelling, Stopping
 from .store import Lease, QueueLimits, RunRecord, WorkerRecord
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
+
     from .app import App
 
 log = logging.getLogger("tether.worker")
@@ -121,6 +122,8 @@ class Worker:
         self._register()
         beat = threading.Thread(target=self._heartbeat_loop, name="tether-worker-beat", daemon=True)
         beat.start()
+        from concurrent.futures import ThreadPoolExecutor  # lazily: only workers need it
+
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="tether-run")
         try:
             self._loop(pool, until_idle, max_runs)

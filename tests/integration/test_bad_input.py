@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 
 def _dump(path: str) -> list[tuple[object, ...]]:
     with sqlite3.connect(path) as c:
-        return [tuple(r) for r in c.execute("SELECT * FROM events ORDER BY run_id, seq")]
+        return [tuple(r) for r in c.execute("SELECT * FROM events ORDER BY key")]
 
 
 def test_unencodable_step_result_fails_run_with_context(app: tether.App) -> None:

@@ -196,11 +196,6 @@ def test_fork_vars_apply_after_the_fork_point_and_carry_into_forks_of_forks(
     assert app.load(grandchild).parent_id == child and app.load(child).parent_id == parent
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the journal applies only the newest fork's vars (at its position): a fork of a "
-    "fork replays the stretch between the two fork points with the code's values",
-)
 def test_a_fork_of_a_fork_replays_a_branch_on_an_earlier_forks_variable(
     app: tether.App,
 ) -> None:

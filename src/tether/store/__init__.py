@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -266,6 +267,10 @@ class Store(Protocol):
         """
         ...
 
+    def save_snapshot(self, snapshot: Snapshot) -> None:
+        """Cache a folded state at its seq (idempotent: the same seq is the same state)."""
+        ...
+
     def claim(
         self, run_id: str, *, owner: str, ttl: float, now: float, takeover: str | None = None
     ) -> Lease:
@@ -391,5 +396,24 @@ class Store(Protocol):
 
         Not in a transaction; may take a while on a large database and wait for other
         writers. Raises StoreError when the database stays busy.
+        """
+        ...
+
+    # -- raw transactions (tether.memory, tether.artifacts) ---------------------
+
+    dialect: str  # "sqlite" | "postgres": the sql/<dialect>/ folder of named queries
+
+    def transaction(self) -> AbstractContextManager[Any]:
+        """A context manager yielding the raw DB-API connection inside one transaction.
+
+        For modules that keep their own tables and named queries in
+        ``sql/<dialect>/<module>.sql`` (tether.memory, tether.artifacts). Everything
+        executed in the block commits together when it exits normally, and rolls back
+        when it raises (the exception propagates). Driver errors, in the block or at
+        commit, are raised as StoreError. Placeholders are the driver's (``:name`` for
+        sqlite3, ``%(name)s`` for psycopg). The connection must not be used after the
+        block, and no other store method may be called inside it (SQLite: one
+        connection per thread, already in a write transaction; PostgreSQL: a second
+        pooled connection could wait on this one's locks).
         """
         ...

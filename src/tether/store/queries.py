@@ -13,9 +13,9 @@ from importlib import resources
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 
-def load_queries(dialect: str) -> dict[str, str]:
-    """The named queries of ``dialect`` (``sqlite`` or ``postgres``)."""
-    text = resources.files(__package__).joinpath("sql", dialect, "queries.sql").read_text()
+def load_queries(dialect: str, file: str = "queries") -> dict[str, str]:
+    """The named queries of ``dialect`` (``sqlite`` or ``postgres``) in ``<file>.sql``."""
+    text = resources.files(__package__).joinpath("sql", dialect, f"{file}.sql").read_text()
     parts = _NAME.split(text)
     out: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):

@@ -62,6 +62,13 @@ def _event(row: tuple[Any, ...]) -> Event:
     return Event(*row)
 
 
+_MAX_SEQ = 2**32 - 1  # events are keyed (run << 32) | seq
+
+
+def _range(run_id: str, after: int, upto: int) -> dict[str, Any]:
+    return {"id": run_id, "after": max(0, after), "upto": min(upto, _MAX_SEQ)}
+
+
 class SQLiteStore:
     """A :class:`tether.store.Store` on one SQLite file."""
 
@@ -269,7 +276,17 @@ class SQLiteStore:
             raise Conflict(f"a run with id {run.id!r} already exists") from None
         conn.executemany(
             _Q["insert_event"],
-            [(run.id, i, e.type, e.data, e.at, e.actor) for i, e in enumerate(events, 1)],
+            [
+                {
+                    "id": run.id,
+                    "seq": i,
+                    "type": e.type,
+                    "data": e.data,
+                    "at": e.at,
+                    "actor": e.actor,
+                }
+                for i, e in enumerate(events, 1)
+            ],
         )
 
     def get_run(self, run_id: str) -> RunRecord:
@@ -289,7 +306,7 @@ class SQLiteStore:
     # -- the log ----------------------------------------------------------
 
     def load(self, run_id: str, *, upto: int | None = None) -> Loaded:
-        limit = upto if upto is not None else 2**62
+        limit = upto if upto is not None else _MAX_SEQ
         with self._tx(immediate=False) as conn:
             row = conn.execute(_Q["get_run"], (run_id,)).fetchone()
             if row is None:
@@ -297,12 +314,14 @@ class SQLiteStore:
             snap_row = conn.execute(_Q["latest_snapshot"], (run_id, limit)).fetchone()
             snap = Snapshot(*snap_row) if snap_row else None
             after = snap.seq if snap else 0
-            events = [_event(r) for r in conn.execute(_Q["read_events"], (run_id, after, limit))]
+            events = [
+                _event(r) for r in conn.execute(_Q["read_events"], _range(run_id, after, limit))
+            ]
         return Loaded(_record(row), snap, events)
 
     def read_events(self, run_id: str, *, after: int = 0, upto: int | None = None) -> list[Event]:
-        limit = upto if upto is not None else 2**62
-        rows = self._conn().execute(_Q["read_events"], (run_id, after, limit))
+        limit = upto if upto is not None else _MAX_SEQ
+        rows = self._conn().execute(_Q["read_events"], _range(run_id, after, limit))
         return [_event(tuple(r)) for r in rows]
 
     def append(
@@ -318,32 +337,58 @@ class SQLiteStore:
         now: float,
     ) -> int:
         conn = self._conn()
-        q = _Q["append_event"]
+        if len(events) == 1 and transition is None and snapshot is None and not writes:
+            # The hot path: one statement in autocommit is its own transaction (one
+            # round trip, one commit), and it checks the fencing token as it inserts.
+            return self._append_one(conn, run_id, events[0], expected_seq + 1, epoch)
         seq = expected_seq
         with self._tx():
             for e in events:
-                seq += 1
-                try:
-                    cur = conn.execute(
-                        q, (run_id, seq, e.type, e.data, e.at, e.actor, run_id, epoch)
-                    )
-                except sqlite3.IntegrityError:
-                    raise Conflict(
-                        f"run {run_id}: seq {seq} was already appended by another writer; "
-                        f"reload the run and try again"
-                    ) from None
-                if cur.rowcount == 0:
-                    raise self._refused(conn, run_id, epoch)
+                seq = self._append_one(conn, run_id, e, seq + 1, epoch)
             if transition is not None:
                 self._transition(conn, run_id, transition, now)
             for w in writes:
                 self._side_write(conn, w, now)
             if snapshot is not None:
-                conn.execute(
-                    _Q["insert_snapshot"],
-                    (snapshot.run_id, snapshot.seq, snapshot.data, snapshot.at),
-                )
+                self._put_snapshot(conn, snapshot)
         return seq
+
+    def _append_one(
+        self, conn: sqlite3.Connection, run_id: str, e: NewEvent, seq: int, epoch: int
+    ) -> int:
+        try:
+            cur = conn.execute(
+                _Q["append_event"],
+                {
+                    "id": run_id,
+                    "seq": seq,
+                    "type": e.type,
+                    "data": e.data,
+                    "at": e.at,
+                    "actor": e.actor,
+                    "epoch": epoch,
+                },
+            )
+        except sqlite3.IntegrityError:
+            raise Conflict(
+                f"run {run_id}: seq {seq} was already appended by another writer; "
+                f"reload the run and try again"
+            ) from None
+        except sqlite3.OperationalError as err:
+            raise self._translate(err) from None
+        if cur.rowcount == 0:
+            raise self._refused(conn, run_id, epoch)
+        return seq
+
+    def _put_snapshot(self, conn: sqlite3.Connection, snapshot: Snapshot) -> None:
+        conn.execute(
+            _Q["insert_snapshot"], (snapshot.run_id, snapshot.seq, snapshot.data, snapshot.at)
+        )
+
+    def save_snapshot(self, snapshot: Snapshot) -> None:
+        """Cache a folded state (a snapshot at a seq is always the same state)."""
+        with self._tx() as conn:
+            self._put_snapshot(conn, snapshot)
 
     def _transition(self, conn: sqlite3.Connection, run_id: str, t: Transition, now: float) -> None:
         conn.execute(
@@ -575,7 +620,9 @@ class SQLiteStore:
     def delete_runs(self, run_ids: Sequence[str]) -> int:
         ids = json.dumps(list(run_ids))  # one parameter, whatever the count
         with self._tx() as conn:
-            for table in ("events", "snapshots", "effects", "signals"):
+            for run_id in run_ids:
+                conn.execute(_Q["delete_run_events"], {"id": run_id})
+            for table in ("snapshots", "effects", "signals"):
                 conn.execute(_Q[f"delete_runs_{table}"], (ids,))
             return int(conn.execute(_Q["delete_runs_rows"], (ids,)).rowcount)
 
@@ -584,6 +631,17 @@ class SQLiteStore:
         try:
             conn.execute(_Q["vacuum"])
             conn.execute(_Q["wal_truncate"]).fetchall()
+        except sqlite3.Error as e:
+            raise self._translate(e) from None
+
+    # -- raw transactions (tether.memory, tether.artifacts) -------------------
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """This thread's connection inside one ``BEGIN IMMEDIATE`` transaction (see Store)."""
+        try:
+            with self._tx() as conn:
+                yield conn
         except sqlite3.Error as e:
             raise self._translate(e) from None
 

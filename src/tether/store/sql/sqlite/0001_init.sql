@@ -8,7 +8,8 @@ CREATE TABLE tether_meta (
 );
 
 CREATE TABLE runs (
-    id            TEXT PRIMARY KEY,
+    rk            INTEGER PRIMARY KEY,      -- the run's compact key: events are keyed by it
+    id            TEXT NOT NULL UNIQUE,
     agent         TEXT NOT NULL,
     version       TEXT,
     status        TEXT NOT NULL,            -- queued | running | waiting | completed | failed | cancelled
@@ -29,14 +30,15 @@ CREATE TABLE runs (
 CREATE INDEX runs_status ON runs (status, agent);
 CREATE INDEX runs_lease ON runs (lease_owner) WHERE lease_owner IS NOT NULL;
 
+-- One B-tree, no secondary index: key = (runs.rk << 32) | seq, so an append is a single
+-- rowid insert (the cost of the floor) and a run's log is stored contiguously. seq is
+-- 1, 2, 3… per run with no gaps, below 2^32.
 CREATE TABLE events (
-    run_id TEXT NOT NULL,
-    seq    INTEGER NOT NULL,                -- 1, 2, 3… per run, no gaps
+    key    INTEGER PRIMARY KEY,
     type   TEXT NOT NULL,
     data   TEXT NOT NULL,                   -- JSON (tether.codec)
     at     REAL NOT NULL,
-    actor  TEXT,
-    PRIMARY KEY (run_id, seq)
+    actor  TEXT
 );
 
 CREATE TABLE snapshots (

@@ -17,21 +17,20 @@ SELECT * FROM runs WHERE id = ?;
 
 -- name: append_event
 -- Append one event only while the writer's fencing token is current (0 rows: lease lost).
-INSERT INTO events (run_id, seq, type, data, at, actor)
-SELECT ?, ?, ?, ?, ?, ? FROM runs WHERE id = ? AND epoch = ?;
+INSERT INTO events (key, type, data, at, actor)
+SELECT (rk << 32) | :seq, :type, :data, :at, :actor FROM runs WHERE id = :id AND epoch = :epoch;
 
 -- name: insert_event
 -- Append one event without a fencing check (run creation, holder-free writes).
-INSERT INTO events (run_id, seq, type, data, at, actor) VALUES (?, ?, ?, ?, ?, ?);
-
--- name: last_seq
--- The highest seq of a run's log (0 when empty).
-SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?;
+INSERT INTO events (key, type, data, at, actor)
+SELECT (rk << 32) | :seq, :type, :data, :at, :actor FROM runs WHERE id = :id;
 
 -- name: read_events
--- A run's events with after < seq <= upto, in order.
-SELECT run_id, seq, type, data, at, actor FROM events
-WHERE run_id = ? AND seq > ? AND seq <= ? ORDER BY seq;
+-- A run's events with after < seq <= upto, in order (a range of the events B-tree).
+SELECT :id, e.key - r.base, e.type, e.data, e.at, e.actor
+FROM (SELECT rk << 32 AS base FROM runs WHERE id = :id) AS r
+JOIN events AS e ON e.key > r.base + :after AND e.key <= r.base + :upto
+ORDER BY e.key;
 
 -- name: update_status
 -- A status transition, in the same transaction as its event.
@@ -117,9 +116,11 @@ UPDATE runs SET cancel_requested = ?, updated_at = ? WHERE id = ?;
 
 -- == retention (tether gc): each takes a JSON array of run ids ==
 
--- name: delete_runs_events
--- Retention: every event of the runs.
-DELETE FROM events WHERE run_id IN (SELECT value FROM json_each(?));
+-- name: delete_run_events
+-- Retention: every event of one run (a range of the events B-tree).
+DELETE FROM events
+WHERE key > (SELECT rk << 32 FROM runs WHERE id = :id)
+  AND key < ((SELECT rk FROM runs WHERE id = :id) + 1) << 32;
 
 -- name: delete_runs_snapshots
 -- Retention: every snapshot of the runs.
