@@ -104,19 +104,27 @@ def open(
 ) -> App:
     """Open (creating if needed) a tether store and return its App.
 
-    ``url`` is a path or ``sqlite:///path`` for the embedded SQLite store.
+    ``url`` is a path or ``sqlite:///path`` for the embedded SQLite store, or
+    ``postgresql://user@host/db[?schema=name]`` for PostgreSQL (tables in schema
+    ``tether`` unless named; needs ``pip install 'tether[postgres]'``).
     ``durability`` is ``"normal"`` (SQLite ``synchronous=NORMAL``: a power loss
-    may drop the last commits, a process crash never does) or ``"full"``.
+    may drop the last commits, a process crash never does) or ``"full"``;
+    PostgreSQL follows the server's ``synchronous_commit``.
     """
+    from .store import Store
     from .store.sqlite import SQLiteStore, sqlite_path
 
     if not isinstance(url, str) or not url:
         raise ValueError(f"tether.open needs a path or a URL, not {url!r}")
-    if url.startswith(("postgres://", "postgresql://")):
-        raise ValueError("the PostgreSQL backend is not in this build yet; use a SQLite path")
     if durability not in ("normal", "full"):
         raise ValueError(f"durability is 'normal' or 'full', not {durability!r}")
-    store = SQLiteStore(sqlite_path(url), synchronous=durability, **options)
+    store: Store
+    if url.startswith(("postgres://", "postgresql://")):
+        from .store.postgres import PostgresStore  # psycopg is imported only for PostgreSQL
+
+        store = PostgresStore(url, **options)
+    else:
+        store = SQLiteStore(sqlite_path(url), synchronous=durability, **options)
     return App(
         store,
         clock=clock,

@@ -1,0 +1,833 @@
+"""The PostgreSQL backend (psycopg 3 and a ``psycopg_pool.ConnectionPool``).
+
+Many workers on many machines share one database. tether's tables live in
+their own PostgreSQL schema (``tether``, or ``?schema=name`` in the URL), found
+through the connections' ``search_path``, so a user's database is not
+polluted and tests can use throwaway schemas.
+
+Cost: pooled connections are in autocommit mode and each hot method is one
+statement, so an ``append`` (events, transition and snapshot together) is one
+round trip and one commit; ``load`` pipelines its consistent read (repeatable
+read) into one round trip. Statements are prepared on first use. Durability is
+the server's ``synchronous_commit`` (``on`` by default: a commit survives a
+power loss), so ``tether.open``'s ``durability`` does not apply here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+import zlib
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+try:
+    import psycopg
+    from psycopg import errors as pg_errors
+    from psycopg import sql
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+    from psycopg.rows import DictRow, dict_row
+    from psycopg_pool import ConnectionPool, PoolTimeout
+except ImportError as e:  # pragma: no cover - depends on the install
+    raise ImportError(
+        f"the PostgreSQL backend of tether needs psycopg 3 and psycopg-pool ({e}); "
+        f"install them with: pip install 'tether[postgres]'"
+    ) from e
+
+from ..errors import (
+    Conflict,
+    LeaseLost,
+    NotATetherDatabase,
+    NotFound,
+    QueueFull,
+    SchemaTooNew,
+    StoreError,
+)
+from ..events import Event, NewEvent
+from . import (
+    AuditRecord,
+    Effect,
+    EffectWrite,
+    Lease,
+    Loaded,
+    NewRun,
+    QueueLimits,
+    RunRecord,
+    Signal,
+    SignalTake,
+    Snapshot,
+    Transition,
+    WorkerRecord,
+    pick_within_limits,
+)
+from .queries import load_queries, migrations
+
+_Q = load_queries("postgres")
+_MIGRATIONS = migrations("postgres")
+SCHEMA_VERSION = _MIGRATIONS[-1][0]
+DEFAULT_SCHEMA = "tether"
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_LOCK_CLASS = 0x7465_7468  # "teth": the advisory-lock class of tether's migrations
+_QUEUE_LOCK_CLASS = 0x7465_7471  # "tetq": the advisory-lock class of queue claims
+_NO_LIMIT = 2**62
+_NEW_RUN_FIELDS = tuple(NewRun.__dataclass_fields__)
+
+Conn = psycopg.Connection[Any]
+log = logging.getLogger("tether.postgres")
+
+
+def split_url(url: str) -> tuple[str, str | None]:
+    """``(libpq URL, schema)``: the ``schema`` query parameter is tether's, not libpq's.
+
+    The rest of the query is kept byte for byte (libpq decodes it itself).
+    """
+    parts = urlsplit(url)
+    items = [i for i in parts.query.split("&") if i]
+    schemas = [unquote(i.partition("=")[2]) for i in items if i.partition("=")[0] == "schema"]
+    rest = "&".join(i for i in items if i.partition("=")[0] != "schema")
+    return urlunsplit(parts._replace(query=rest)), (schemas[-1] if schemas else None)
+
+
+def _check_schema(name: str) -> str:
+    if not _SCHEMA_NAME.match(name):
+        raise ValueError(
+            f"schema {name!r} is not a plain PostgreSQL name; use lowercase letters, digits "
+            f"and _ (at most 63), e.g. ?schema=tether"
+        )
+    return name
+
+
+def _describe(params: dict[str, Any]) -> str:
+    """``user@host:port/db`` for messages (never the password)."""
+    host = params.get("host") or params.get("hostaddr") or "localhost"
+    port = params.get("port") or "5432"
+    user = params.get("user")
+    db = params.get("dbname") or user or "postgres"
+    return f"{user + '@' if user else ''}{host}:{port}/{db}"
+
+
+def _record(row: DictRow) -> RunRecord:
+    return RunRecord(**{**row, "code": json.loads(row["code"])})
+
+
+def _event(row: tuple[Any, ...]) -> Event:
+    return Event(*row)
+
+
+def _run_params(run: NewRun, now: float, events: Sequence[NewEvent]) -> dict[str, Any]:
+    """A new run's columns and its first events, as named parameters."""
+    fields = {name: getattr(run, name) for name in _NEW_RUN_FIELDS}
+    return {**fields, "code": json.dumps(run.code), "now": now, **_columns(events)}
+
+
+def _columns(events: Sequence[NewEvent]) -> dict[str, list[Any]]:
+    """The events as four parallel arrays, unnested by one multi-row INSERT."""
+    return {
+        "types": [e.type for e in events],
+        "datas": [e.data for e in events],
+        "ats": [e.at for e in events],
+        "actors": [e.actor for e in events],
+    }
+
+
+def _one(cur: psycopg.Cursor[Any]) -> Any:
+    row = cur.fetchone()
+    assert row is not None, "the statement always returns one row"
+    return row
+
+
+class PostgresStore:
+    """A :class:`tether.store.Store` on one schema of a PostgreSQL database."""
+
+    dialect = "postgres"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str | None = None,
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 10.0,
+    ) -> None:
+        base, url_schema = split_url(url)
+        self.schema = _check_schema(schema or url_schema or DEFAULT_SCHEMA)
+        try:
+            params = conninfo_to_dict(base)
+        except psycopg.ProgrammingError as e:
+            raise ValueError(
+                f"not a PostgreSQL URL ({e}): give postgresql://user@host/db"
+            ) from None
+        self.where = f"{_describe(params)} (schema {self.schema})"
+        options = f"{params.get('options') or ''} -c search_path={self.schema}".strip()
+        self.conninfo = make_conninfo(
+            base, options=options, application_name=params.get("application_name") or "tether"
+        )
+        self.timeout = timeout
+        self.channel = f"tether_{self.schema}"  # LISTEN/NOTIFY: this schema's work channel
+        with self._connect() as conn:
+            self._migrate(conn)
+        self._pool = self._open_pool(min_size, max_size)
+        self._listener: Conn | None = None
+        self._listening = threading.Lock()  # one waiter at a time owns the listener
+
+    # -- connections ------------------------------------------------------
+
+    def _connect(self) -> Conn:
+        """One direct connection, for migrating (its errors say why it failed)."""
+        try:
+            return psycopg.connect(
+                self.conninfo, autocommit=True, connect_timeout=max(2, round(self.timeout))
+            )
+        except psycopg.Error as e:
+            raise StoreError(
+                f"cannot connect to PostgreSQL at {self.where}: {_first_line(e)}. Check that "
+                f"the server is running and that the URL's host, port, database, user and "
+                f"password are right."
+            ) from None
+
+    def _open_pool(self, min_size: int, max_size: int) -> ConnectionPool[Conn]:
+        pool: ConnectionPool[Conn] = ConnectionPool(
+            self.conninfo,
+            min_size=min_size,
+            max_size=max_size,
+            open=False,
+            timeout=self.timeout,
+            name=f"tether {self.where}",
+            kwargs={"autocommit": True, "prepare_threshold": 0},
+        )
+        try:
+            pool.open(wait=True, timeout=self.timeout)
+        except PoolTimeout:
+            pool.close()
+            raise StoreError(
+                f"PostgreSQL at {self.where} accepted one connection but the pool could not "
+                f"open {min_size} within {self.timeout}s; check max_connections"
+            ) from None
+        return pool
+
+    @contextmanager
+    def _borrow(self) -> Iterator[Conn]:
+        """A pooled connection for one transaction; driver errors become StoreError."""
+        try:
+            with self._pool.connection(timeout=self.timeout) as conn:
+                try:
+                    yield conn
+                except psycopg.Error as e:
+                    raise self._translate(e, conn) from None
+        except PoolTimeout:
+            raise StoreError(
+                f"no connection to PostgreSQL at {self.where} within {self.timeout}s: the "
+                f"server is unreachable or all {self._pool.max_size} pooled connections are "
+                f"busy; check the server, or open the store with a larger max_size"
+            ) from None
+
+    def _translate(self, e: psycopg.Error, conn: Conn) -> StoreError:
+        if not conn.broken:
+            return StoreError(f"PostgreSQL at {self.where}: {_first_line(e)}")
+        # The server went away (restart, failover): drop the pool's other dead connections
+        # now, so that only this call fails.
+        with suppress(psycopg.Error):
+            self._pool.check()
+        return StoreError(
+            f"lost the connection to PostgreSQL at {self.where} ({_first_line(e)}); the last "
+            f"write may or may not have been committed: reload the run and retry"
+        )
+
+    def close(self) -> None:
+        """Close the pool and every connection in it, and the listener."""
+        self._pool.close()
+        with self._listening:
+            if self._listener is not None:
+                self._listener.close()
+                self._listener = None
+
+    # -- schema -----------------------------------------------------------
+
+    def _migrate(self, conn: Conn) -> None:
+        try:
+            with conn.transaction():
+                conn.execute(_Q["migration_lock"], (_LOCK_CLASS, _lock_key(self.schema)))
+                version = self._schema_version(conn)
+                if not conn.execute(_Q["schema_exists"], (self.schema,)).fetchone():
+                    conn.execute(
+                        sql.SQL(_Q["create_schema"]).format(schema=sql.Identifier(self.schema))
+                    )
+                for number, _name, text in _MIGRATIONS:
+                    if number > version:
+                        conn.execute(text)
+                        conn.execute(_Q["set_schema_version"], (str(number),))
+        except psycopg.Error as e:
+            raise StoreError(
+                f"cannot prepare the tether schema at {self.where}: {_first_line(e)}"
+            ) from None
+
+    def _schema_version(self, conn: Conn) -> int:
+        tables = [r[0] for r in conn.execute(_Q["schema_tables"], (self.schema,))]
+        if "tether_meta" not in tables:
+            if tables:
+                raise NotATetherDatabase(
+                    f"schema {self.schema!r} at {self.where} holds tables of another program "
+                    f"({', '.join(tables[:5])}); tether will not write to it. Give tether its "
+                    f"own schema with ?schema=<name> in the URL."
+                )
+            return 0
+        row = conn.execute(_Q["schema_version"]).fetchone()
+        version = int(row[0]) if row else 0
+        if version > SCHEMA_VERSION:
+            raise SchemaTooNew(
+                f"PostgreSQL at {self.where} was written by a newer tether (schema {version}; "
+                f"this tether knows up to {SCHEMA_VERSION}). Upgrade tether to open it; it was "
+                f"not changed."
+            )
+        return version
+
+    def schema_version(self) -> int:
+        """The schema version of the open database."""
+        with self._borrow() as conn:
+            return int(_one(conn.execute(_Q["schema_version"]))[0])
+
+    # -- runs -------------------------------------------------------------
+
+    def create_run(
+        self,
+        run: NewRun,
+        events: Sequence[NewEvent],
+        *,
+        lease_owner: str | None,
+        now: float,
+        ttl: float,
+    ) -> Lease | None:
+        params = {
+            **_run_params(run, now, events),
+            "epoch": 1 if lease_owner else 0,
+            "lease_owner": lease_owner,
+            "lease_expires": now + ttl if lease_owner else None,
+        }
+        with self._borrow() as conn:
+            try:
+                created = _one(conn.execute(_Q["create_run"], params))[0]
+            except pg_errors.UniqueViolation as e:
+                if _constraint(e) == "runs_dedup":
+                    raise _dedup_conflict(run.queue, run.dedup_key) from None
+                created = 0  # events of that id exist: the id is taken all the same
+        if not created:
+            raise Conflict(f"a run with id {run.id!r} already exists")
+        return Lease(run.id, lease_owner, 1, now + ttl) if lease_owner else None
+
+    def get_run(self, run_id: str) -> RunRecord:
+        with self._borrow() as conn:
+            row = conn.cursor(row_factory=dict_row).execute(_Q["get_run"], (run_id,)).fetchone()
+        if row is None:
+            raise self._not_found(run_id)
+        return _record(row)
+
+    def list_runs(
+        self, *, status: str | None = None, agent: str | None = None, limit: int = 100
+    ) -> list[RunRecord]:
+        # SQLite reads a negative LIMIT as "no limit"; PostgreSQL's is NULL
+        params = {"status": status, "agent": agent, "limit": limit if limit >= 0 else None}
+        with self._borrow() as conn:
+            rows = conn.cursor(row_factory=dict_row).execute(_Q["list_runs"], params).fetchall()
+        return [_record(r) for r in rows]
+
+    def _not_found(self, run_id: str) -> NotFound:
+        return NotFound(f"no run {run_id!r} in {self.where}; `tether runs` lists the runs")
+
+    # -- the log ----------------------------------------------------------
+
+    def load(self, run_id: str, *, upto: int | None = None) -> Loaded:
+        limit = upto if upto is not None else _NO_LIMIT
+        with self._borrow() as conn:
+            with conn.pipeline():  # one round trip for the whole consistent read
+                conn.execute(_Q["begin_consistent_read"])
+                run_cur = conn.cursor(row_factory=dict_row).execute(_Q["get_run"], (run_id,))
+                snap_cur = conn.execute(_Q["latest_snapshot"], (run_id, limit))
+                ev_cur = conn.execute(_Q["events_after_snapshot"], {"id": run_id, "upto": limit})
+                conn.execute(_Q["commit"])
+            row, snap_row, ev_rows = run_cur.fetchone(), snap_cur.fetchone(), ev_cur.fetchall()
+        if row is None:
+            raise self._not_found(run_id)
+        snap = Snapshot(*snap_row) if snap_row else None
+        return Loaded(_record(row), snap, [_event(r) for r in ev_rows])
+
+    def read_events(self, run_id: str, *, after: int = 0, upto: int | None = None) -> list[Event]:
+        limit = upto if upto is not None else _NO_LIMIT
+        with self._borrow() as conn:
+            rows = conn.execute(_Q["read_events"], (run_id, after, limit)).fetchall()
+        return [_event(r) for r in rows]
+
+    def append(
+        self,
+        run_id: str,
+        events: Sequence[NewEvent],
+        *,
+        expected_seq: int,
+        epoch: int,
+        transition: Transition | None = None,
+        snapshot: Snapshot | None = None,
+        writes: Sequence[EffectWrite | SignalTake] = (),
+        now: float,
+    ) -> int:
+        extras = (transition, snapshot, writes)
+        with self._borrow() as conn:
+            try:
+                fenced, ok = self._append(conn, run_id, events, expected_seq, epoch, now, extras)
+            except pg_errors.UniqueViolation as e:
+                if _constraint(e) == "runs_dedup":
+                    raise _dedup_conflict(None, None, run_id) from None
+                raise Conflict(
+                    f"run {run_id}: seq {expected_seq + 1} was already appended by another "
+                    f"writer; reload the run and try again"
+                ) from None
+            if not fenced:
+                raise self._refused(conn, run_id, epoch)
+        if not ok:
+            raise Conflict(
+                f"run {run_id}: a signal this append takes was already taken by another wait; "
+                f"nothing was appended"
+            )
+        return expected_seq + len(events)
+
+    def _append(
+        self,
+        conn: Conn,
+        run_id: str,
+        events: Sequence[NewEvent],
+        expected: int,
+        epoch: int,
+        now: float,
+        extras: tuple[Transition | None, Snapshot | None, Sequence[EffectWrite | SignalTake]],
+    ) -> tuple[bool, bool]:
+        """Run the cheapest statement for the append's shape: (fenced, signals taken).
+
+        A statement pays for every table it names, so the common shapes (one event; with an
+        effects write; with a transition) have their own, and the rest take append_events.
+        """
+        transition, snapshot, writes = extras
+        one = len(events) == 1 and snapshot is None
+        if one and transition is None and not writes:
+            params = _event_params(run_id, epoch, expected, events[0])
+            fenced = conn.execute(_Q["append_event"], params).rowcount == 1
+            return fenced, True
+        if one and transition is None and len(writes) == 1 and isinstance(writes[0], EffectWrite):
+            query, extra = "append_event_effect", _effect_params(writes[0])
+        elif one and transition is not None and not writes:
+            query, extra = "append_event_transition", _transition_params(transition)
+        else:
+            return self._append_general(conn, run_id, events, expected, epoch, now, extras)
+        params = {**_event_params(run_id, epoch, expected, events[0]), "now": now, **extra}
+        return bool(_one(conn.execute(_Q[query], params))[0]), True
+
+    def _append_general(
+        self,
+        conn: Conn,
+        run_id: str,
+        events: Sequence[NewEvent],
+        expected: int,
+        epoch: int,
+        now: float,
+        extras: tuple[Transition | None, Snapshot | None, Sequence[EffectWrite | SignalTake]],
+    ) -> tuple[bool, bool]:
+        """Events, transition, snapshot and writes in one statement: (fenced, signals taken)."""
+        transition, snapshot, writes = extras
+        params = {
+            "run_id": run_id,
+            "epoch": epoch,
+            "expected": expected,
+            "now": now,
+            **_columns(events),
+            **_transition_params(transition),
+            **_snapshot_params(snapshot),
+            **_writes_params(writes),
+        }
+        fenced, ok = _one(conn.execute(_Q["append_events"], params))
+        return bool(fenced), bool(ok)
+
+    def save_snapshot(self, snapshot: Snapshot) -> None:
+        """Cache a folded state (a snapshot at a seq is always the same state)."""
+        params = (snapshot.run_id, snapshot.seq, snapshot.data, snapshot.at)
+        with self._borrow() as conn:
+            conn.execute(_Q["insert_snapshot"], params)
+
+    def _refused(self, conn: Conn, run_id: str, epoch: int) -> Exception:
+        row = conn.cursor(row_factory=dict_row).execute(_Q["get_run"], (run_id,)).fetchone()
+        if row is None:
+            return self._not_found(run_id)
+        return LeaseLost(
+            f"run {run_id}: this writer's lease (epoch {epoch}) was superseded by "
+            f"{row['lease_owner'] or 'another claim'} (epoch {row['epoch']}); it must stop. "
+            f"Nothing was appended."
+        )
+
+    # -- leases -----------------------------------------------------------
+
+    def claim(
+        self, run_id: str, *, owner: str, ttl: float, now: float, takeover: str | None = None
+    ) -> Lease:
+        params = {
+            "id": run_id,
+            "owner": owner,
+            "expires": now + ttl,
+            "now": now,
+            "takeover": takeover,
+        }
+        with self._borrow() as conn:
+            row = conn.execute(_Q["claim"], params).fetchone()
+            if row is None:
+                current = (
+                    conn.cursor(row_factory=dict_row).execute(_Q["get_run"], (run_id,)).fetchone()
+                )
+        if row is not None:
+            return Lease(run_id, owner, int(row[0]), now + ttl)
+        if current is None:
+            raise self._not_found(run_id)
+        expires = current["lease_expires"]
+        raise Conflict(
+            f"run {run_id} is being executed by {current['lease_owner'] or 'another worker'} "
+            f"(lease until {expires if expires is None else format(expires, '.3f')}); wait for "
+            f"it to finish or for its lease to expire"
+        )
+
+    def release(self, run_id: str, *, epoch: int) -> None:
+        with self._borrow() as conn:
+            conn.execute(_Q["release"], (run_id, epoch))
+
+    def renew(self, owner: str, *, ttl: float, now: float) -> int:
+        with self._borrow() as conn:
+            return conn.execute(_Q["renew"], (now + ttl, owner)).rowcount
+
+    # -- effects, signals, audit --------------------------------------------
+
+    def get_effect(self, key: str) -> Effect | None:
+        with self._borrow() as conn:
+            row = conn.execute(_Q["get_effect"], (key,)).fetchone()
+        return Effect(*row) if row else None
+
+    def send_signal(
+        self, run_id: str, name: str, payload: str, *, sender: str | None, now: float
+    ) -> bool:
+        params = {
+            "id": run_id,
+            "name": name,
+            "payload": payload,
+            "now": now,
+            "sender": sender,
+            "waiting_for": f"signal:{name}",
+        }
+        with self._borrow() as conn:
+            exists, woke = _one(conn.execute(_Q["send_signal"], params))
+        if not exists:
+            raise self._not_found(run_id)
+        return bool(woke)
+
+    def pending_signal(self, run_id: str, name: str) -> Signal | None:
+        with self._borrow() as conn:
+            row = conn.execute(_Q["pending_signal"], (run_id, name)).fetchone()
+        return Signal(*row) if row else None
+
+    def wake(self, run_id: str, waiting_for: str, *, now: float) -> bool:
+        params = {"id": run_id, "waiting_for": waiting_for, "now": now}
+        with self._borrow() as conn:
+            return conn.execute(_Q["wake_for"], params).rowcount == 1
+
+    def record_audit(
+        self, run_id: str | None, action: str, detail: str, *, actor: str | None, now: float
+    ) -> None:
+        with self._borrow() as conn:
+            conn.execute(_Q["insert_audit"], (run_id, now, actor, action, detail))
+
+    def read_audit(self, run_id: str) -> list[AuditRecord]:
+        with self._borrow() as conn:
+            rows = conn.execute(_Q["read_audit"], (run_id,)).fetchall()
+        return [AuditRecord(*r) for r in rows]
+
+    def request_cancel(self, run_id: str, *, compensate: bool, now: float) -> None:
+        flag = 2 if compensate else 1
+        with self._borrow() as conn:
+            found = conn.execute(_Q["request_cancel"], (flag, now, run_id)).rowcount
+        if not found:
+            raise self._not_found(run_id)
+
+    # -- the queue and its workers ------------------------------------------
+
+    def enqueue(
+        self, run: NewRun, events: Sequence[NewEvent], *, now: float, max_depth: int | None
+    ) -> tuple[str, bool]:
+        params = {**_run_params(run, now, events), "max_depth": max_depth}
+        with self._borrow() as conn:
+            existing, depth, created = self._enqueue(conn, run.queue, params)
+            if not created and existing is None and not (max_depth and depth >= max_depth):
+                # a concurrent enqueue of the same id or key committed first: find it
+                row = conn.execute(_Q["find_dedup"], params).fetchone()
+                existing = row[0] if row else None
+        if created:
+            return run.id, True
+        if existing is not None:
+            return str(existing), False
+        if max_depth is not None and depth >= max_depth:
+            raise QueueFull(
+                f"queue {run.queue!r} already holds {depth} queued runs (max_depth "
+                f"{max_depth}); retry later, add workers, or raise max_depth"
+            )
+        raise Conflict(f"run {run.id}: enqueued concurrently and gone again; enqueue it again")
+
+    def _enqueue(self, conn: Conn, queue: str | None, params: dict[str, Any]) -> Any:
+        """(existing id, depth, created); a bounded queue's depth is read under its lock."""
+        if params["max_depth"] is None:
+            return _one(conn.execute(_Q["enqueue"], params))
+        with conn.pipeline(), conn.transaction():  # one round trip: lock, count and insert
+            conn.execute(_Q["queue_lock"], (_QUEUE_LOCK_CLASS, self._queue_key(queue)))
+            cur = conn.execute(_Q["enqueue"], params)
+        return _one(cur)
+
+    def _queue_key(self, queue: str | None) -> int:
+        return _lock_key(f"{self.schema}:{queue}")
+
+    def claim_next(
+        self, queues: Sequence[QueueLimits], *, owner: str, ttl: float, now: float, capacity: int
+    ) -> list[tuple[RunRecord, Lease]]:
+        out: list[tuple[RunRecord, Lease]] = []
+        # Queues with limits are claimed under their lock, taken up front in one order (no
+        # deadlock between workers listing queues in different orders); the others rely on
+        # FOR UPDATE SKIP LOCKED alone.
+        keys = sorted({self._queue_key(q.name) for q in queues if _limited(q)})
+        with self._borrow() as conn, conn.transaction():
+            for key in keys:
+                conn.execute(_Q["queue_lock"], (_QUEUE_LOCK_CLASS, key))
+            for limits in queues:
+                if len(out) >= capacity:
+                    break
+                out += self._claim_from(conn, limits, owner, ttl, now, capacity - len(out))
+        return out
+
+    def _claim_from(
+        self, conn: Conn, limits: QueueLimits, owner: str, ttl: float, now: float, capacity: int
+    ) -> list[tuple[RunRecord, Lease]]:
+        running, budget = self._budget(conn, limits, now, capacity)
+        if budget <= 0:
+            return []
+        scan = budget if limits.per_key is None else budget * 20
+        cur = conn.cursor(row_factory=dict_row)
+        rows = cur.execute(
+            _Q["claim_candidates"], {"queue": limits.name, "now": now, "scan": scan}
+        ).fetchall()
+        by_id = {r["id"]: r for r in rows}
+        ids = pick_within_limits(
+            [(r["id"], r["concurrency_key"]) for r in rows], running, limits, budget
+        )
+        if not ids:
+            return []
+        params = {"ids": ids, "owner": owner, "expires": now + ttl, "now": now}
+        epochs = dict(conn.execute(_Q["claim_runs"], params).fetchall())
+        return [(_record(by_id[i]), Lease(i, owner, int(epochs[i]), now + ttl)) for i in ids]
+
+    def _budget(
+        self, conn: Conn, limits: QueueLimits, now: float, capacity: int
+    ) -> tuple[dict[str | None, int], int]:
+        """What runs in the queue (by concurrency key) and how many more it may claim."""
+        running: dict[str | None, int] = {}
+        if limits.concurrency is not None or limits.per_key is not None:
+            params = {"queue": limits.name, "now": now}
+            running = dict(conn.execute(_Q["running_in_queue"], params).fetchall())
+        budget = capacity
+        if limits.concurrency is not None:
+            budget = min(budget, limits.concurrency - sum(running.values()))
+        if limits.rate is not None:
+            n, period = limits.rate
+            recent = _one(conn.execute(_Q["claims_since"], (limits.name, now - period)))[0]
+            budget = min(budget, n - recent)
+        return running, budget
+
+    def register_worker(self, worker: WorkerRecord, *, now: float) -> None:
+        params = {
+            "id": worker.id,
+            "host": worker.host,
+            "pid": worker.pid,
+            "queues": json.dumps(worker.queues),
+            "concurrency": worker.concurrency,
+            "now": now,
+        }
+        with self._borrow() as conn:
+            conn.execute(_Q["upsert_worker"], params)
+
+    def worker_heartbeat(
+        self, worker_id: str, *, ttl: float, now: float
+    ) -> tuple[bool, dict[str, int]]:
+        params = {"id": worker_id, "expires": now + ttl, "now": now}
+        with self._borrow() as conn:
+            rows = conn.execute(_Q["worker_heartbeat"], params).fetchall()
+        cancels = {run_id: int(flag) for _, run_id, flag in rows if run_id is not None}
+        return bool(rows[0][0]), cancels
+
+    def list_workers(self) -> list[WorkerRecord]:
+        with self._borrow() as conn:
+            rows = conn.execute(_Q["list_workers"]).fetchall()
+        return [WorkerRecord(r[0], r[1], r[2], json.loads(r[3]), *r[4:]) for r in rows]
+
+    def remove_worker(self, worker_id: str, *, expire_leases: bool) -> None:
+        with self._borrow() as conn:
+            conn.execute(_Q["remove_worker"], {"id": worker_id, "expire": expire_leases})
+
+    def notify_work(self, queue: str) -> None:
+        with self._borrow() as conn:
+            conn.execute(_Q["notify_work"], (self.channel, queue))
+
+    def wait_for_work(self, queues: Sequence[str], timeout: float, wake: threading.Event) -> None:
+        """Wait on LISTEN for a NOTIFY naming one of ``queues``, checking ``wake`` every 50 ms.
+
+        One thread at a time listens; others (and any listener failure) fall back to waiting
+        on ``wake`` for ``timeout``, which is what the worker's poll interval allows anyway.
+        """
+        if not self._listening.acquire(blocking=False):
+            wake.wait(timeout)
+            return
+        try:
+            self._wait_notified(set(queues), timeout, wake)
+        except psycopg.Error as e:  # the next claim reports a dead server; here, just poll
+            log.warning("tether: LISTEN on %s failed (%s); polling", self.where, _first_line(e))
+            self._drop_listener()
+            wake.wait(timeout)
+        finally:
+            self._listening.release()
+
+    def _wait_notified(self, queues: set[str], timeout: float, wake: threading.Event) -> None:
+        listener = self._listener or self._listen()
+        deadline = time.monotonic() + timeout
+        while not wake.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            for note in listener.notifies(timeout=min(left, 0.05)):
+                if note.payload in queues:
+                    return
+
+    def _listen(self) -> Conn:
+        conn = psycopg.connect(
+            self.conninfo, autocommit=True, connect_timeout=max(2, round(self.timeout))
+        )
+        conn.execute(sql.SQL(_Q["listen"]).format(channel=sql.Identifier(self.channel)))
+        self._listener = conn
+        return conn
+
+    def _drop_listener(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+
+    def set_status(self, run_id: str, transition: Transition, *, now: float) -> None:
+        """Change a run's row status without an event (used by repairs and tests)."""
+        with self._borrow() as conn:
+            conn.execute(
+                _Q["update_status"], {"id": run_id, "now": now, **_transition_params(transition)}
+            )
+
+    # -- retention (tether gc) ----------------------------------------------
+
+    def delete_runs(self, run_ids: Sequence[str]) -> int:
+        with self._borrow() as conn:
+            return int(_one(conn.execute(_Q["delete_runs"], {"ids": list(run_ids)}))[0])
+
+    def vacuum(self) -> None:
+        with self._borrow() as conn:
+            conn.execute(_Q["vacuum"])
+
+    # -- raw transactions (tether.memory, tether.artifacts) -------------------
+
+    @contextmanager
+    def transaction(self) -> Iterator[Conn]:
+        """A pooled connection inside one transaction (see Store)."""
+        with self._borrow() as conn, conn.transaction():
+            yield conn
+
+
+def _event_params(run_id: str, epoch: int, expected: int, e: NewEvent) -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "epoch": epoch,
+        "seq": expected + 1,
+        "type": e.type,
+        "data": e.data,
+        "at": e.at,
+        "actor": e.actor,
+    }
+
+
+def _effect_params(w: EffectWrite) -> dict[str, Any]:
+    return {
+        "fx_key": w.key,
+        "fx_run": w.run_id,
+        "fx_position": w.position,
+        "fx_tool": w.tool,
+        "fx_status": w.status,
+        "fx_result": w.result,
+    }
+
+
+def _transition_params(t: Transition | None) -> dict[str, Any]:
+    if t is None:
+        return {"status": None, "release": False, "available_at": None, "waiting_for": None}
+    return {
+        "status": t.status,
+        "release": t.release,
+        "available_at": t.available_at,
+        "waiting_for": t.waiting_for,
+    }
+
+
+def _writes_params(writes: Sequence[EffectWrite | SignalTake]) -> dict[str, list[Any]]:
+    """Effects writes and signal takes as parallel arrays.
+
+    Several writes of one key keep the last (as applying them in order would): one
+    INSERT … ON CONFLICT DO UPDATE cannot touch a row twice.
+    """
+    effects = {w.key: w for w in writes if isinstance(w, EffectWrite)}.values()
+    takes = [w for w in writes if isinstance(w, SignalTake)]
+    return {
+        "fx_keys": [w.key for w in effects],
+        "fx_runs": [w.run_id for w in effects],
+        "fx_positions": [w.position for w in effects],
+        "fx_tools": [w.tool for w in effects],
+        "fx_statuses": [w.status for w in effects],
+        "fx_results": [w.result for w in effects],
+        "take_ids": [t.signal_id for t in takes],
+        "take_seqs": [t.seq for t in takes],
+    }
+
+
+def _snapshot_params(s: Snapshot | None) -> dict[str, Any]:
+    if s is None:
+        return {"snap_run": None, "snap_seq": None, "snap_data": None, "snap_at": None}
+    return {"snap_run": s.run_id, "snap_seq": s.seq, "snap_data": s.data, "snap_at": s.at}
+
+
+def _lock_key(name: str) -> int:
+    """An advisory-lock key for a name: its CRC-32 as a signed 32-bit int."""
+    key = zlib.crc32(name.encode())
+    return key - 2**32 if key >= 2**31 else key
+
+
+def _limited(q: QueueLimits) -> bool:
+    return q.concurrency is not None or q.per_key is not None or q.rate is not None
+
+
+def _constraint(e: psycopg.Error) -> str | None:
+    return e.diag.constraint_name
+
+
+def _dedup_conflict(queue: str | None, key: str | None, run_id: str | None = None) -> Conflict:
+    if run_id is not None:
+        return Conflict(
+            f"run {run_id}: another active run of its queue holds its dedup key; it cannot "
+            f"become active again until that run finishes"
+        )
+    return Conflict(f"queue {queue!r} already has an active run with dedup key {key!r}")
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]

@@ -1,0 +1,441 @@
+-- Named queries of the PostgreSQL backend. Each block: "-- name: <name>", then a
+-- one-line purpose, then the statement. Parameters are psycopg placeholders
+-- (%(name)s, or %s in order); every parameter is cast, so that a None is typed
+-- and a statement is prepared once whatever the Python values are. Tables are
+-- found through the connection's search_path (the tether schema).
+
+-- name: migration_lock
+-- Serialise concurrent openers of one schema while they check and migrate it (held to COMMIT).
+SELECT pg_advisory_xact_lock(%s::int, %s::int);
+
+-- name: schema_tables
+-- The tables, views and foreign tables of a schema (empty when the schema does not exist).
+SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+ORDER BY c.relname;
+
+-- name: schema_version
+-- The schema version recorded by the migrations (no row: 0).
+SELECT value FROM tether_meta WHERE key = 'schema_version';
+
+-- name: set_schema_version
+-- Record the schema version after a migration, in the migration's transaction.
+INSERT INTO tether_meta (key, value) VALUES ('schema_version', %s::text)
+ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+
+-- name: create_run
+-- Create a run row and its first events (seq 1..n) in one statement; no row inserted: the id
+-- exists. (A dedup key held by another active run fails on runs_dedup.)
+WITH run AS (
+    INSERT INTO runs (id, agent, version, status, code, created_at, updated_at, epoch,
+                      lease_owner, lease_expires, parent_id, fork_seq, session_id, owner,
+                      queue, priority, available_at, dedup_key, concurrency_key, claimed_at)
+    VALUES (%(id)s::text, %(agent)s::text, %(version)s::text, %(status)s::text, %(code)s::text,
+            %(now)s::float8, %(now)s::float8, %(epoch)s::bigint, %(lease_owner)s::text,
+            %(lease_expires)s::float8, %(parent_id)s::text, %(fork_seq)s::bigint,
+            %(session_id)s::text, %(owner)s::text, %(queue)s::text, %(priority)s::bigint,
+            %(available_at)s::float8, %(dedup_key)s::text, %(concurrency_key)s::text,
+            CASE WHEN %(lease_owner)s::text IS NULL THEN NULL ELSE %(now)s::float8 END)
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id
+), logged AS (
+    INSERT INTO events (run_id, seq, type, data, at, actor)
+    SELECT run.id, e.n, e.type, e.data, e.at, e.actor
+    FROM run, unnest(%(types)s::text[], %(datas)s::text[], %(ats)s::float8[], %(actors)s::text[])
+              WITH ORDINALITY AS e (type, data, at, actor, n)
+    RETURNING seq
+)
+SELECT (SELECT count(*) FROM run), (SELECT count(*) FROM logged);
+
+-- name: get_run
+-- One run row by id (columns named: a prepared SELECT * breaks when a migration adds one).
+SELECT id, agent, version, status, code, created_at, updated_at, epoch, lease_owner,
+       lease_expires, parent_id, fork_seq, session_id, owner, queue, priority, available_at,
+       waiting_for, cancel_requested, dedup_key, concurrency_key, claimed_at
+FROM runs WHERE id = %s::text;
+
+-- name: list_runs
+-- Runs, newest first, optionally filtered by status and agent.
+SELECT id, agent, version, status, code, created_at, updated_at, epoch, lease_owner,
+       lease_expires, parent_id, fork_seq, session_id, owner, queue, priority, available_at,
+       waiting_for, cancel_requested, dedup_key, concurrency_key, claimed_at
+FROM runs
+WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(agent)s::text IS NULL OR agent = %(agent)s::text)
+ORDER BY created_at DESC, id DESC LIMIT %(limit)s::bigint;
+
+-- name: append_event
+-- The hot path: append one event, only while the writer's fencing token is current (0 rows:
+-- lease lost, or no such run). The SELECT locks the run row FOR NO KEY UPDATE, which conflicts
+-- with a claim's UPDATE of the epoch: a claim that commits first makes this statement re-read
+-- the row, see the new epoch and insert nothing; an append that locks first commits before the
+-- claim can. A taken seq fails on the primary key. One statement: one round trip, one commit.
+INSERT INTO events (run_id, seq, type, data, at, actor)
+SELECT id, %(seq)s::bigint, %(type)s::text, %(data)s::text, %(at)s::float8, %(actor)s::text
+FROM runs WHERE id = %(run_id)s::text AND epoch = %(epoch)s::bigint
+FOR NO KEY UPDATE;
+
+-- name: append_event_effect
+-- One event and one effects-table write (a tool call's intent or outcome), fenced as in
+-- append_event, as one statement; returns 1 when the fencing passed. (A statement touches only
+-- the tables it names: the general append_events costs about twice as much.)
+WITH fenced AS (
+    SELECT id FROM runs WHERE id = %(run_id)s::text AND epoch = %(epoch)s::bigint
+    FOR NO KEY UPDATE
+), logged AS (
+    INSERT INTO events (run_id, seq, type, data, at, actor)
+    SELECT fenced.id, %(seq)s::bigint, %(type)s::text, %(data)s::text, %(at)s::float8,
+           %(actor)s::text
+    FROM fenced
+    RETURNING seq
+), effected AS (
+    INSERT INTO effects (key, run_id, position, tool, status, result, created_at, updated_at)
+    SELECT %(fx_key)s::text, %(fx_run)s::text, %(fx_position)s::bigint, %(fx_tool)s::text,
+           %(fx_status)s::text, %(fx_result)s::text, %(now)s::float8, %(now)s::float8
+    FROM fenced
+    ON CONFLICT (key) DO UPDATE SET status = excluded.status, result = excluded.result,
+                                    updated_at = excluded.updated_at
+    RETURNING key
+)
+SELECT count(*) FROM fenced;
+
+-- name: append_event_transition
+-- One event and a status transition (a run starts, waits, stops or ends), fenced as in
+-- append_event, as one statement; returns 1 when the fencing passed.
+WITH fenced AS (
+    SELECT id FROM runs WHERE id = %(run_id)s::text AND epoch = %(epoch)s::bigint
+    FOR NO KEY UPDATE
+), logged AS (
+    INSERT INTO events (run_id, seq, type, data, at, actor)
+    SELECT fenced.id, %(seq)s::bigint, %(type)s::text, %(data)s::text, %(at)s::float8,
+           %(actor)s::text
+    FROM fenced
+    RETURNING seq
+), moved AS (
+    UPDATE runs SET status = %(status)s::text, updated_at = %(now)s::float8,
+           available_at = %(available_at)s::float8, waiting_for = %(waiting_for)s::text,
+           lease_owner = CASE WHEN %(release)s::bool THEN NULL ELSE lease_owner END,
+           lease_expires = CASE WHEN %(release)s::bool THEN NULL ELSE lease_expires END
+    WHERE id = (SELECT id FROM fenced)
+    RETURNING id
+)
+SELECT count(*) FROM fenced;
+
+-- name: append_events
+-- The general append: events as seq expected+1… with the optional status transition, effects
+-- writes, signal takes and snapshot, fenced as in append_event, as one statement (one round
+-- trip, one commit). Events and writes arrive as parallel arrays. Every write hangs on `ok`: the fencing
+-- passed and every signal to take is still pending (locked, so a concurrent taker waits and
+-- then finds it taken), so a refusal writes nothing. Returns (fenced, ok) as 0/1.
+-- FOR NO KEY UPDATE rather than FOR SHARE: two same-epoch writers that both held a share lock
+-- would deadlock when their transitions upgrade it.
+WITH fenced AS (
+    SELECT id FROM runs WHERE id = %(run_id)s::text AND epoch = %(epoch)s::bigint
+    FOR NO KEY UPDATE
+), takeable AS (
+    SELECT s.id, t.seq FROM signals s
+    JOIN unnest(%(take_ids)s::bigint[], %(take_seqs)s::bigint[]) AS t (id, seq) ON s.id = t.id
+    WHERE s.taken_seq IS NULL
+    FOR UPDATE OF s
+), ok AS (
+    SELECT id FROM fenced
+    WHERE (SELECT count(DISTINCT id) FROM takeable) = cardinality(%(take_ids)s::bigint[])
+), logged AS (
+    INSERT INTO events (run_id, seq, type, data, at, actor)
+    SELECT ok.id, %(expected)s::bigint + e.n, e.type, e.data, e.at, e.actor
+    FROM ok, unnest(%(types)s::text[], %(datas)s::text[], %(ats)s::float8[],
+                    %(actors)s::text[]) WITH ORDINALITY AS e (type, data, at, actor, n)
+    RETURNING seq
+), moved AS (
+    UPDATE runs SET status = %(status)s::text, updated_at = %(now)s::float8,
+           available_at = %(available_at)s::float8, waiting_for = %(waiting_for)s::text,
+           lease_owner = CASE WHEN %(release)s::bool THEN NULL ELSE lease_owner END,
+           lease_expires = CASE WHEN %(release)s::bool THEN NULL ELSE lease_expires END
+    WHERE id = (SELECT id FROM ok) AND %(status)s::text IS NOT NULL
+    RETURNING id
+), effected AS (
+    INSERT INTO effects (key, run_id, position, tool, status, result, created_at, updated_at)
+    SELECT w.key, w.run_id, w.position, w.tool, w.status, w.result,
+           %(now)s::float8, %(now)s::float8
+    FROM ok, unnest(%(fx_keys)s::text[], %(fx_runs)s::text[], %(fx_positions)s::bigint[],
+                    %(fx_tools)s::text[], %(fx_statuses)s::text[], %(fx_results)s::text[])
+             AS w (key, run_id, position, tool, status, result)
+    ON CONFLICT (key) DO UPDATE SET status = excluded.status, result = excluded.result,
+                                    updated_at = excluded.updated_at
+    RETURNING key
+), taken AS (
+    UPDATE signals SET taken_seq = takeable.seq
+    FROM takeable, ok WHERE signals.id = takeable.id
+    RETURNING signals.id
+), snapped AS (
+    INSERT INTO snapshots (run_id, seq, data, at)
+    SELECT %(snap_run)s::text, %(snap_seq)s::bigint, %(snap_data)s::text, %(snap_at)s::float8
+    FROM ok WHERE %(snap_data)s::text IS NOT NULL
+    ON CONFLICT (run_id, seq) DO NOTHING
+    RETURNING seq
+)
+SELECT (SELECT count(*) FROM fenced), (SELECT count(*) FROM ok);
+
+-- name: read_events
+-- A run's events with after < seq <= upto, in order.
+SELECT run_id, seq, type, data, at, actor FROM events
+WHERE run_id = %s::text AND seq > %s::bigint AND seq <= %s::bigint ORDER BY seq;
+
+-- name: latest_snapshot
+-- The newest snapshot at or before a seq.
+SELECT run_id, seq, data, at FROM snapshots
+WHERE run_id = %s::text AND seq <= %s::bigint ORDER BY seq DESC LIMIT 1;
+
+-- name: events_after_snapshot
+-- A run's events after its newest snapshot at or before upto, up to upto, in order.
+SELECT run_id, seq, type, data, at, actor FROM events
+WHERE run_id = %(id)s::text AND seq <= %(upto)s::bigint
+  AND seq > COALESCE((SELECT max(seq) FROM snapshots
+                      WHERE run_id = %(id)s::text AND seq <= %(upto)s::bigint), 0)
+ORDER BY seq;
+
+-- name: update_status
+-- A status transition without an event (repairs and tests).
+UPDATE runs SET status = %(status)s::text, updated_at = %(now)s::float8,
+       available_at = %(available_at)s::float8, waiting_for = %(waiting_for)s::text,
+       lease_owner = CASE WHEN %(release)s::bool THEN NULL ELSE lease_owner END,
+       lease_expires = CASE WHEN %(release)s::bool THEN NULL ELSE lease_expires END
+WHERE id = %(id)s::text;
+
+-- name: claim
+-- Take the run's lease when it is free, expired, ours, or held by :takeover; bump the fencing
+-- token. The UPDATE locks the row like SELECT … FOR UPDATE: a concurrent claimer waits, then
+-- re-checks the condition against the committed row, so exactly one of them wins.
+UPDATE runs SET epoch = epoch + 1, lease_owner = %(owner)s::text,
+       lease_expires = %(expires)s::float8, updated_at = %(now)s::float8
+WHERE id = %(id)s::text
+  AND (lease_owner IS NULL OR lease_expires < %(now)s::float8
+       OR lease_owner = %(takeover)s::text OR lease_owner = %(owner)s::text)
+RETURNING epoch;
+
+-- name: release
+-- Give the lease back (only the current holder can).
+UPDATE runs SET lease_owner = NULL, lease_expires = NULL
+WHERE id = %s::text AND epoch = %s::bigint;
+
+-- name: renew
+-- Heartbeat: extend every lease this owner holds.
+UPDATE runs SET lease_expires = %s::float8 WHERE lease_owner = %s::text;
+
+-- name: create_schema
+-- Create tether's schema ({schema} is filled in as a quoted identifier) before the first migration.
+CREATE SCHEMA IF NOT EXISTS {schema};
+
+-- name: begin_consistent_read
+-- Start a read-only transaction whose statements all see one snapshot (load).
+BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY;
+
+-- name: commit
+-- End the consistent read.
+COMMIT;
+
+-- name: schema_exists
+-- One row when the schema exists (creating it needs a privilege that using it does not).
+SELECT 1 FROM pg_namespace WHERE nspname = %s;
+
+-- name: get_effect
+-- One effect by idempotency key.
+SELECT key, run_id, position, tool, status, result, created_at, updated_at
+FROM effects WHERE key = %s::text;
+
+-- name: send_signal
+-- Keep a signal for an existing run and wake the run if it waits for it, in one statement.
+-- Returns (the run exists, it was woken) as 0/1.
+WITH run AS (
+    SELECT id FROM runs WHERE id = %(id)s::text
+), sent AS (
+    INSERT INTO signals (run_id, name, payload, sent_at, sender)
+    SELECT run.id, %(name)s::text, %(payload)s::text, %(now)s::float8, %(sender)s::text FROM run
+    RETURNING id
+), woke AS (
+    UPDATE runs SET status = 'queued', waiting_for = NULL, available_at = %(now)s::float8,
+           updated_at = %(now)s::float8
+    WHERE id = (SELECT id FROM run) AND status = 'waiting'
+      AND waiting_for = %(waiting_for)s::text
+    RETURNING id
+)
+SELECT (SELECT count(*) FROM run), (SELECT count(*) FROM woke);
+
+-- name: wake_for
+-- Make a run that waits for exactly this thing resumable (status queued).
+UPDATE runs SET status = 'queued', waiting_for = NULL, available_at = %(now)s::float8,
+       updated_at = %(now)s::float8
+WHERE id = %(id)s::text AND status = 'waiting' AND waiting_for = %(waiting_for)s::text;
+
+-- name: pending_signal
+-- The oldest signal of this name not taken yet.
+SELECT id, run_id, name, payload, sent_at, sender FROM signals
+WHERE run_id = %s::text AND name = %s::text AND taken_seq IS NULL ORDER BY id LIMIT 1;
+
+-- name: insert_audit
+-- Record a refused or notable operation.
+INSERT INTO audit (run_id, at, actor, action, detail)
+VALUES (%s::text, %s::float8, %s::text, %s::text, %s::text);
+
+-- name: read_audit
+-- A run's audit records in order.
+SELECT id, run_id, at, actor, action, detail FROM audit WHERE run_id = %s::text ORDER BY id;
+
+-- name: request_cancel
+-- Ask the process executing a run to stop at its next step (2: and compensate).
+UPDATE runs SET cancel_requested = %s::int, updated_at = %s::float8 WHERE id = %s::text;
+
+-- name: delete_runs
+-- Retention: the runs with their events, snapshots, effects and signals, as one statement;
+-- returns how many run rows were deleted. Audit records are kept.
+WITH gone_events AS (
+    DELETE FROM events WHERE run_id = ANY(%(ids)s::text[])
+), gone_snapshots AS (
+    DELETE FROM snapshots WHERE run_id = ANY(%(ids)s::text[])
+), gone_effects AS (
+    DELETE FROM effects WHERE run_id = ANY(%(ids)s::text[])
+), gone_signals AS (
+    DELETE FROM signals WHERE run_id = ANY(%(ids)s::text[])
+), gone_runs AS (
+    DELETE FROM runs WHERE id = ANY(%(ids)s::text[]) RETURNING id
+)
+SELECT count(*) FROM gone_runs;
+
+-- name: vacuum
+-- Make deleted rows' space reusable and return trailing empty pages to the file system
+-- (not inside a transaction; tether's tables only).
+VACUUM runs, events, snapshots, blobs, effects, signals, audit;
+
+-- == the queue and its workers ==
+
+-- name: queue_lock
+-- Serialise the claims (or bounded enqueues) of one queue, to the end of the transaction, so
+-- that counts read after it (running, recent claims, depth) stay true until the commit.
+SELECT pg_advisory_xact_lock(%s::int, %s::int);
+
+-- name: enqueue
+-- Create a queued run unless its id, or its (queue, dedup key) among active runs, is taken,
+-- or the queue is full (depth >= max_depth); returns (an existing run's id, the depth, created).
+-- A concurrent enqueue of the same key makes ON CONFLICT skip the insert: the caller looks the
+-- holder up again (find_dedup) with a fresh snapshot.
+WITH existing AS (
+    SELECT id FROM runs WHERE id = %(id)s::text
+    UNION ALL
+    (SELECT id FROM runs
+     WHERE queue = %(queue)s::text AND dedup_key = %(dedup_key)s::text
+       AND status IN ('queued', 'running', 'waiting')
+     LIMIT 1)
+), depth AS (
+    SELECT count(*) AS n FROM runs
+    WHERE %(max_depth)s::bigint IS NOT NULL AND queue = %(queue)s::text AND status = 'queued'
+), run AS (
+    INSERT INTO runs (id, agent, version, status, code, created_at, updated_at, parent_id,
+                      fork_seq, session_id, owner, queue, priority, available_at, dedup_key,
+                      concurrency_key)
+    SELECT %(id)s::text, %(agent)s::text, %(version)s::text, %(status)s::text, %(code)s::text,
+           %(now)s::float8, %(now)s::float8, %(parent_id)s::text, %(fork_seq)s::bigint,
+           %(session_id)s::text, %(owner)s::text, %(queue)s::text, %(priority)s::bigint,
+           %(available_at)s::float8, %(dedup_key)s::text, %(concurrency_key)s::text
+    WHERE NOT EXISTS (SELECT 1 FROM existing)
+      AND (%(max_depth)s::bigint IS NULL OR (SELECT n FROM depth) < %(max_depth)s::bigint)
+    ON CONFLICT DO NOTHING
+    RETURNING id
+), logged AS (
+    INSERT INTO events (run_id, seq, type, data, at, actor)
+    SELECT run.id, e.n, e.type, e.data, e.at, e.actor
+    FROM run, unnest(%(types)s::text[], %(datas)s::text[], %(ats)s::float8[], %(actors)s::text[])
+              WITH ORDINALITY AS e (type, data, at, actor, n)
+    RETURNING seq
+)
+SELECT (SELECT id FROM existing LIMIT 1), (SELECT n FROM depth), (SELECT count(*) FROM run);
+
+-- name: find_dedup
+-- The run holding an id, or the active run holding a dedup key in a queue.
+SELECT id FROM runs WHERE id = %(id)s::text
+UNION ALL
+SELECT id FROM runs WHERE queue = %(queue)s::text AND dedup_key = %(dedup_key)s::text
+  AND status IN ('queued', 'running', 'waiting')
+LIMIT 1;
+
+-- name: running_in_queue
+-- Runs of a queue executing under a live lease, by concurrency key.
+SELECT concurrency_key, count(*) FROM runs
+WHERE queue = %(queue)s::text AND status = 'running' AND lease_owner IS NOT NULL
+  AND lease_expires >= %(now)s::float8
+GROUP BY concurrency_key;
+
+-- name: claims_since
+-- How many claims a queue made since a time (rate limits).
+SELECT count(*) FROM runs WHERE queue = %s::text AND claimed_at > %s::float8;
+
+-- name: claim_candidates
+-- Claimable runs of one queue, best first, locked (FOR UPDATE SKIP LOCKED: rows another worker
+-- is claiming are passed over, not waited for; a row changed since the statement began is
+-- re-checked): queued and due, waiting and due, or running under an expired lease. The rows
+-- as they are before the claim.
+SELECT id, agent, version, status, code, created_at, updated_at, epoch, lease_owner,
+       lease_expires, parent_id, fork_seq, session_id, owner, queue, priority, available_at,
+       waiting_for, cancel_requested, dedup_key, concurrency_key, claimed_at
+FROM runs
+WHERE queue = %(queue)s::text AND (
+      (status = 'queued' AND (available_at IS NULL OR available_at <= %(now)s::float8))
+   OR (status = 'waiting' AND available_at IS NOT NULL AND available_at <= %(now)s::float8)
+   OR (status = 'running' AND (lease_owner IS NULL OR lease_expires < %(now)s::float8)))
+ORDER BY priority DESC, COALESCE(available_at, created_at), created_at, id
+LIMIT %(scan)s::bigint
+FOR UPDATE SKIP LOCKED;
+
+-- name: claim_runs
+-- Take locked claimable runs for a worker: new leases and fencing tokens.
+UPDATE runs SET status = 'running', epoch = epoch + 1, lease_owner = %(owner)s::text,
+       lease_expires = %(expires)s::float8, claimed_at = %(now)s::float8,
+       updated_at = %(now)s::float8, waiting_for = NULL
+WHERE id = ANY(%(ids)s::text[])
+RETURNING id, epoch;
+
+-- name: upsert_worker
+-- Register (or re-register) a worker.
+INSERT INTO workers (id, host, pid, queues, concurrency, started_at, heartbeat_at)
+VALUES (%(id)s::text, %(host)s::text, %(pid)s::int, %(queues)s::text, %(concurrency)s::int,
+        %(now)s::float8, %(now)s::float8)
+ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at, stopping = 0;
+
+-- name: worker_heartbeat
+-- A worker is alive: extend its leases and its row, in one statement. One row per run of it
+-- asked to cancel (run id, 1 or 2), or one row with a NULL id; each row says whether the worker
+-- was asked to stop (NULL: no such worker).
+WITH renewed AS (
+    UPDATE runs SET lease_expires = %(expires)s::float8 WHERE lease_owner = %(id)s::text
+    RETURNING id, cancel_requested
+), beat AS (
+    UPDATE workers SET heartbeat_at = %(now)s::float8 WHERE id = %(id)s::text
+    RETURNING stopping
+)
+SELECT (SELECT stopping FROM beat), renewed.id, renewed.cancel_requested
+FROM (SELECT 1) AS one LEFT JOIN renewed ON renewed.cancel_requested > 0;
+
+-- name: list_workers
+-- Every registered worker, newest heartbeat first.
+SELECT id, host, pid, queues, concurrency, started_at, heartbeat_at, stopping FROM workers
+ORDER BY heartbeat_at DESC;
+
+-- name: remove_worker
+-- Forget a worker; optionally make its leases claimable at once.
+WITH gone AS (
+    DELETE FROM workers WHERE id = %(id)s::text
+)
+UPDATE runs SET lease_expires = 0 WHERE lease_owner = %(id)s::text AND %(expire)s::bool;
+
+-- name: notify_work
+-- Wake the workers that LISTEN on this schema's channel: the payload is the queue's name.
+SELECT pg_notify(%s::text, %s::text);
+
+-- name: listen
+-- Subscribe this session to the schema's work channel ({channel} is a quoted identifier).
+LISTEN {channel};
+
+-- name: insert_snapshot
+-- Cache a folded state (idempotent: a snapshot at a seq is always the same state).
+INSERT INTO snapshots (run_id, seq, data, at)
+VALUES (%s::text, %s::bigint, %s::text, %s::float8)
+ON CONFLICT (run_id, seq) DO NOTHING;

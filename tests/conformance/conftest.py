@@ -1,0 +1,103 @@
+"""The conformance suite: every Store test runs on SQLite and on PostgreSQL.
+
+The ``backend`` fixture is parametrised over both; each test gets a fresh,
+empty store: a SQLite file in ``tmp_path``, or a PostgreSQL schema ``t_<random>``
+(dropped after the test) in the database of ``TETHER_PG_URL`` (default
+``postgresql://postgres@127.0.0.1:5432/test``).
+
+When PostgreSQL cannot be reached its tests FAIL, naming the URL and what to do:
+a green run means both backends were tested. Set ``TETHER_SKIP_PG=1`` to skip
+them on purpose.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _conformance import PG_URL, Backend, with_schema
+
+from tether.store import Store
+
+SKIP_PG = os.environ.get("TETHER_SKIP_PG") == "1"
+BACKENDS = ["sqlite", "postgres"]
+
+_pg_error: list[str] = []  # why PostgreSQL is unreachable (checked once per session)
+
+
+def _pg_reachable() -> str | None:
+    if not _pg_error:
+        try:
+            import psycopg
+
+            with psycopg.connect(PG_URL, connect_timeout=5):
+                _pg_error.append("")
+        except Exception as e:  # any failure means: not testable
+            _pg_error.append(f"{type(e).__name__}: {str(e).strip().splitlines()[0]}")
+    return _pg_error[0] or None
+
+
+def _drop_schema(schema: str) -> None:
+    import psycopg
+
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE".encode())
+
+
+@contextlib.contextmanager
+def _location(name: str, tmp_path: Path) -> Iterator[Backend]:
+    if name == "sqlite":
+        b = Backend("sqlite", str(tmp_path / "tether.db"))
+        try:
+            yield b
+        finally:
+            b.close_all()
+        return
+    if SKIP_PG:
+        pytest.skip("TETHER_SKIP_PG=1: the PostgreSQL conformance tests are skipped on request")
+    why = _pg_reachable()
+    if why is not None:
+        pytest.fail(
+            f"PostgreSQL at {PG_URL} cannot be reached ({why}). The conformance suite runs "
+            f"every Store test on PostgreSQL too: start PostgreSQL, or point TETHER_PG_URL "
+            f"at one, or set TETHER_SKIP_PG=1 to skip these tests on purpose.",
+            pytrace=False,
+        )
+    schema = f"t_{secrets.token_hex(6)}"
+    b = Backend("postgres", with_schema(PG_URL, schema), schema)
+    try:
+        yield b
+    finally:
+        b.close_all()
+        _drop_schema(schema)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """A fresh store location (not created yet) on each backend."""
+    with _location(request.param, tmp_path) as b:
+        yield b
+
+
+@pytest.fixture
+def sqlite_backend(tmp_path: Path) -> Iterator[Backend]:
+    """A fresh SQLite location, for the cases only SQLite has."""
+    with _location("sqlite", tmp_path) as b:
+        yield b
+
+
+@pytest.fixture
+def pg_backend(tmp_path: Path) -> Iterator[Backend]:
+    """A fresh PostgreSQL schema, for the cases only PostgreSQL has."""
+    with _location("postgres", tmp_path) as b:
+        yield b
+
+
+@pytest.fixture
+def store(backend: Backend) -> Store:
+    """A fresh, empty store on each backend."""
+    return backend.open()

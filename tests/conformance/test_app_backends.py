@@ -1,0 +1,129 @@
+"""The App runs unchanged on every backend: tether.open(url), run, crash, resume, tools,
+approvals, signals and workers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from _conformance import Backend
+
+import tether
+
+pytestmark = pytest.mark.conformance
+
+
+class Crash(BaseException):
+    """Stands for the process dying mid-run (not an Exception: the run pauses)."""
+
+
+@pytest.fixture
+def app(backend: Backend) -> Iterator[tether.App]:
+    a = tether.open(backend.url)
+    yield a
+    a.close()
+
+
+def _register(app: tether.App, calls: list[str], crash_after_first: list[bool]) -> Any:
+    def send(to: str, *, idempotency_key: str) -> str:
+        calls.append(f"send:{to}")
+        return f"sent to {to} ({len(idempotency_key)})"
+
+    def fetch(who: str) -> str:
+        calls.append("fetch")
+        return f"facts about {who}"
+
+    app.tool(send, risk="write")
+
+    @app.agent
+    def pipeline(run: tether.Run, who: str) -> dict[str, Any]:
+        first = run.step("fetch", fetch, who)
+        if crash_after_first and crash_after_first.pop():
+            raise Crash
+        plan = run.decide("route", choice="email", why="short answer")
+        run.vars["plan"] = plan
+        receipt = run.tool(send, who)
+        return {"first": first, "plan": plan, "receipt": receipt}
+
+    return pipeline
+
+
+def test_open_picks_the_backend_from_the_url(app: tether.App, backend: Backend) -> None:
+    expected = "SQLiteStore" if backend.name == "sqlite" else "PostgresStore"
+    assert type(app.store).__name__ == expected
+
+
+def test_a_run_completes_and_its_log_is_contiguous(app: tether.App) -> None:
+    calls: list[str] = []
+    handle = app.run(_register(app, calls, []), "ada")
+    assert handle.status == "completed"
+    assert handle.output == {
+        "first": "facts about ada",
+        "plan": "email",
+        "receipt": handle.output["receipt"],
+    }
+    assert handle.output["receipt"].startswith("sent to ada")
+    assert calls == ["fetch", "send:ada"]
+    events = app.events(handle.id)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    state = app.get(handle.id)
+    assert state.status == "completed" and state.vars["plan"] == "email"
+    assert [r.id for r in app.runs(status="completed")] == [handle.id]
+
+
+def test_a_crashed_run_resumes_in_a_new_app_reusing_completed_steps(
+    backend: Backend, app: tether.App
+) -> None:
+    calls: list[str] = []
+    agent = _register(app, calls, [True])
+    with pytest.raises(Crash):
+        app.run(agent, "bob")
+    [record] = app.runs()
+    assert record.status == "queued" and record.lease_owner is None
+    assert calls == ["fetch"]
+
+    with tether.open(backend.url) as again:  # as a new process would
+        _register(again, calls, [])
+        handle = again.resume(record.id)
+        assert handle.status == "completed"
+        assert [name for _, name in handle.reused] == ["fetch"]
+        assert "fetch" not in [name for _, name in handle.executed]
+        assert calls == ["fetch", "send:bob"]  # nothing ran twice
+        assert again.resume(record.id).output == handle.output  # finished: no re-execution
+    assert calls == ["fetch", "send:bob"]
+
+
+def test_approvals_and_signals_wait_without_a_process(app: tether.App) -> None:
+    @app.agent
+    def gated(run: tether.Run) -> object:
+        run.approve("go")
+        return run.wait("docs", timeout="1h")
+
+    handle = app.run(gated)
+    assert handle.status == "waiting"
+    assert app.store.get_run(handle.id).waiting_for == "approval:go"
+    app.approve(handle.id, "go", by="ops")
+    assert app.resume(handle.id).status == "waiting"
+    assert app.signal(handle.id, "docs", {"files": 2}, sender="uploader") is True
+    done = app.resume(handle.id)
+    assert (done.status, done.output) == ("completed", {"files": 2})
+
+
+def test_a_worker_executes_queued_runs(app: tether.App) -> None:
+    seen: list[int] = []
+
+    def compute(n: int) -> int:
+        seen.append(n)
+        return n * n
+
+    @app.agent
+    def square(run: tether.Run, n: int) -> int:
+        return int(run.step("square", compute, n))
+
+    ids = [app.start(square, n, queue="default") for n in range(6)]
+    stats = app.worker(queues=["default"], concurrency=3, poll=0.05).run(
+        until_idle=True, install_signals=False
+    )
+    assert stats.claimed == 6 and sorted(seen) == list(range(6))
+    assert [app.get(i).output for i in ids] == [n * n for n in range(6)]
