@@ -12,8 +12,9 @@ Journal takes them) and a few effects rows. Half of the runs were last changed 6
 ago, half today. Then ``app.gc(older_than="30d", status=["completed"])`` runs through the
 App, as ``tether gc --older-than 30d --status completed`` would, and the script reports
 the time of the deletes and of the VACUUM, the bytes before and after, and the rows left
-behind for deleted runs in every table with a ``run_id`` (it must be 0 everywhere but
-the audit log, which is kept on purpose). Finally a kept run must still load exactly.
+behind for deleted runs in the events (keyed by the run's ``rk``) and in every table with
+a ``run_id`` (it must be 0 everywhere but the audit log, which is kept on purpose).
+Finally a kept run must still load exactly.
 """
 
 from __future__ import annotations
@@ -99,14 +100,15 @@ def _insert_run(
     events: list[tuple[Any, ...]],
     snaps: list[tuple[Any, ...]],
 ) -> None:
-    conn.execute(
+    rk = conn.execute(
         "INSERT INTO runs (id, agent, version, status, code, created_at, updated_at) "
         "VALUES (?, 'bench', NULL, 'completed', '{}', ?, ?)",
         (run_id, at, at),
-    )
+    ).lastrowid  # rk, the run's compact key: an event's key is (rk << 32) | seq
+    assert rk is not None
     conn.executemany(
-        "INSERT INTO events (run_id, seq, type, data, at, actor) VALUES (?, ?, ?, ?, ?, ?)",
-        ((run_id, *row) for row in events),
+        "INSERT INTO events (key, type, data, at, actor) VALUES (?, ?, ?, ?, ?)",
+        (((rk << 32) | seq, *row) for seq, *row in events),
     )
     conn.executemany(
         "INSERT INTO snapshots (run_id, seq, data, at) VALUES (?, ?, ?, ?)",
@@ -123,8 +125,9 @@ def file_bytes(path: str) -> int:
     return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
 
 
-def orphans(path: str, deleted: set[str]) -> dict[str, int]:
-    """Rows of deleted runs left in every table with a run_id column (and in runs)."""
+def orphans(path: str, deleted: set[str], rks: set[int]) -> dict[str, int]:
+    """Rows of deleted runs left in every table with a run_id column, in runs, and in the
+    events (keyed by the run's rk)."""
     out = {}
     with closing(sqlite3.connect(path)) as conn:
         conn.execute("CREATE TEMP TABLE gone (id TEXT PRIMARY KEY)")
@@ -133,6 +136,10 @@ def orphans(path: str, deleted: set[str]) -> dict[str, int]:
             column = "id" if table == "runs" else "run_id"
             row = conn.execute(f"SELECT COUNT(*) FROM {table} WHERE {column} IN gone")
             out[table] = int(row.fetchone()[0])
+        conn.execute("CREATE TEMP TABLE gone_rk (rk INTEGER PRIMARY KEY)")
+        conn.executemany("INSERT INTO gone_rk VALUES (?)", ((rk,) for rk in rks))
+        row = conn.execute("SELECT COUNT(*) FROM events WHERE (key >> 32) IN gone_rk")
+        out["events"] = int(row.fetchone()[0])
     return out
 
 
@@ -141,6 +148,12 @@ def _tables_with_run_id(conn: sqlite3.Connection) -> Iterator[str]:
         cols = {r[1] for r in conn.execute(f"PRAGMA table_info({name})")}
         if "run_id" in cols or name == "runs":
             yield name
+
+
+def run_keys(path: str) -> dict[str, int]:
+    """Each run's compact key (rk), which its events' keys start with."""
+    with closing(sqlite3.connect(path)) as conn:
+        return {run_id: rk for rk, run_id in conn.execute("SELECT rk, id FROM runs")}
 
 
 def main() -> None:
@@ -162,6 +175,7 @@ def main() -> None:
         f"{before / 1e6:,.0f} MB in {load_s:.1f} s",
         flush=True,
     )
+    rks = run_keys(path)
     with tether.open(path) as app:
         t0 = time.perf_counter()
         result = app.gc(older_than="30d", status=["completed"], vacuum=False)
@@ -174,7 +188,7 @@ def main() -> None:
         kept = ids[-1]
         assert app.load(kept) == fold(app.store.read_events(kept)), "a kept run changed"
         left = len(app.runs(limit=10 * args.runs))
-    gone = orphans(path, set(result.run_ids))
+    gone = orphans(path, set(result.run_ids), {rks[i] for i in result.run_ids})
     print(
         f"gc --older-than 30d --status completed: deleted {result.deleted:,} runs "
         f"({len(result.run_ids):,} selected) in {delete_s:.1f} s; {left:,} runs kept"

@@ -44,7 +44,10 @@ FORMAT = "tether-run"
 FORMAT_VERSION = 1
 _LEASE_FIELDS = ("epoch", "lease_owner", "lease_expires")
 _ACTIVE = ("running", "waiting")
+# Event data is stored as the codec writes it (compact, non-ASCII kept); an export line is
+# ASCII-only, so that no transport or line splitter (U+2028, U+0085…) can break a line.
 _compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+_line = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode
 
 
 def export_lines(app: App, run_id: str) -> Iterator[str]:
@@ -54,7 +57,7 @@ def export_lines(app: App, run_id: str) -> Iterator[str]:
     record = app.store.get_run(run_id)
     events = app.store.read_events(run_id)
     row = {k: v for k, v in asdict(record).items() if k not in _LEASE_FIELDS}
-    yield _compact(
+    yield _line(
         {
             "format": FORMAT,
             "version": FORMAT_VERSION,
@@ -64,7 +67,7 @@ def export_lines(app: App, run_id: str) -> Iterator[str]:
         }
     )
     for e in events:
-        yield _compact(
+        yield _line(
             {"seq": e.seq, "type": e.type, "data": json.loads(e.data), "at": e.at, "actor": e.actor}
         )
 

@@ -19,8 +19,9 @@ autovacuum makes the space reusable and ``VACUUM FULL`` would return it to the O
 
 Forks are self-contained (a fork copies its parent's prefix), so deleting a parent
 never breaks a fork: the fork stays readable and resumable; its ``parent_id`` then
-names a run that is gone. Content-addressed blobs are shared between runs and are not
-collected here.
+names a run that is gone. Audit records and a session's messages are kept (the audit
+trail outlives runs; messages belong to their session), and so are content-addressed
+blobs, which runs share.
 """
 
 from __future__ import annotations

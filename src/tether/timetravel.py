@@ -194,15 +194,15 @@ def step_seq(head: RunState, step: StepRef, when: When, app: App) -> int:
 
 # Bookkeeping the diff leaves out by default (``bookkeeping=True`` keeps it): fields
 # that differ between any two runs, or any two executions, without saying anything
-# about what the agent did. Run level: identity, lineage, the log's length, how many
-# processes executed it. Step level: the seq that last changed it and its duration.
-# Everywhere in tether's own records (the run, its steps, failures, errors, waits;
-# never inside input, output or task variables): every timestamp (a name ending in
-# ``_at``, or ``at``) and error tracebacks (their type and message stay).
+# about what the agent did. Run level: identity, the log's length, how many processes
+# executed it, and lineage (``parent_id`` and every ``fork_*`` field; what a fork edited
+# shows in the variables and input themselves). Step level: the seq that last changed
+# it and its duration. Everywhere in tether's own records (the run, its steps,
+# failures, errors, waits; never inside input, output or task variables): every
+# timestamp (a name ending in ``_at``, or ``at``) and error tracebacks (their type and
+# message stay).
 IGNORED = {
-    "run": frozenset(
-        {"run_id", "seq", "executions", "parent_id", "fork_seq", "fork_position", "fork_vars"}
-    ),
+    "run": frozenset({"run_id", "seq", "executions", "parent_id"}),  # and every fork_*
     "step": frozenset({"seq", "duration"}),
     "record": frozenset({"at", "traceback"}),
 }
@@ -283,7 +283,7 @@ def view(state: RunState, *, bookkeeping: bool = False) -> dict[str, Any]:
     data: dict[str, Any] = codec.to_json_value(to_data(state))
     steps = {s["position"]: s for s in data.pop("steps")}
     if not bookkeeping:
-        data = _strip(data, IGNORED["run"])
+        data = _strip({k: v for k, v in data.items() if not k.startswith("fork_")}, IGNORED["run"])
         steps = {p: _strip(s, IGNORED["step"]) for p, s in steps.items()}
     data["steps"] = steps
     return data
@@ -414,11 +414,10 @@ def fork_data(
 ) -> dict[str, Any]:
     """The ``run.forked`` event's data for a fork of ``base`` (the parent's state at seq).
 
-    A fork of a fork carries on the edits of the forks before it (with their current
-    values at the new fork point), so they stay in force after the new one.
+    ``vars`` are only this fork's edits: the edits of the forks before it are in the
+    copied prefix, and replay applies each at its own fork point.
     """
-    edits = _inherited_vars(base)
-    edits.update(_check_vars(base.run_id, vars))
+    edits = _check_vars(base.run_id, vars)
     data = {
         "parent": base.run_id,
         "seq": base.seq,
@@ -436,12 +435,6 @@ def fork_data(
             type_name=e.type_name,
         ) from None
     return data
-
-
-def _inherited_vars(base: RunState) -> dict[str, Any]:
-    if not base.fork_vars:
-        return {}
-    return {k: base.vars[k] for k in base.fork_vars if k in base.vars}
 
 
 def _check_vars(run_id: str, vars: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -472,9 +465,7 @@ def cache_snapshot(app: App, state: RunState) -> None:
     if state.seq < app.snapshot_every:
         return
     snap = Snapshot(state.run_id, state.seq, codec.encode(to_data(state)), app.clock.now())
-    try:  # no events: the fencing token is not checked, only the snapshot is written
-        app.store.append(
-            state.run_id, [], expected_seq=state.seq, epoch=0, snapshot=snap, now=app.clock.now()
-        )
+    try:
+        app.store.save_snapshot(snap)
     except TetherError as e:
         log.warning("run %s: could not cache a snapshot at seq %d: %s", state.run_id, state.seq, e)

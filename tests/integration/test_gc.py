@@ -18,7 +18,9 @@ import tether
 pytestmark = pytest.mark.integration
 
 DAY = 86400.0
-KEPT_TABLES = {"audit", "runs"}  # the audit trail outlives runs; runs is checked by id
+# The audit trail outlives runs; a session's messages keep the id of the run that added
+# them (provenance: the conversation belongs to the session); runs is checked by id.
+KEPT_TABLES = {"audit", "messages", "runs"}
 
 
 @pytest.fixture
@@ -62,7 +64,8 @@ def _run_ids(app: tether.App) -> set[str]:
 
 
 def _orphans(db_path: str, live: set[str]) -> dict[str, int]:
-    """Rows of every table with a run_id column whose run is gone (what gc must leave 0)."""
+    """Rows left for runs that are gone, in every table with a run_id column and in the
+    events (keyed by the run's rk): what gc must leave at 0."""
     with sqlite3.connect(db_path) as conn:
         tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
         out = {}
@@ -71,6 +74,9 @@ def _orphans(db_path: str, live: set[str]) -> dict[str, int]:
             if "run_id" in cols and t not in KEPT_TABLES:
                 rows = conn.execute(f"SELECT run_id FROM {t}").fetchall()
                 out[t] = sum(1 for (r,) in rows if r not in live)
+        rks = {rk for rk, run_id in conn.execute("SELECT rk, id FROM runs") if run_id in live}
+        keys = conn.execute("SELECT key FROM events").fetchall()
+        out["events"] = sum(1 for (key,) in keys if key >> 32 not in rks)
     return out
 
 
