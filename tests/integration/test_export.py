@@ -200,3 +200,16 @@ def test_export_and_import_on_the_command_line(
     file.write_text(file.read_text().replace('"seq":2', '"seq":7'))
     damaged = _cli(other, "import", str(file), "--new-id")
     assert damaged.returncode == 1 and f"{file} line 3: seq 7" in damaged.stderr
+
+
+def test_export_lines_survive_any_line_splitter(app: tether.App, tmp_path: Path) -> None:
+    @app.agent
+    def odd(run: tether.Run) -> str:
+        return str(run.step("s", lambda: "a\u2028b\x85c\rd é"))
+
+    run_id = app.run(odd).id
+    text = _export(app, run_id)
+    assert text.isascii() and len(text.splitlines()) == 1 + len(app.events(run_id))
+    with tether.open(str(tmp_path / "b.db")) as other:
+        other.import_run(text.splitlines())
+        assert [e.data for e in other.events(run_id)] == [e.data for e in app.events(run_id)]
