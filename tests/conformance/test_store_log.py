@@ -168,14 +168,6 @@ def test_an_append_of_no_events_still_applies_its_transition(store: Store) -> No
 def test_an_append_of_no_events_is_fenced_too(
     backend: Backend, store: Store, request: pytest.FixtureRequest
 ) -> None:
-    if backend.name == "sqlite":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="sqlite.py bug: append() checks the epoch per event, so with no events "
-                "a stale writer's transition is applied (the contract says LeaseLost)",
-            )
-        )
     new_run(store, events=2, ttl=10)
     store.claim("run-1", owner="w2", ttl=10, now=T0 + 11)
     with pytest.raises(LeaseLost):

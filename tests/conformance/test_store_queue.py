@@ -268,15 +268,6 @@ def test_racing_enqueues_keep_to_the_max_depth(store: Store) -> None:
 def test_a_transition_back_to_active_with_a_taken_dedup_key_is_a_conflict(
     backend: Backend, store: Store, request: pytest.FixtureRequest
 ) -> None:
-    if backend.name == "sqlite":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="sqlite.py bug: append() does not translate the IntegrityError of "
-                "runs_dedup raised by the transition's UPDATE: a raw sqlite3.IntegrityError "
-                "escapes instead of Conflict",
-            )
-        )
     _enqueue(store, "a", dedup_key="k")
     store.claim_next([QueueLimits("q")], owner="w1", ttl=30, now=T0, capacity=1)
     store.append(

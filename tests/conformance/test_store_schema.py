@@ -69,15 +69,6 @@ def test_a_store_written_by_a_newer_tether_is_refused_unchanged(backend: Backend
 def test_concurrent_openers_of_a_new_store_migrate_it_once(
     backend: Backend, request: pytest.FixtureRequest
 ) -> None:
-    if backend.name == "sqlite":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=False,  # it fails in about 1 run of 20
-                reason="sqlite.py bug: in _connect(), PRAGMA journal_mode = WAL on a file that "
-                "another opener is creating fails at once with 'database is locked' (SQLite "
-                "calls no busy handler there), reported as 'stayed locked ... for 10.0s'",
-            )
-        )
     errors: list[BaseException] = []
     opened: list[Store] = []
     start = threading.Barrier(6)
@@ -116,12 +107,6 @@ def test_a_sqlite_file_of_another_program_is_refused(sqlite_backend: Backend) ->
     assert sqlite_backend.sql("SELECT * FROM customers") == [(1, "ada")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="sqlite.py bug: _connect() sets PRAGMA journal_mode=WAL before _schema_version() "
-    "looks at the tables, so refusing another program's file still switches it to WAL "
-    "(header bytes 18-19 change from 1 to 2) and leaves -wal/-shm files",
-)
 def test_a_sqlite_file_of_another_program_is_left_byte_for_byte(sqlite_backend: Backend) -> None:
     before = _foreign_sqlite_file(sqlite_backend)
     with pytest.raises(NotATetherDatabase):

@@ -12,6 +12,7 @@ import json
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -86,6 +87,7 @@ class SQLiteStore:
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()  # guards only the list of connections, never a query
         self._check_file()
+        self._refuse_foreign()
         self._migrate()
 
     # -- connections ------------------------------------------------------
@@ -125,7 +127,7 @@ class SQLiteStore:
             )
             conn.row_factory = sqlite3.Row
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
-            conn.execute("PRAGMA journal_mode = WAL")
+            self._wal(conn)
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
             conn.execute("PRAGMA foreign_keys = ON")
         except sqlite3.DatabaseError as e:
@@ -133,6 +135,40 @@ class SQLiteStore:
         with self._lock:
             self._all.append(conn)
         return conn
+
+    def _wal(self, conn: sqlite3.Connection) -> None:
+        """Switch to WAL. Several processes creating the file at once can find it locked
+        (this pragma does not wait on the busy handler): retry until the busy timeout."""
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+
+    def _refuse_foreign(self) -> None:
+        """Refuse another program's SQLite file before writing anything to it (read-only)."""
+        if not os.path.exists(self.path) or os.path.getsize(self.path) == 0:
+            return
+        try:
+            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=self.busy_timeout)
+            try:
+                tables = {
+                    r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+                }
+            finally:
+                conn.close()
+        except sqlite3.DatabaseError as e:
+            raise self._translate(e) from None
+        if tables and "tether_meta" not in tables:
+            raise NotATetherDatabase(
+                f"{self.path} is a SQLite database of another program (tables: "
+                f"{', '.join(sorted(tables)[:5])}); tether will not write to it. "
+                f"Give tether its own file."
+            )
 
     def _translate(self, e: sqlite3.Error) -> Exception:
         msg = str(e)
@@ -343,6 +379,8 @@ class SQLiteStore:
             return self._append_one(conn, run_id, events[0], expected_seq + 1, epoch)
         seq = expected_seq
         with self._tx():
+            if not events:
+                self._check_epoch(conn, run_id, epoch)
             for e in events:
                 seq = self._append_one(conn, run_id, e, seq + 1, epoch)
             if transition is not None:
@@ -377,8 +415,13 @@ class SQLiteStore:
         except sqlite3.OperationalError as err:
             raise self._translate(err) from None
         if cur.rowcount == 0:
-            raise self._refused(conn, run_id, epoch)
+            raise self._refused(conn, run_id, epoch, seq)
         return seq
+
+    def _check_epoch(self, conn: sqlite3.Connection, run_id: str, epoch: int) -> None:
+        row = conn.execute(_Q["get_run"], (run_id,)).fetchone()
+        if row is None or row["epoch"] != epoch:
+            raise self._refused(conn, run_id, epoch)
 
     def _put_snapshot(self, conn: sqlite3.Connection, snapshot: Snapshot) -> None:
         conn.execute(
@@ -391,6 +434,17 @@ class SQLiteStore:
             self._put_snapshot(conn, snapshot)
 
     def _transition(self, conn: sqlite3.Connection, run_id: str, t: Transition, now: float) -> None:
+        try:
+            self._update_status(conn, run_id, t, now)
+        except sqlite3.IntegrityError:
+            raise Conflict(
+                f"run {run_id} cannot become {t.status}: another active run of its queue holds "
+                f"the same dedup key; wait for that run to finish"
+            ) from None
+
+    def _update_status(
+        self, conn: sqlite3.Connection, run_id: str, t: Transition, now: float
+    ) -> None:
         conn.execute(
             _Q["update_status"],
             {
@@ -423,10 +477,17 @@ class SQLiteStore:
             },
         )
 
-    def _refused(self, conn: sqlite3.Connection, run_id: str, epoch: int) -> Exception:
+    def _refused(
+        self, conn: sqlite3.Connection, run_id: str, epoch: int, seq: int | None = None
+    ) -> Exception:
         row = conn.execute(_Q["get_run"], (run_id,)).fetchone()
         if row is None:
             return NotFound(f"no run {run_id!r} in {self.path}")
+        if row["epoch"] == epoch and seq is not None:
+            return Conflict(
+                f"run {run_id}: cannot append seq {seq}: the log does not end at seq "
+                f"{seq - 1} (a log has no gaps); reload the run and try again"
+            )
         return LeaseLost(
             f"run {run_id}: this writer's lease (epoch {epoch}) was superseded by "
             f"{row['lease_owner'] or 'another claim'} (epoch {row['epoch']}); it must stop. "

@@ -17,8 +17,11 @@ SELECT * FROM runs WHERE id = ?;
 
 -- name: append_event
 -- Append one event only while the writer's fencing token is current (0 rows: lease lost).
+-- The log has no gaps: seq must follow an existing event (one rowid probe).
 INSERT INTO events (key, type, data, at, actor)
-SELECT (rk << 32) | :seq, :type, :data, :at, :actor FROM runs WHERE id = :id AND epoch = :epoch;
+SELECT (rk << 32) | :seq, :type, :data, :at, :actor FROM runs
+WHERE id = :id AND epoch = :epoch
+  AND (:seq = 1 OR EXISTS (SELECT 1 FROM events WHERE key = (runs.rk << 32) | (:seq - 1)));
 
 -- name: insert_event
 -- Append one event without a fencing check (run creation, holder-free writes).
