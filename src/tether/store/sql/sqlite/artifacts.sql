@@ -1,0 +1,20 @@
+-- Named queries of tether.artifacts on SQLite: content-addressed bytes in the blobs
+-- table of schema 1. Each block: "-- name: <name>", then a one-line purpose, then the
+-- statement.
+
+-- name: put_blob
+-- Store bytes under their SHA-256 once; an existing digest is left as it is.
+INSERT INTO blobs (sha256, size, data, created_at) VALUES (:sha256, :size, :data, :now)
+ON CONFLICT (sha256) DO NOTHING;
+
+-- name: get_blob
+-- The stored size and bytes of a digest.
+SELECT size, data FROM blobs WHERE sha256 = :sha256;
+
+-- name: blob_exists
+-- Whether a digest is stored.
+SELECT 1 FROM blobs WHERE sha256 = :sha256;
+
+-- name: delete_blob
+-- Delete a digest's bytes (for every holder of a reference).
+DELETE FROM blobs WHERE sha256 = :sha256;
