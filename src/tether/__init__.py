@@ -22,6 +22,7 @@ from .clock import Clock, FakeClock, SystemClock
 from .codec import decode, encode
 from .errors import (
     ApprovalDenied,
+    ArtifactCorrupt,
     Conflict,
     DecisionRefused,
     EncodeError,
@@ -40,6 +41,7 @@ from .errors import (
 )
 from .events import Event
 from .journal import StepInfo, current_step
+from .memory import Embedder as _Embedder
 from .retry import Retry
 from .runtime import AsyncRun, Policy, Run
 from .state import RunState, StepState, Usage, fold
@@ -48,6 +50,7 @@ __all__ = [
     "AgentDef",
     "App",
     "ApprovalDenied",
+    "ArtifactCorrupt",
     "AsyncRun",
     "Clock",
     "Conflict",
@@ -100,6 +103,7 @@ def open(
     policy: Policy | None = None,
     approver_groups: dict[str, list[str]] | None = None,
     inline_sleep_max: float = 60.0,
+    embed: _Embedder | None = None,
     **options: _Any,
 ) -> App:
     """Open (creating if needed) a tether store and return its App.
@@ -110,6 +114,8 @@ def open(
     ``durability`` is ``"normal"`` (SQLite ``synchronous=NORMAL``: a power loss
     may drop the last commits, a process crash never does) or ``"full"``;
     PostgreSQL follows the server's ``synchronous_commit``.
+    ``embed`` (texts -> one list of floats per text) turns on semantic search in
+    ``app.memory`` (see docs/memory.md).
     """
     from .store import Store
     from .store.sqlite import SQLiteStore, sqlite_path
@@ -125,7 +131,7 @@ def open(
         store = PostgresStore(url, **options)
     else:
         store = SQLiteStore(sqlite_path(url), synchronous=durability, **options)
-    return App(
+    app = App(
         store,
         clock=clock,
         retry=retry or Retry(),
@@ -136,3 +142,6 @@ def open(
         approver_groups=dict(approver_groups or {}),
         inline_sleep_max=inline_sleep_max,
     )
+    if embed is not None:
+        app.memory.embedder = embed
+    return app

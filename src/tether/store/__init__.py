@@ -387,7 +387,8 @@ class Store(Protocol):
         One transaction: all of it or nothing. Unknown ids are skipped (not an error), so
         a repeated call deletes nothing more. It does not look at leases or forks: the
         caller chooses (forks copy their prefix, so they never depend on a parent). Audit
-        records are kept: the audit trail outlives the runs it describes.
+        records are kept (the audit trail outlives the runs it describes), and so are a
+        session's messages (their run_id only says which run added them).
         """
         ...
 
