@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any as _Any
 
+from . import context as context  # tether.context.build(…): the context window as a cache
 from .app import AgentDef, App, RunHandle, agent, tool
 from .clock import Clock, FakeClock, SystemClock
 from .codec import decode, encode

@@ -306,7 +306,7 @@ class App:
         s = session if isinstance(session, Session) else self.session(session)
         d = self._resolve(agent)
         journal, run = self._create(d, args, kwargs, session=s)
-        run._session = s.bound(run.id)
+        run._session = s.bound(run.id, run)
         return self._execute(d, journal, run, args, kwargs)
 
     def session(

@@ -225,8 +225,13 @@ class Journal:
             raise self.poisoned
         try:
             self.seq = self.store.append(
-                self.run_id, events, expected_seq=self.seq, epoch=self.lease.epoch,
-                transition=transition, writes=writes, now=self.clock.now(),
+                self.run_id,
+                events,
+                expected_seq=self.seq,
+                epoch=self.lease.epoch,
+                transition=transition,
+                writes=writes,
+                now=self.clock.now(),
             )
         except LeaseLost as e:
             self.poisoned = e

@@ -74,8 +74,12 @@ def call_with_timeout(fn: Callable[..., Any], args: Any, kwargs: Any, timeout: f
             box["error"] = e
 
     ctx = contextvars.copy_context()  # tether.current_step() works inside the thread too
-    t = threading.Thread(target=ctx.run, args=(target,), daemon=True,
-                         name=f"tether-step-{getattr(fn, '__name__', 'call')}")
+    t = threading.Thread(
+        target=ctx.run,
+        args=(target,),
+        daemon=True,
+        name=f"tether-step-{getattr(fn, '__name__', 'call')}",
+    )
     t.start()
     t.join(timeout)
     if t.is_alive():

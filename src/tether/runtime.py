@@ -170,13 +170,13 @@ class _RunBase:
         self._policy = policy or Policy()
         self._inline_sleep_max = inline_sleep_max
         self.vars = Vars(journal)
-        self._session: Session | None | object = _UNSET  # loaded on first use
+        self._session: Session | object | None = _UNSET  # loaded on first use
 
     @property
     def session(self) -> Session | None:
         """The conversation this run belongs to (``app.run_in``), or None."""
         if self._session is _UNSET:
-            self._session = session_of_run(self._j.store, self._j.clock, self.id)
+            self._session = session_of_run(self._j.store, self._j.clock, self.id, self)
         assert self._session is None or isinstance(self._session, Session)
         return self._session
 
