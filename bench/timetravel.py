@@ -136,6 +136,7 @@ class Result:
     fold_all_s: float
     events_bytes: int
     snapshot_bytes: int
+    blob_bytes: int  # snapshot pages (format 2), shared by every snapshot of the run
 
     @property
     def steps(self) -> int:
@@ -171,6 +172,7 @@ def measure(n_events: int, folder: str) -> Result:
         fold_all_s,
         table_bytes(path, "events"),
         table_bytes(path, "snapshots"),
+        table_bytes(path, "blobs"),
     )
 
 
@@ -189,15 +191,18 @@ def report(results: list[Result]) -> None:
             )
     print(
         f"\n{'events':>8} {'build s':>8} {'fold all ms':>12} {'events B/step':>14} "
-        f"{'snapshots B':>12} {'seq 900 warm x':>15} {'head warm x':>12} {'head cold x':>12} "
+        f"{'snapshots B':>12} {'pages B':>12} {'snap B/step':>12} "
+        f"{'seq 900 warm x':>15} {'head warm x':>12} {'head cold x':>12} "
         f"{'B/step x':>9}"
     )
     for r in results:
         head, fixed = r.points[-1], r.points[0]
         per_step = r.events_bytes / r.steps
+        snap_per_step = (r.snapshot_bytes + r.blob_bytes) / r.steps
         print(
             f"{r.events:>8,} {r.build_s:8.1f} {r.fold_all_s * 1000:12.1f} {per_step:14.0f} "
-            f"{r.snapshot_bytes:12,} {fixed.warm / base.points[0].warm:15.2f} "
+            f"{r.snapshot_bytes:12,} {r.blob_bytes:12,} {snap_per_step:12.0f} "
+            f"{fixed.warm / base.points[0].warm:15.2f} "
             f"{head.warm / base.points[-1].warm:12.2f} "
             f"{head.cold / base.points[-1].cold:12.2f} "
             f"{per_step / (base.events_bytes / base.steps):9.2f}"

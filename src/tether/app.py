@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO, TypeVar, overload
 
-from . import codec, compensation, export, retention, timetravel, waits
+from . import codec, compensation, export, retention, snapshots, timetravel, waits
 from . import events as ev
 from .artifacts import Artifacts, ArtifactStore, DatabaseArtifacts
 from .clock import Clock, SystemClock, new_run_id, owner_is_dead_local, process_owner
@@ -33,14 +33,13 @@ from .journal import Cancelling, Core, Journal, Suspended
 from .memory import Memory
 from .retry import NO_RETRY, Retry
 from .runtime import AsyncRun, Policy, Run, adrive, drive
-from .state import RunState, fold, from_data, to_data
+from .state import RunState, fold
 from .store import (
     AuditRecord,
     Effect,
     Lease,
     NewRun,
     RunRecord,
-    Snapshot,
     Store,
     Transition,
 )
@@ -681,16 +680,15 @@ class App:
         Steps never pay for snapshots.
         """
         loaded = self.store.load(run_id, upto=upto)
-        start = from_data(codec.decode(loaded.snapshot.data)) if loaded.snapshot else None
+        start = snapshots.load(self.store, loaded.snapshot) if loaded.snapshot else None
         state = fold(loaded.events, start, run_id=run_id)
         if len(loaded.events) >= self.snapshot_every:
             self._cache(state)
         return state
 
     def _cache(self, state: RunState) -> None:
-        snap = Snapshot(state.run_id, state.seq, codec.encode(to_data(state)), self.clock.now())
         try:
-            self.store.save_snapshot(snap)
+            snapshots.save(self.store, state, self.clock.now())
         except TetherError as e:  # a cache that cannot be written is not an error
             log.warning("could not save a snapshot of run %s: %s", state.run_id, e)
 

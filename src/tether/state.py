@@ -16,12 +16,13 @@ usage and status.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from . import events as ev
 from .events import Event
+from .steplist import StepList, committed_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +79,8 @@ class RunState:
     input: Mapping[str, Any] = field(default_factory=dict)
     output: Any = None
     failure: Mapping[str, Any] | None = None
-    steps: tuple[StepState, ...] = ()
+    # a tuple, or a StepList whose stored pages load on first read (see tether.steplist)
+    steps: Sequence[StepState] = ()
     vars: Mapping[str, Any] = field(default_factory=dict)
     usage: Usage = Usage()
     code: Mapping[str, Any] = field(default_factory=dict)
@@ -103,12 +105,7 @@ class RunState:
     @property
     def committed(self) -> int:
         """How many leading positions are completed (1..committed are safe to reuse)."""
-        n = 0
-        for s in self.steps:
-            if s.status != "completed":
-                break
-            n += 1
-        return n
+        return committed_of(self.steps)
 
     @property
     def position(self) -> int:
@@ -139,11 +136,19 @@ class RunState:
 
 
 class _Fold:
-    """Mutable accumulator behind fold(); never escapes this module."""
+    """Mutable accumulator behind fold(); never escapes this module.
+
+    The start's steps are never copied: changed and appended positions go to an
+    overlay, and ``committed`` is kept as positions change, so folding onto a lazy
+    StepList loads at most the pages of the positions the events touch.
+    """
 
     def __init__(self, start: RunState) -> None:
         self.s: dict[str, Any] = {f.name: getattr(start, f.name) for f in fields(RunState)}
-        self.steps = list(start.steps)
+        self.base = start.steps
+        self.over: dict[int, StepState] = {}  # 0-based index -> step
+        self.n = len(start.steps)
+        self.committed = committed_of(start.steps)
         self.vars = dict(start.vars)
 
     def apply(self, e: Event) -> None:
@@ -154,14 +159,24 @@ class _Fold:
         self.s["updated_at"] = e.at
         _HANDLERS[e.type](self, e, d)
 
+    def at(self, pos: int) -> StepState:
+        """The step at ``pos`` (1 <= pos <= n)."""
+        step = self.over.get(pos - 1)
+        return step if step is not None else self.base[pos - 1]
+
     def put_step(self, pos: int, step: StepState) -> None:
-        while len(self.steps) < pos - 1:  # a gap cannot happen in a valid log; keep it total
-            n = len(self.steps) + 1
-            self.steps.append(StepState(n, "?", "step", "running"))
-        if pos <= len(self.steps):
-            self.steps[pos - 1] = step
-        else:
-            self.steps.append(step)
+        while self.n < pos - 1:  # a gap cannot happen in a valid log; keep it total
+            self._set(self.n + 1, StepState(self.n + 1, "?", "step", "running"))
+        self._set(pos, step)
+
+    def _set(self, pos: int, step: StepState) -> None:
+        self.over[pos - 1] = step
+        self.n = max(self.n, pos)
+        if step.status != "completed":
+            self.committed = min(self.committed, pos - 1)
+        elif pos == self.committed + 1:
+            while self.committed < self.n and self.at(self.committed + 1).status == "completed":
+                self.committed += 1
 
     def wait(self, kind: str, d: dict[str, Any], e: Event, **more: Any) -> None:
         self.s["status"] = "waiting"
@@ -179,12 +194,17 @@ class _Fold:
         self.s["waiting"] = None
 
     def get_step(self, pos: int, d: dict[str, Any], e: Event) -> StepState:
-        if pos <= len(self.steps):
-            return self.steps[pos - 1]
+        if pos <= self.n:
+            return self.at(pos)
         return StepState(pos, d["name"], d["kind"], "running", started_at=e.at)
 
     def freeze(self) -> RunState:
-        return RunState(**{**self.s, "steps": tuple(self.steps), "vars": dict(self.vars)})
+        return RunState(**{**self.s, "steps": self.frozen_steps(), "vars": dict(self.vars)})
+
+    def frozen_steps(self) -> Sequence[StepState]:
+        if isinstance(self.base, StepList):
+            return self.base.derive(self.over, self.n, self.committed)
+        return tuple(self.at(pos) for pos in range(1, self.n + 1))
 
 
 def _created(f: _Fold, e: Event, d: dict[str, Any]) -> None:
@@ -508,18 +528,30 @@ def fold(events: Iterable[Event], start: RunState | None = None, *, run_id: str 
 
 
 def to_data(state: RunState) -> dict[str, Any]:
-    """RunState as plain data, for a snapshot."""
-    out = {f.name: getattr(state, f.name) for f in fields(RunState)}
-    out["usage"] = _usage_data(state.usage)
-    out["steps"] = [_step_data(s) for s in state.steps]
+    """RunState as plain data, for a snapshot (every step: loads every page)."""
+    out = head_data(state)
+    out["steps"] = [step_data(s) for s in state.steps]
     return out
 
 
 def from_data(data: Mapping[str, Any]) -> RunState:
     """Inverse of :func:`to_data`."""
+    return from_head_data(data, tuple(step_from(s) for s in data["steps"]))
+
+
+def head_data(state: RunState) -> dict[str, Any]:
+    """RunState as plain data without its steps (``steps`` is None)."""
+    out = {f.name: getattr(state, f.name) for f in fields(RunState)}
+    out["usage"] = _usage_data(state.usage)
+    out["steps"] = None
+    return out
+
+
+def from_head_data(data: Mapping[str, Any], steps: Sequence[StepState]) -> RunState:
+    """Inverse of :func:`head_data`, given the steps."""
     d = dict(data)
     d["usage"] = Usage(**d["usage"])
-    d["steps"] = tuple(_step_from(s) for s in d["steps"])
+    d["steps"] = steps
     return RunState(**d)
 
 
@@ -534,14 +566,16 @@ def _usage_data(u: Usage | None) -> dict[str, Any] | None:
     }
 
 
-def _step_data(s: StepState) -> dict[str, Any]:
+def step_data(s: StepState) -> dict[str, Any]:
+    """One step as plain data (a snapshot page holds a list of these)."""
     out = {f.name: getattr(s, f.name) for f in fields(StepState)}
     out["usage"] = _usage_data(s.usage)
     out["errors"] = list(s.errors)
     return out
 
 
-def _step_from(d: Mapping[str, Any]) -> StepState:
+def step_from(d: Mapping[str, Any]) -> StepState:
+    """Inverse of :func:`step_data`."""
     x = dict(d)
     x["usage"] = Usage(**x["usage"]) if x.get("usage") else None
     x["errors"] = tuple(x["errors"])

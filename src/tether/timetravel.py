@@ -21,17 +21,17 @@ for the bookkeeping it leaves out.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from . import codec
+from . import codec, snapshots
 from . import events as ev
 from .clock import new_run_id
 from .errors import EncodeError, InvalidState, NotFound, TetherError
 from .events import Event, NewEvent
 from .state import RunState, StepState, fold, to_data
-from .store import NewRun, RunRecord, Snapshot
+from .store import NewRun, RunRecord
 
 if TYPE_CHECKING:
     from .app import App
@@ -66,7 +66,7 @@ class History:
 
     run: RunRecord
     entries: tuple[HistoryEntry, ...]
-    steps: tuple[StepState, ...]
+    steps: Sequence[StepState]
 
 
 def history(app: App, run_id: str) -> History:
@@ -464,8 +464,7 @@ def cache_snapshot(app: App, state: RunState) -> None:
     is long enough to be worth it. Best effort: a snapshot is only a cache."""
     if state.seq < app.snapshot_every:
         return
-    snap = Snapshot(state.run_id, state.seq, codec.encode(to_data(state)), app.clock.now())
     try:
-        app.store.save_snapshot(snap)
+        snapshots.save(app.store, state, app.clock.now())
     except TetherError as e:
         log.warning("run %s: could not cache a snapshot at seq %d: %s", state.run_id, state.seq, e)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether import codec
+from tether import codec, snapshots
 from tether import events as ev
 from tether.events import Event
 from tether.state import RunState, fold, from_data, to_data
@@ -114,6 +114,28 @@ def test_fold_all_equals_fold_from_snapshot_at_any_cut(
     whole = fold(log)
     snapshot = _snapshot_round_trip(fold(log[:k], run_id="r1"))
     assert fold(log[k:], start=snapshot) == whole
+
+
+def _paged_round_trip(state: RunState, pages: dict[str, bytes]) -> RunState:
+    encoded = snapshots.encode(state, page_size=2)
+    pages.update(encoded.pages)
+    return snapshots.decode(encoded.root, pages.__getitem__)
+
+
+@given(st.lists(ops, max_size=12), st.sampled_from(["completed", "failed", "open"]), st.data())
+def test_fold_all_equals_fold_from_paged_snapshots_at_any_cuts(
+    program: list[tuple[Any, ...]], end: str, data: st.DataObject
+) -> None:
+    log = _log("r1", program, end)
+    k = data.draw(st.integers(0, len(log)))
+    m = data.draw(st.integers(k, len(log)))
+    whole, pages = fold(log), {}
+    first = _paged_round_trip(fold(log[:k], run_id="r1"), pages)
+    second = _paged_round_trip(fold(log[k:m], start=first), pages)  # pages shared, overlay
+    for state in (first, second, fold(log[m:], start=second)):
+        assert state.committed == RunState("r1", steps=tuple(state.steps)).committed
+    assert fold(log[m:], start=second) == whole
+    assert whole == fold(log[m:], start=second)  # a tuple equals a StepList both ways
 
 
 @given(st.lists(ops, max_size=12))

@@ -9,7 +9,7 @@ picks the backend (:mod:`tether.store.sqlite` for a path or ``sqlite:///…``).
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -105,7 +105,7 @@ class Snapshot:
 
     run_id: str
     seq: int
-    data: str  # JSON (tether.codec) of tether.state.to_data(state)
+    data: str  # JSON (tether.codec): a format 2 root (tether.snapshots) or to_data(state)
     at: float
 
 
@@ -269,6 +269,17 @@ class Store(Protocol):
 
     def save_snapshot(self, snapshot: Snapshot) -> None:
         """Cache a folded state at its seq (idempotent: the same seq is the same state)."""
+        ...
+
+    def put_blobs(self, blobs: Mapping[str, bytes], *, now: float) -> None:
+        """Store each ``sha256 -> bytes`` of ``blobs`` in the blobs table unless that
+        digest is stored already (its bytes are then left as they are). Atomic: all or
+        nothing. The caller computes the digests; they are not checked here."""
+        ...
+
+    def get_blobs(self, digests: Sequence[str]) -> dict[str, bytes]:
+        """The stored bytes of these digests; absent digests are left out (not an
+        error). Not verified against the digests: that is the caller's choice."""
         ...
 
     def claim(

@@ -21,7 +21,7 @@ import re
 import threading
 import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -454,6 +454,22 @@ class PostgresStore:
         params = (snapshot.run_id, snapshot.seq, snapshot.data, snapshot.at)
         with self._borrow() as conn:
             conn.execute(_Q["insert_snapshot"], params)
+
+    def put_blobs(self, blobs: Mapping[str, bytes], *, now: float) -> None:
+        """Store the blobs whose digest is not stored yet, in one transaction."""
+        rows = [(digest, len(data), data, now) for digest, data in blobs.items()]
+        with self._borrow() as conn, conn.transaction(), conn.cursor() as cur:
+            cur.executemany(_Q["put_blob"], rows)
+
+    def get_blobs(self, digests: Sequence[str]) -> dict[str, bytes]:
+        """The stored bytes of these digests (absent ones left out)."""
+        out: dict[str, bytes] = {}
+        with self._borrow() as conn:
+            for digest in digests:
+                row = conn.execute(_Q["get_blob"], (digest,)).fetchone()
+                if row is not None:
+                    out[digest] = bytes(row[0])
+        return out
 
     def _refused(self, conn: Conn, run_id: str, epoch: int) -> Exception:
         row = conn.cursor(row_factory=dict_row).execute(_Q["get_run"], (run_id,)).fetchone()

@@ -13,7 +13,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -432,6 +432,24 @@ class SQLiteStore:
         """Cache a folded state (a snapshot at a seq is always the same state)."""
         with self._tx() as conn:
             self._put_snapshot(conn, snapshot)
+
+    def put_blobs(self, blobs: Mapping[str, bytes], *, now: float) -> None:
+        """Store the blobs whose digest is not stored yet, in one transaction."""
+        rows = [(digest, len(data), data, now) for digest, data in blobs.items()]
+        with self.transaction() as conn:
+            conn.executemany(_Q["put_blob"], rows)
+
+    def get_blobs(self, digests: Sequence[str]) -> dict[str, bytes]:
+        """The stored bytes of these digests (absent ones left out)."""
+        out: dict[str, bytes] = {}
+        try:
+            for digest in digests:
+                row = self._conn().execute(_Q["get_blob"], (digest,)).fetchone()
+                if row is not None:
+                    out[digest] = bytes(row[0])
+        except sqlite3.Error as e:
+            raise self._translate(e) from None
+        return out
 
     def _transition(self, conn: sqlite3.Connection, run_id: str, t: Transition, now: float) -> None:
         try:

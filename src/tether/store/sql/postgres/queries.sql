@@ -439,3 +439,13 @@ LISTEN {channel};
 INSERT INTO snapshots (run_id, seq, data, at)
 VALUES (%s::text, %s::bigint, %s::text, %s::float8)
 ON CONFLICT (run_id, seq) DO NOTHING;
+
+-- name: put_blob
+-- Store bytes under their SHA-256 once (a snapshot page); an existing digest is kept.
+INSERT INTO blobs (sha256, size, data, created_at)
+VALUES (%s::text, %s::bigint, %s::bytea, %s::float8)
+ON CONFLICT (sha256) DO NOTHING;
+
+-- name: get_blob
+-- The stored bytes of a digest.
+SELECT data FROM blobs WHERE sha256 = %s::text;

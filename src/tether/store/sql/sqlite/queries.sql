@@ -69,6 +69,15 @@ WHERE run_id = ? AND seq <= ? ORDER BY seq DESC LIMIT 1;
 -- Cache a folded state (idempotent: a snapshot at a seq is always the same state).
 INSERT OR IGNORE INTO snapshots (run_id, seq, data, at) VALUES (?, ?, ?, ?);
 
+-- name: put_blob
+-- Store bytes under their SHA-256 once (a snapshot page); an existing digest is kept.
+INSERT INTO blobs (sha256, size, data, created_at) VALUES (?, ?, ?, ?)
+ON CONFLICT (sha256) DO NOTHING;
+
+-- name: get_blob
+-- The stored bytes of a digest.
+SELECT data FROM blobs WHERE sha256 = ?;
+
 -- name: list_runs
 -- Runs, newest first, optionally filtered by status and agent.
 SELECT * FROM runs

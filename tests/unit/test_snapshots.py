@@ -1,0 +1,119 @@
+"""Snapshot format 2: a root plus pages of steps that load lazily, one page at a time."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from tether import codec, snapshots
+from tether import events as ev
+from tether.errors import StoreError
+from tether.events import Event
+from tether.state import RunState, fold, to_data
+from tether.steplist import StepList
+
+pytestmark = pytest.mark.unit
+
+PAGE = 4
+
+
+def _log(n_steps: int, first_seq: int = 1, first_pos: int = 1) -> list[Event]:
+    raw: list[tuple[str, dict[str, Any]]] = []
+    if first_seq == 1:
+        created = {"agent": "a", "version": None, "input": {}, "code": {}}
+        raw = [(ev.RUN_CREATED, created), (ev.RUN_STARTED, {"by": "w", "epoch": 1})]
+    for pos in range(first_pos, first_pos + n_steps):
+        done = {"pos": pos, "name": f"s{pos}", "kind": "step", "attempt": 1, "output": pos}
+        raw.append((ev.STEP_COMPLETED, done))
+    return [
+        Event("r1", seq, t, codec.encode(d), float(seq), "w")
+        for seq, (t, d) in enumerate(raw, first_seq)
+    ]
+
+
+class Blobs:
+    """Pages in memory, counting every read."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+        self.reads: Counter[str] = Counter()
+
+    def get(self, digest: str) -> bytes:
+        self.reads[digest] += 1
+        return self.data[digest]
+
+    def snapshot(self, state: RunState) -> tuple[RunState, dict[str, bytes]]:
+        encoded = snapshots.encode(state, page_size=PAGE)
+        self.data.update(encoded.pages)
+        return snapshots.decode(encoded.root, self.get), encoded.pages
+
+
+def test_the_head_loads_no_page() -> None:
+    blobs = Blobs()
+    state, written = blobs.snapshot(fold(_log(10)))
+    assert len(written) == 2  # positions 1-8; 9 and 10 are the root's tail
+    assert isinstance(state.steps, StepList) and len(state.steps) == 10
+    assert state.committed == 10 and state.position == 11 and state.status == "running"
+    assert state.describe_position() == "step 11, 1–10 committed"
+    assert state.steps[-1].output == 10 and state.step(9) is not None
+    assert not blobs.reads
+
+
+def test_each_page_loads_once_when_read() -> None:
+    blobs = Blobs()
+    state, _ = blobs.snapshot(fold(_log(10)))
+    assert state.steps[4].output == 5
+    assert sum(blobs.reads.values()) == 1
+    assert [s.output for s in state.steps] == list(range(1, 11))
+    assert state.steps[1:6] == tuple(fold(_log(10)).steps[1:6])
+    assert sorted(blobs.reads.values()) == [1, 1]
+
+
+def test_fold_onto_a_lazy_state_loads_nothing_and_shares_pages() -> None:
+    blobs = Blobs()
+    state, _ = blobs.snapshot(fold(_log(10)))
+    head = fold(_log(3, first_seq=13, first_pos=11), start=state)
+    assert isinstance(head.steps, StepList) and len(head.steps) == 13
+    assert head.committed == 13 and head.steps[12].output == 13
+    again, written = blobs.snapshot(head)
+    assert len(written) == 1  # only the new full page 9-12; 1-8 are shared
+    assert again.committed == 13 and again == fold(_log(13))
+    assert blobs.reads  # equality read the pages…
+    assert not blobs.reads - Counter(dict.fromkeys(blobs.reads, 1))  # …once each
+
+
+def test_an_unchanged_prefix_writes_no_page() -> None:
+    blobs = Blobs()
+    state, _ = blobs.snapshot(fold(_log(10)))
+    head = fold(_log(1, first_seq=13, first_pos=11), start=state)
+    _, written = blobs.snapshot(head)
+    assert written == {} and not blobs.reads
+
+
+def test_a_change_below_committed_keeps_the_count_without_loading_pages() -> None:
+    blobs = Blobs()
+    state, _ = blobs.snapshot(fold(_log(10)))
+    failed = {"pos": 2, "name": "s2", "kind": "step", "attempt": 2, "error": {"m": "x"}}
+    event = Event("r1", 13, ev.STEP_FAILED, codec.encode(failed), 13.0, "w")
+    head = fold([event], start=state)
+    assert head.committed == 1 and head.position == 2
+    assert sum(blobs.reads.values()) == 1  # the page of position 2, for its old errors
+    assert head == fold([*_log(10), event])
+
+
+def test_a_format_1_snapshot_still_loads() -> None:
+    whole = fold(_log(10))
+    state = snapshots.decode(codec.encode(to_data(whole)), Blobs().get)
+    assert state == whole and isinstance(state.steps, tuple)
+    assert fold(_log(2, first_seq=13, first_pos=11), start=state) == fold(_log(12))
+
+
+def test_a_corrupt_page_is_named() -> None:
+    blobs = Blobs()
+    state, written = blobs.snapshot(fold(_log(10)))
+    digest = next(iter(written))
+    blobs.data[digest] = b"[]"
+    with pytest.raises(StoreError, match=f"page {digest} is corrupt"):
+        list(state.steps)
