@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import inspect
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -201,7 +202,7 @@ class Session:
             "role": role,
             "sha": codec.digest(content),
             "size": len(body.encode()),
-            "body": body,
+            "body": pack(body),
             "meta": meta_json,
             "run_id": self.run_id,
             "run_add": run_add,
@@ -403,7 +404,7 @@ class Session:
             "upto": upto,
             "sha": new.sha256,
             "size": len(body.encode()),
-            "body": body,
+            "body": pack(body),
             "before": before,
             "after": after,
             "now": new.at,
@@ -490,7 +491,7 @@ class Session:
             return
         with self.store.transaction() as conn:
             for sha, body in bodies.items():
-                params = {"sha": sha, "size": len(body.encode()), "body": body}
+                params = {"sha": sha, "size": len(body.encode()), "body": pack(body)}
                 conn.execute(_q(self.store)["put_body"], params)
 
     def resolve_prompt(self, prompt: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -519,7 +520,7 @@ class Session:
             row = conn.execute(_q(self.store)["get_body"], {"sha": sha}).fetchone()
         if row is None:
             raise NotFound(f"session {self.id!r}: no stored body with SHA-256 {sha[:12]}…")
-        return str(row[0])
+        return unpack(row[0])
 
 
 # -- opening ------------------------------------------------------------------
@@ -603,17 +604,54 @@ def make_policy(
 # -- rows -----------------------------------------------------------------------
 
 
+# Bodies are stored compressed when that is smaller: one marker byte, then the UTF-8
+# JSON (b"j") or its zlib stream (b"z"). Conversation text compresses 2-4x, which keeps
+# a session's storage near (or below) its raw size; reads check nothing extra, the
+# content address (SHA-256 of the canonical JSON) is unchanged.
+_RAW, _ZLIB = b"j", b"z"
+_MIN_COMPRESS = 200  # bytes: below this, zlib's header costs more than it saves
+
+
+def pack(body: str) -> bytes:
+    """A message body as stored: raw or zlib-compressed, whichever is smaller."""
+    raw = body.encode()
+    if len(raw) >= _MIN_COMPRESS:
+        packed = zlib.compress(raw, 6)
+        if len(packed) < len(raw):
+            return _ZLIB + packed
+    return _RAW + raw
+
+
+def unpack(stored: bytes | memoryview | str) -> str:
+    """Inverse of :func:`pack` (a str is a body stored before compression existed)."""
+    if isinstance(stored, str):
+        return stored
+    data = bytes(stored)
+    if data[:1] == _ZLIB:
+        return zlib.decompress(data[1:]).decode()
+    if data[:1] == _RAW:
+        return data[1:].decode()
+    raise StoreError("a stored message body has an unknown format; written by a newer tether?")
+
+
 def _message(session_id: str, row: Sequence[Any]) -> Message:
     seq, role, body, sha, meta, at, run_id = row
     return Message(
-        session_id, int(seq), role, codec.decode(body), sha, codec.decode(meta), float(at), run_id
+        session_id,
+        int(seq),
+        role,
+        codec.decode(unpack(body)),
+        sha,
+        codec.decode(meta),
+        float(at),
+        run_id,
     )
 
 
 def _compaction(session_id: str, row: Sequence[Any]) -> Compaction:
     upto, body, sha, before, after, at = row
     return Compaction(
-        session_id, int(upto), codec.decode(body), sha, int(before), int(after), float(at)
+        session_id, int(upto), codec.decode(unpack(body)), sha, int(before), int(after), float(at)
     )
 
 

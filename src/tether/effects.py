@@ -152,5 +152,5 @@ def _already_done(j: Journal, slot: Slot, key: str) -> tuple[Any] | None:
         return None
     output = codec.decode(effect.result)
     attempt = slot.recorded.attempts if slot.recorded else 1
-    j.record_success(slot, attempt, None, output, j.clock.now(), 0.0, key=key)
+    j.record_success(slot, attempt, None, output, 0.0, key=key)
     return (output,)

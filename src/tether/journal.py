@@ -258,9 +258,8 @@ class Journal:
         attempt: int,
         digest: str | None,
         output: Any,
-        started: float,
         duration: float,
-        usage: dict[str, Any] | None = None,
+        *,
         key: str | None = None,
         effect: EffectWrite | None = None,
         extra: Mapping[str, Any] | None = None,
@@ -272,11 +271,8 @@ class Journal:
             "attempt": attempt,
             "digest": digest,
             "output": output,
-            "started": started,
-            "duration": duration,
-        }
-        if usage is not None:
-            data["usage"] = usage
+            "duration": round(duration, 6),  # the event's time is the end: start = at - duration
+        }  # a model call's usage is folded from its output (state.usage_of): not stored twice
         if key is not None:
             data["key"] = key
         if extra:
@@ -379,31 +375,6 @@ def _short_repr(value: Any) -> str:
     return text if len(text) <= MAX_INPUT_REPR else text[:MAX_INPUT_REPR] + "…"
 
 
-def extract_usage(result: Any) -> dict[str, Any] | None:
-    """Token usage and cost from a model result, when it reports them.
-
-    Understands ``{"usage": {"input_tokens"|"prompt_tokens", "output_tokens"|
-    "completion_tokens", "cost"}}`` and objects with a ``usage`` attribute.
-    """
-    usage = result.get("usage") if isinstance(result, dict) else getattr(result, "usage", None)
-    if usage is None:
-        return None
-
-    def pick(*names: str) -> Any:
-        for n in names:
-            v = usage.get(n) if isinstance(usage, dict) else getattr(usage, n, None)
-            if v is not None:
-                return v
-        return 0
-
-    return {
-        "input_tokens": int(pick("input_tokens", "prompt_tokens")),
-        "output_tokens": int(pick("output_tokens", "completion_tokens")),
-        "cost": float(pick("cost", "cost_usd")),
-        "calls": 1,
-    }
-
-
 def step_core(
     j: Journal,
     kind: str,
@@ -457,7 +428,7 @@ def attempts(
     while True:
         if before is not None:
             before(attempt)
-        started, t0 = j.clock.now(), time.perf_counter()
+        t0 = time.perf_counter()
         token = _CURRENT.set(StepInfo(j.run_id, slot.pos, slot.name, slot.kind, attempt, key))
         try:
             output = yield call
@@ -475,15 +446,12 @@ def attempts(
             _CURRENT.reset(token)
             raise
         _CURRENT.reset(token)
-        usage = extract_usage(output) if slot.kind == "llm" else None
         j.record_success(
             slot,
             attempt,
             digest,
             output,
-            started,
             time.perf_counter() - t0,
-            usage,
             key=key if effect is not None else None,
             effect=effect,
             extra=extra,

@@ -385,10 +385,41 @@ def _cancelled(f: _Fold, e: Event, d: dict[str, Any]) -> None:
     )
 
 
+def usage_of(result: Any) -> dict[str, Any] | None:
+    """Token usage and cost from a model result, when it reports them.
+
+    Understands ``{"usage": {"input_tokens"|"prompt_tokens", "output_tokens"|
+    "completion_tokens", "cost"|"cost_usd"}}`` and objects with a ``usage`` attribute.
+    """
+    usage = result.get("usage") if isinstance(result, dict) else getattr(result, "usage", None)
+    if usage is None:
+        return None
+
+    def pick(*names: str) -> Any:
+        for n in names:
+            v = usage.get(n) if isinstance(usage, dict) else getattr(usage, n, None)
+            if v is not None:
+                return v
+        return 0
+
+    return {
+        "input_tokens": int(pick("input_tokens", "prompt_tokens")),
+        "output_tokens": int(pick("output_tokens", "completion_tokens")),
+        "cost": float(pick("cost", "cost_usd")),
+        "calls": 1,
+    }
+
+
+def _step_usage(d: dict[str, Any]) -> Usage | None:
+    """A step's usage: recorded (older logs), else read from a model call's output."""
+    raw = d.get("usage") or (usage_of(d.get("output")) if d.get("kind") == "llm" else None)
+    return Usage(**raw) if raw else None
+
+
 def _step_completed(f: _Fold, e: Event, d: dict[str, Any]) -> None:
     pos = d["pos"]
     old = f.get_step(pos, d, e)
-    usage = Usage(**d["usage"]) if d.get("usage") else None
+    usage = _step_usage(d)
     if usage is not None:
         f.s["usage"] = f.s["usage"] + usage
     f.put_step(
@@ -402,7 +433,7 @@ def _step_completed(f: _Fold, e: Event, d: dict[str, Any]) -> None:
             input_digest=d.get("digest"),
             output=d.get("output"),
             errors=old.errors,
-            started_at=d.get("started", old.started_at),
+            started_at=d.get("started", e.at - (d.get("duration") or 0.0)),
             finished_at=e.at,
             duration=d.get("duration"),
             usage=usage,

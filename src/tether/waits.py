@@ -124,7 +124,7 @@ def sleep_core(j: Journal, name: str, duration: Any, inline_max: float) -> Core:
         until = rec.due_at if rec.due_at is not None else now
     if until > now:
         yield Sleep(until - now)
-    j.record_success(slot, 1, None, None, now, max(0.0, until - now))
+    j.record_success(slot, 1, None, None, max(0.0, until - now))
     return None
 
 
@@ -161,7 +161,7 @@ def wait_core(j: Journal, name: str, timeout: Any) -> Any:
         event = j.event(ev.WAIT_STARTED, {"pos": slot.pos, "name": name, "timeout_at": timeout_at})
         raise j.suspend([event], f"signal:{name}", timeout_at)
     if rec.due_at is not None and now >= rec.due_at:
-        j.record_success(slot, 1, None, {"timed_out": True}, now, now - (rec.started_at or now))
+        j.record_success(slot, 1, None, {"timed_out": True}, now - (rec.started_at or now))
         raise WaitTimeout(f"run {j.run_id}: no signal {name!r} came before the timeout")
     raise j.suspend([], f"signal:{name}", rec.due_at)
 

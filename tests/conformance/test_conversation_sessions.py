@@ -10,7 +10,7 @@ import pytest
 from _conformance import Backend
 
 import tether
-from tether.conversation import Message, Session
+from tether.conversation import Message, Session, pack
 
 pytestmark = pytest.mark.conformance
 
@@ -232,7 +232,9 @@ def test_a_tampered_message_fails_prompt_resolution(app: tether.App, backend: Ba
     s = app.session("s-1")
     s.add("user", "original")
     prompt = s.prompt_refs(s.prompt_view())
-    backend.sql("UPDATE message_bodies SET body = '\"edited\"'")
+    edited = pack('"edited"').hex()  # a well-formed body, with other content
+    literal = f"X'{edited}'" if backend.name == "sqlite" else f"'\\x{edited}'::bytea"
+    backend.sql(f"UPDATE message_bodies SET body = {literal}")
     with pytest.raises(tether.StoreError, match="do not rebuild the recorded prompt"):
         app.session("s-1").resolve_prompt(prompt)
 

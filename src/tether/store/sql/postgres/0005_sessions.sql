@@ -13,7 +13,7 @@ CREATE TABLE sessions (
 CREATE TABLE message_bodies (
     sha256 TEXT COLLATE "C" PRIMARY KEY,        -- content address: SHA-256 of the canonical JSON
     size   BIGINT NOT NULL,                     -- bytes of body
-    body   TEXT NOT NULL                        -- JSON (tether.codec)
+    body   BYTEA NOT NULL                       -- JSON (tether.codec), maybe zlib: conversation.pack
 );
 
 CREATE TABLE messages (

@@ -19,7 +19,7 @@ UPDATE sessions SET last_seq = last_seq + 1 WHERE id = %(id)s::text RETURNING la
 -- name: put_body
 -- Store a body once by its content hash (an identical body is already there).
 INSERT INTO message_bodies (sha256, size, body)
-VALUES (%(sha)s::text, %(size)s::bigint, %(body)s::text)
+VALUES (%(sha)s::text, %(size)s::bigint, %(body)s::bytea)
 ON CONFLICT (sha256) DO NOTHING;
 
 -- name: get_body

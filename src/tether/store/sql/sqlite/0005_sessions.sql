@@ -13,7 +13,7 @@ CREATE TABLE sessions (
 CREATE TABLE message_bodies (
     sha256 TEXT PRIMARY KEY,                -- content address: SHA-256 of the canonical JSON
     size   INTEGER NOT NULL,                -- bytes of body
-    body   TEXT NOT NULL                    -- JSON (tether.codec)
+    body   BLOB NOT NULL                    -- JSON (tether.codec), maybe zlib: conversation.pack
 ) WITHOUT ROWID;                            -- the hash is the key: stored once, not twice
 
 CREATE TABLE messages (
