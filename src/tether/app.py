@@ -244,12 +244,10 @@ class App:
             },
             now,
         )
-        rid, fresh = self.store.enqueue(
+        rid, _ = self.store.enqueue(
             new, [created], now=now, max_depth=self.queue_config(queue).max_depth
         )
-        if fresh:
-            self.store.notify_work(queue)
-        return rid
+        return rid  # the store told waiting workers (PostgreSQL: NOTIFY in the same commit)
 
     def worker(
         self, *, queues: Sequence[str] = ("default",), concurrency: int = 8, poll: float = 0.2
@@ -451,7 +449,7 @@ class App:
             return self._finished(record)
         journal, run = self._journal(d, state, lease)
         started = {"by": lease.owner, "epoch": lease.epoch, "retry": retry}
-        journal.append([journal.event(ev.RUN_STARTED, started)], Transition("running"))
+        journal.defer([journal.event(ev.RUN_STARTED, started)], Transition("running"))
         args = tuple(state.input.get("args", ()))
         return d, journal, run, args, dict(state.input.get("kwargs", {}))
 

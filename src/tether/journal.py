@@ -155,6 +155,8 @@ class Journal:
         self.pos = 0
         self.actor = actor
         self.poisoned: BaseException | None = None
+        self._deferred: list[NewEvent] = []
+        self._deferred_transition: Transition | None = None
         self.interrupted: BaseException | None = None  # raised at the next position
         self.reused: list[tuple[int, str]] = []
         self.executed: list[tuple[int, str]] = []
@@ -220,9 +222,14 @@ class Journal:
         transition: Transition | None = None,
         writes: Sequence[EffectWrite | SignalTake] = (),
     ) -> None:
-        """Append events under this execution's lease (one transaction)."""
+        """Append events under this execution's lease (one transaction), after any
+        deferred ones (see :meth:`defer`)."""
         if self.poisoned is not None:
             raise self.poisoned
+        if self._deferred:
+            events = [*self._deferred, *events]
+            transition = transition or self._deferred_transition
+            self._deferred, self._deferred_transition = [], None
         try:
             self.seq = self.store.append(
                 self.run_id,
@@ -236,6 +243,13 @@ class Journal:
         except LeaseLost as e:
             self.poisoned = e
             raise
+
+    def defer(self, events: list[NewEvent], transition: Transition | None = None) -> None:
+        """Write ``events`` with the next append (group commit): e.g. ``run.started`` rides
+        with the first step, saving a commit per execution. A crash before that append
+        loses only the record that an execution began, which changed nothing."""
+        self._deferred.extend(events)
+        self._deferred_transition = transition or self._deferred_transition
 
     def event(self, type_: str, data: dict[str, Any]) -> NewEvent:
         return ev.new(type_, data, self.clock.now(), self.actor)

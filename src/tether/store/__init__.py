@@ -338,7 +338,8 @@ class Store(Protocol):
     def enqueue(
         self, run: NewRun, events: Sequence[NewEvent], *, now: float, max_depth: int | None
     ) -> tuple[str, bool]:
-        """Create a queued run unless its id or its (queue, dedup_key) is already taken.
+        """Create a queued run unless its id or its (queue, dedup_key) is already taken, and
+        tell waiting workers in the same transaction (PostgreSQL: NOTIFY; SQLite: they poll).
 
         Returns ``(run_id, created)``: the existing run's id when not created. Raises
         QueueFull when the queue already holds ``max_depth`` queued runs.

@@ -19,7 +19,6 @@ import json
 import logging
 import re
 import threading
-import time
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
@@ -174,7 +173,10 @@ class PostgresStore:
             self._migrate(conn)
         self._pool = self._open_pool(min_size, max_size)
         self._listener: Conn | None = None
-        self._listening = threading.Lock()  # one waiter at a time owns the listener
+        self._listening = threading.Lock()  # guards the listener thread and connection
+        self._listen_thread: threading.Thread | None = None
+        self._waiters: dict[int, tuple[threading.Event, frozenset[str]]] = {}
+        self._closing = threading.Event()
 
     # -- connections ------------------------------------------------------
 
@@ -241,11 +243,9 @@ class PostgresStore:
 
     def close(self) -> None:
         """Close the pool and every connection in it, and the listener."""
+        self._closing.set()
         self._pool.close()
-        with self._listening:
-            if self._listener is not None:
-                self._listener.close()
-                self._listener = None
+        self._drop_listener()  # the listener thread sees _closing and ends
 
     # -- schema -----------------------------------------------------------
 
@@ -575,7 +575,7 @@ class PostgresStore:
     def enqueue(
         self, run: NewRun, events: Sequence[NewEvent], *, now: float, max_depth: int | None
     ) -> tuple[str, bool]:
-        params = {**_run_params(run, now, events), "max_depth": max_depth}
+        params = {**_run_params(run, now, events), "max_depth": max_depth, "channel": self.channel}
         with self._borrow() as conn:
             existing, depth, created = self._enqueue(conn, run.queue, params)
             if not created and existing is None and not (max_depth and depth >= max_depth):
@@ -596,11 +596,11 @@ class PostgresStore:
     def _enqueue(self, conn: Conn, queue: str | None, params: dict[str, Any]) -> Any:
         """(existing id, depth, created); a bounded queue's depth is read under its lock."""
         if params["max_depth"] is None:
-            return _one(conn.execute(_Q["enqueue"], params))
+            return _one(conn.execute(_Q["enqueue"], params))[:3]
         with conn.pipeline(), conn.transaction():  # one round trip: lock, count and insert
             conn.execute(_Q["queue_lock"], (_QUEUE_LOCK_CLASS, self._queue_key(queue)))
             cur = conn.execute(_Q["enqueue"], params)
-        return _one(cur)
+        return _one(cur)[:3]
 
     def _queue_key(self, queue: str | None) -> int:
         return _lock_key(f"{self.schema}:{queue}")
@@ -613,6 +613,8 @@ class PostgresStore:
         # deadlock between workers listing queues in different orders); the others rely on
         # FOR UPDATE SKIP LOCKED alone.
         keys = sorted({self._queue_key(q.name) for q in queues if _limited(q)})
+        if not keys:
+            return self._claim_fast(queues, owner, ttl, now, capacity)
         with self._borrow() as conn, conn.transaction():
             for key in keys:
                 conn.execute(_Q["queue_lock"], (_QUEUE_LOCK_CLASS, key))
@@ -620,6 +622,28 @@ class PostgresStore:
                 if len(out) >= capacity:
                     break
                 out += self._claim_from(conn, limits, owner, ttl, now, capacity - len(out))
+        return out
+
+    def _claim_fast(
+        self, queues: Sequence[QueueLimits], owner: str, ttl: float, now: float, capacity: int
+    ) -> list[tuple[RunRecord, Lease]]:
+        """Queues without limits: one statement per queue, no explicit transaction."""
+        out: list[tuple[RunRecord, Lease]] = []
+        with self._borrow() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            for limits in queues:
+                if len(out) >= capacity:
+                    break
+                params = {
+                    "queue": limits.name,
+                    "now": now,
+                    "scan": capacity - len(out),
+                    "owner": owner,
+                    "expires": now + ttl,
+                }
+                for row in cur.execute(_Q["claim_fast"], params).fetchall():
+                    epoch = int(row.pop("new_epoch"))
+                    out.append((_record(row), Lease(row["id"], owner, epoch, now + ttl)))
         return out
 
     def _claim_from(
@@ -695,33 +719,45 @@ class PostgresStore:
             conn.execute(_Q["notify_work"], (self.channel, queue))
 
     def wait_for_work(self, queues: Sequence[str], timeout: float, wake: threading.Event) -> None:
-        """Wait on LISTEN for a NOTIFY naming one of ``queues``, checking ``wake`` every 50 ms.
-
-        One thread at a time listens; others (and any listener failure) fall back to waiting
-        on ``wake`` for ``timeout``, which is what the worker's poll interval allows anyway.
-        """
-        if not self._listening.acquire(blocking=False):
-            wake.wait(timeout)
-            return
+        """Wait until ``wake`` is set: by the worker itself (a run ended), by this store's
+        listener thread on a NOTIFY naming one of ``queues``, or after ``timeout``."""
+        self._ensure_listener()
+        key = id(wake)
+        with self._listening:
+            self._waiters[key] = (wake, frozenset(queues))
         try:
-            self._wait_notified(set(queues), timeout, wake)
-        except psycopg.Error as e:  # the next claim reports a dead server; here, just poll
-            log.warning("tether: LISTEN on %s failed (%s); polling", self.where, _first_line(e))
-            self._drop_listener()
             wake.wait(timeout)
         finally:
-            self._listening.release()
+            with self._listening:
+                self._waiters.pop(key, None)
 
-    def _wait_notified(self, queues: set[str], timeout: float, wake: threading.Event) -> None:
-        listener = self._listener or self._listen()
-        deadline = time.monotonic() + timeout
-        while not wake.is_set():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            for note in listener.notifies(timeout=min(left, 0.05)):
-                if note.payload in queues:
+    def _ensure_listener(self) -> None:
+        with self._listening:
+            if self._listen_thread is None or not self._listen_thread.is_alive():
+                self._listen_thread = threading.Thread(
+                    target=self._listen_loop, name="tether-pg-listen", daemon=True
+                )
+                self._listen_thread.start()
+
+    def _listen_loop(self) -> None:
+        """One LISTEN connection per store: every NOTIFY wakes the waiters of its queue."""
+        while not self._closing.is_set():
+            try:
+                listener = self._listener or self._listen()
+                for note in listener.notifies(timeout=1.0):
+                    self._wake_waiters(note.payload)
+            except psycopg.Error as e:  # waiters still wake on their timeout: a poll
+                if self._closing.is_set():
                     return
+                log.warning("tether: LISTEN on %s failed (%s); polling", self.where, _first_line(e))
+                self._drop_listener()
+                self._closing.wait(1.0)
+
+    def _wake_waiters(self, queue: str) -> None:
+        with self._listening:
+            targets = [w for w, queues in self._waiters.values() if queue in queues]
+        for wake in targets:
+            wake.set()
 
     def _listen(self) -> Conn:
         conn = psycopg.connect(
@@ -732,9 +768,10 @@ class PostgresStore:
         return conn
 
     def _drop_listener(self) -> None:
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            with suppress(psycopg.Error):
+                listener.close()
 
     def set_status(self, run_id: str, transition: Transition, *, now: float) -> None:
         """Change a run's row status without an event (used by repairs and tests)."""

@@ -347,7 +347,9 @@ WITH existing AS (
               WITH ORDINALITY AS e (type, data, at, actor, n)
     RETURNING seq
 )
-SELECT (SELECT id FROM existing LIMIT 1), (SELECT n FROM depth), (SELECT count(*) FROM run);
+SELECT (SELECT id FROM existing LIMIT 1), (SELECT n FROM depth), (SELECT count(*) FROM run),
+       -- wake the workers in the same transaction: delivered at commit, only if created
+       (SELECT pg_notify(%(channel)s::text, %(queue)s::text) FROM run);
 
 -- name: find_dedup
 -- The run holding an id, or the active run holding a dedup key in a queue.
@@ -384,6 +386,33 @@ WHERE queue = %(queue)s::text AND (
 ORDER BY priority DESC, COALESCE(available_at, created_at), created_at, id
 LIMIT %(scan)s::bigint
 FOR UPDATE SKIP LOCKED;
+
+-- name: claim_fast
+-- One statement (one round trip) for a queue without limits: pick claimable runs, best
+-- first, skipping rows other workers are claiming, and take them; returns the rows as they
+-- were before the claim with the new fencing tokens.
+WITH picked AS (
+    SELECT id, agent, version, status, code, created_at, updated_at, epoch, lease_owner,
+           lease_expires, parent_id, fork_seq, session_id, owner, queue, priority, available_at,
+           waiting_for, cancel_requested, dedup_key, concurrency_key, claimed_at
+    FROM runs
+    WHERE queue = %(queue)s::text AND (
+          (status = 'queued' AND (available_at IS NULL OR available_at <= %(now)s::float8))
+       OR (status = 'waiting' AND available_at IS NOT NULL AND available_at <= %(now)s::float8)
+       OR (status = 'running' AND (lease_owner IS NULL OR lease_expires < %(now)s::float8)))
+    ORDER BY priority DESC, COALESCE(available_at, created_at), created_at, id
+    LIMIT %(scan)s::bigint
+    FOR UPDATE SKIP LOCKED
+), taken AS (
+    UPDATE runs AS r SET status = 'running', epoch = r.epoch + 1, lease_owner = %(owner)s::text,
+           lease_expires = %(expires)s::float8, claimed_at = %(now)s::float8,
+           updated_at = %(now)s::float8, waiting_for = NULL
+    FROM picked WHERE r.id = picked.id
+    RETURNING r.id, r.epoch AS new_epoch
+)
+SELECT picked.*, taken.new_epoch FROM picked JOIN taken ON taken.id = picked.id
+ORDER BY picked.priority DESC, COALESCE(picked.available_at, picked.created_at),
+         picked.created_at, picked.id;
 
 -- name: claim_runs
 -- Take locked claimable runs for a worker: new leases and fencing tokens.
