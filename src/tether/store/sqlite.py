@@ -86,6 +86,7 @@ class SQLiteStore:
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()  # guards only the list of connections, never a query
+        self._writing = threading.RLock()  # one writing thread at a time (see _tx)
         self._check_file()
         self._refuse_foreign()
         self._migrate()
@@ -186,6 +187,15 @@ class SQLiteStore:
 
     @contextmanager
     def _tx(self, immediate: bool = True) -> Iterator[sqlite3.Connection]:
+        if not immediate:
+            yield from self._tx_unlocked(False)
+            return
+        # SQLite has one writer. Threads of this process queue on a lock (a hand-off in
+        # microseconds) instead of on SQLite's busy handler, which sleeps milliseconds.
+        with self._writing:
+            yield from self._tx_unlocked(True)
+
+    def _tx_unlocked(self, immediate: bool) -> Iterator[sqlite3.Connection]:
         conn = self._conn()
         try:
             conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
@@ -376,7 +386,8 @@ class SQLiteStore:
         if len(events) == 1 and transition is None and snapshot is None and not writes:
             # The hot path: one statement in autocommit is its own transaction (one
             # round trip, one commit), and it checks the fencing token as it inserts.
-            return self._append_one(conn, run_id, events[0], expected_seq + 1, epoch)
+            with self._writing:
+                return self._append_one(conn, run_id, events[0], expected_seq + 1, epoch)
         seq = expected_seq
         with self._tx():
             if not events:
