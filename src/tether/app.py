@@ -620,14 +620,15 @@ class App:
         """Finish a compensation that a crash interrupted, then end the run."""
         assert journal.compensating is not None
         reason = journal.compensating["reason"]
-        ctx = drive(
-            self._fail_core(journal, dict(journal.compensating.get("error") or {}), reason),
-            self.clock,
-        )
-        if reason == "cancelled":
-            return self._cancelled(journal, ctx)
-        self._failed(journal, ctx, None)
-        raise AssertionError("unreachable")  # _failed raises
+        try:
+            error = dict(journal.compensating.get("error") or {})
+            ctx = drive(self._fail_core(journal, error, reason), self.clock)
+            if reason == "cancelled":
+                return self._cancelled(journal, ctx)
+            self._failed(journal, ctx, None)
+            raise AssertionError("unreachable")  # _failed raises
+        finally:
+            self._active.pop(journal.run_id, None)
 
     def _cancel_inside(self, journal: Journal, c: Cancelling) -> RunHandle:
         """A cancel requested while the run executed here: compensate if asked, then end."""

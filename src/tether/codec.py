@@ -210,11 +210,6 @@ def _hook(d: dict[str, Any]) -> Any:
     return d
 
 
-def from_json_value(value: Any) -> Any:
-    """Inverse of :func:`to_json_value` for data already parsed from JSON."""
-    return decode(_dumps(value))
-
-
 def decode(text: str | bytes) -> Any:
     """Decode JSON text written by :func:`encode`."""
     return json.loads(text, object_hook=_hook)

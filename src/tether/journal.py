@@ -17,8 +17,7 @@ from __future__ import annotations
 import contextvars
 import time
 import traceback
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,15 +103,6 @@ def current_step() -> StepInfo:
     if info is None:
         raise LookupError("tether.current_step() is only available inside a step or tool call")
     return info
-
-
-@contextmanager
-def in_step(info: StepInfo) -> Iterator[None]:
-    token = _CURRENT.set(info)
-    try:
-        yield
-    finally:
-        _CURRENT.reset(token)
 
 
 def step_key(run_id: str, pos: int, name: str, digest: str) -> str:
@@ -244,6 +234,10 @@ class Journal:
             self.poisoned = e
             raise
 
+    def seq_after(self, n: int) -> int:
+        """The seq the ``n``-th event of the next append will get (deferred ones first)."""
+        return self.seq + len(self._deferred) + n
+
     def defer(self, events: list[NewEvent], transition: Transition | None = None) -> None:
         """Write ``events`` with the next append (group commit): e.g. ``run.started`` rides
         with the first step, saving a commit per execution. A crash before that append
@@ -277,6 +271,7 @@ class Journal:
         key: str | None = None,
         effect: EffectWrite | None = None,
         extra: Mapping[str, Any] | None = None,
+        writes: Sequence[SignalTake] = (),
     ) -> None:
         data = {
             "pos": slot.pos,
@@ -293,10 +288,10 @@ class Journal:
             data.update(extra)
         try:
             event = self.event(ev.STEP_COMPLETED, data)
-            writes = [_with_result(effect, output)] if effect is not None else []
+            side = [_with_result(effect, output)] if effect is not None else []
         except EncodeError as e:
             raise self._encode_error(slot, e) from None
-        self.append([event], writes=writes)
+        self.append([event], writes=[*side, *writes])
         self.executed.append((slot.pos, slot.name))
 
     def _encode_error(self, slot: Slot, e: EncodeError) -> EncodeError:

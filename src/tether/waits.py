@@ -143,17 +143,8 @@ def wait_core(j: Journal, name: str, timeout: Any) -> Any:
             "sent_at": signal.sent_at,
             "sender": signal.sender,
         }
-        data = {
-            "pos": slot.pos,
-            "name": name,
-            "kind": "wait",
-            "attempt": 1,
-            "output": output,
-            "started": now,
-            "duration": 0.0,
-        }
-        j.append([j.event(ev.STEP_COMPLETED, data)], writes=[SignalTake(signal.id, j.seq + 1)])
-        j.executed.append((slot.pos, name))
+        taken = SignalTake(signal.id, j.seq_after(1))  # the seq of the completion below
+        j.record_success(slot, 1, None, output, 0.0, writes=[taken])
         return output["payload"]
     if rec is None:
         seconds = parse_duration(timeout, what=f"wait {name!r} timeout")
@@ -254,6 +245,9 @@ def _append_outside(
         writes=writes,
         now=now,
     )
+    queue = app.store.get_run(state.run_id).queue
+    if queue:
+        app.store.notify_work(queue)  # the run is queued again: a worker resumes it now
 
 
 def resolve(app: App, run_id: str, *, happened: bool, by: str, result: Any = None) -> None:
@@ -315,7 +309,10 @@ def signal(app: App, run_id: str, name: str, payload: Any, *, sender: str | None
             f"Signal a run that is queued, running or waiting."
         )
     text = codec.encode(payload, what=f"signal {name!r} payload")
-    return app.store.send_signal(run_id, name, text, sender=sender, now=app.clock.now())
+    woke = app.store.send_signal(run_id, name, text, sender=sender, now=app.clock.now())
+    if woke and record.queue:
+        app.store.notify_work(record.queue)  # a worker of its queue resumes it now
+    return woke
 
 
 def resumable(app: App, state: RunState) -> str | None:

@@ -21,7 +21,6 @@ queue for another worker.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -283,10 +282,3 @@ def describe(
         }
         for w in workers
     ]
-
-
-def parse_queues(text: str) -> list[str]:
-    """``"a,b"`` or a JSON list -> queue names."""
-    text = text.strip()
-    names = json.loads(text) if text.startswith("[") else text.split(",")
-    return [n.strip() for n in names if n.strip()]
