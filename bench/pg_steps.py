@@ -44,6 +44,7 @@ from psycopg import pq, sql
 import tether
 from common import body
 from pg_append_floor import floor_writer, per_op_us, tether_writer
+from tether.store.pgwire import WireConnection
 
 ADMIN_URL = os.environ.get("TETHER_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -98,7 +99,8 @@ def latency(p: dict[str, Any]) -> dict[str, Any]:
 
 
 class Tracer:
-    """Trace every psycopg connection opened while active; count from the traces."""
+    """Trace every psycopg connection (and every libpq connection of tether's group
+    commit) opened while active; count from the traces."""
 
     def __init__(self, folder: str) -> None:
         self.folder = folder
@@ -113,11 +115,7 @@ class Tracer:
 
         def connect(cls: Any, *args: Any, **kwargs: Any) -> Any:
             conn = tracer._connect(cls, *args, **kwargs)
-            path = os.path.join(tracer.folder, f"conn-{len(tracer.paths)}.trace")
-            tracer.paths.append(path)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            conn.pgconn.trace(fd)
-            conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+            tracer._trace(conn.pgconn)
             return conn
 
         def close(conn: Any) -> None:
@@ -125,13 +123,36 @@ class Tracer:
                 conn.pgconn.untrace()  # flushes libpq's buffered trace stream
             tracer._close(conn)
 
+        # the store's group commit writes on a libpq connection of its own (pgwire)
+        self._wire_init, self._wire_close = WireConnection.__init__, WireConnection.close
+
+        def wire_init(wire: Any, conninfo: str) -> None:
+            tracer._wire_init(wire, conninfo)
+            tracer._trace(wire._pg)
+
+        def wire_close(wire: Any) -> None:
+            wire._pg.untrace()
+            tracer._wire_close(wire)
+
+        WireConnection.__init__ = wire_init  # type: ignore[method-assign]
+        WireConnection.close = wire_close  # type: ignore[method-assign]
+
         # psycopg.connect is a copy of Connection.connect taken at import: patch both
         psycopg.Connection.connect = classmethod(connect)  # type: ignore[method-assign,assignment]
         psycopg.connect = psycopg.Connection.connect
         psycopg.Connection.close = close  # type: ignore[method-assign]
         return self
 
+    def _trace(self, pgconn: Any) -> None:
+        path = os.path.join(self.folder, f"conn-{len(self.paths)}.trace")
+        self.paths.append(path)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        pgconn.trace(fd)
+        pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+
     def __exit__(self, *exc: object) -> None:
+        WireConnection.__init__ = self._wire_init  # type: ignore[method-assign]
+        WireConnection.close = self._wire_close  # type: ignore[method-assign]
         psycopg.Connection.connect = classmethod(self._connect)  # type: ignore[method-assign,assignment]
         psycopg.connect = psycopg.Connection.connect
         psycopg.Connection.close = self._close  # type: ignore[method-assign]

@@ -39,8 +39,9 @@ def _tool(name: str) -> str:
 
 @pytest.mark.integration
 def test_ruff_is_clean() -> None:
-    out = subprocess.run([_tool("ruff"), "check", "src", "tests", "bench"], cwd=ROOT,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [_tool("ruff"), "check", "src", "tests", "bench"], cwd=ROOT, capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 

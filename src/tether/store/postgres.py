@@ -20,9 +20,9 @@ import logging
 import re
 import threading
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 try:
@@ -30,6 +30,7 @@ try:
     from psycopg import errors as pg_errors
     from psycopg import sql
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
+    from psycopg.pq.abc import PGresult
     from psycopg.rows import DictRow, dict_row
     from psycopg_pool import ConnectionPool, PoolTimeout
 except ImportError as e:  # pragma: no cover - depends on the install
@@ -64,6 +65,8 @@ from . import (
     WorkerRecord,
     pick_within_limits,
 )
+from .groupcommit import GroupCommit, Pending
+from .pgwire import Prepared, WireConnection
 from .queries import load_queries, migrations
 
 _Q = load_queries("postgres")
@@ -75,6 +78,10 @@ _LOCK_CLASS = 0x7465_7468  # "teth": the advisory-lock class of tether's migrati
 _QUEUE_LOCK_CLASS = 0x7465_7471  # "tetq": the advisory-lock class of queue claims
 _NO_LIMIT = 2**62
 _NEW_RUN_FIELDS = tuple(NewRun.__dataclass_fields__)
+_WIRE = {  # the appends, sent on the group commit's libpq connection (see pgwire)
+    name: Prepared(name, _Q[name])
+    for name in ("append_event", "append_event_effect", "append_event_transition", "append_events")
+}
 
 Conn = psycopg.Connection[Any]
 log = logging.getLogger("tether.postgres")
@@ -177,6 +184,8 @@ class PostgresStore:
         self._listen_thread: threading.Thread | None = None
         self._waiters: dict[int, tuple[threading.Event, frozenset[str]]] = {}
         self._closing = threading.Event()
+        self._commits: GroupCommit[_Statement] = GroupCommit(self._flush_appends)
+        self._wire: WireConnection | None = None  # the group commit's connection
 
     # -- connections ------------------------------------------------------
 
@@ -214,13 +223,16 @@ class PostgresStore:
         return pool
 
     @contextmanager
-    def _borrow(self) -> Iterator[Conn]:
-        """A pooled connection for one transaction; driver errors become StoreError."""
+    def _borrow(self, *, translate: bool = True) -> Iterator[Conn]:
+        """A pooled connection for one transaction; driver errors become StoreError
+        (unless ``translate`` is false: the caller sorts them out)."""
         try:
             with self._pool.connection(timeout=self.timeout) as conn:
                 try:
                     yield conn
                 except psycopg.Error as e:
+                    if not translate:
+                        raise
                     raise self._translate(e, conn) from None
         except PoolTimeout:
             raise StoreError(
@@ -242,9 +254,12 @@ class PostgresStore:
         )
 
     def close(self) -> None:
-        """Close the pool and every connection in it, and the listener."""
+        """Close the pool and every connection in it, the group commit's and the listener."""
         self._closing.set()
         self._pool.close()
+        if self._wire is not None:
+            self._wire.close()
+            self._wire = None
         self._drop_listener()  # the listener thread sees _closing and ends
 
     # -- schema -----------------------------------------------------------
@@ -375,17 +390,18 @@ class PostgresStore:
         now: float,
     ) -> int:
         extras = (transition, snapshot, writes)
-        with self._borrow() as conn:
-            try:
-                fenced, ok = self._append(conn, run_id, events, expected_seq, epoch, now, extras)
-            except pg_errors.UniqueViolation as e:
-                if _constraint(e) == "runs_dedup":
-                    raise _dedup_conflict(None, None, run_id) from None
-                raise Conflict(
-                    f"run {run_id}: seq {expected_seq + 1} was already appended by another "
-                    f"writer; reload the run and try again"
-                ) from None
-            if not fenced:
+        statement = _append_statement(run_id, events, expected_seq, epoch, now, extras)
+        try:
+            fenced, ok = self._commits.submit(statement)
+        except pg_errors.UniqueViolation as e:
+            if _constraint(e) == "runs_dedup":
+                raise _dedup_conflict(None, None, run_id) from None
+            raise Conflict(
+                f"run {run_id}: seq {expected_seq + 1} was already appended by another "
+                f"writer; reload the run and try again"
+            ) from None
+        if not fenced:
+            with self._borrow() as conn:
                 raise self._refused(conn, run_id, epoch)
         if not ok:
             raise Conflict(
@@ -394,60 +410,83 @@ class PostgresStore:
             )
         return expected_seq + len(events)
 
-    def _append(
-        self,
-        conn: Conn,
-        run_id: str,
-        events: Sequence[NewEvent],
-        expected: int,
-        epoch: int,
-        now: float,
-        extras: tuple[Transition | None, Snapshot | None, Sequence[EffectWrite | SignalTake]],
-    ) -> tuple[bool, bool]:
-        """Run the cheapest statement for the append's shape: (fenced, signals taken).
+    def _flush_appends(self, batch: list[Pending[_Statement]]) -> None:
+        """Commit a batch of appends (see groupcommit): one transaction, one round trip.
 
-        A statement pays for every table it names, so the common shapes (one event; with an
-        effects write; with a transition) have their own, and the rest take append_events.
+        Each append keeps its own fencing; they are sent in run order, so two batches
+        lock run rows in one order. When one of them fails (a taken seq, a deadlock), the
+        transaction rolls back whole and each append is retried alone, so only the one
+        at fault fails. Only the batch's leader is here, so the connection is its alone.
         """
-        transition, snapshot, writes = extras
-        one = len(events) == 1 and snapshot is None
-        if one and transition is None and not writes:
-            params = _event_params(run_id, epoch, expected, events[0])
-            fenced = conn.execute(_Q["append_event"], params).rowcount == 1
-            return fenced, True
-        if one and transition is None and len(writes) == 1 and isinstance(writes[0], EffectWrite):
-            query, extra = "append_event_effect", _effect_params(writes[0])
-        elif one and transition is not None and not writes:
-            query, extra = "append_event_transition", _transition_params(transition)
-        else:
-            return self._append_general(conn, run_id, events, expected, epoch, now, extras)
-        params = {**_event_params(run_id, epoch, expected, events[0]), "now": now, **extra}
-        return bool(_one(conn.execute(_Q[query], params))[0]), True
+        try:
+            wire = self._wire_connection()
+        except StoreError as e:
+            for p in batch:
+                p.fail(e)
+            return
+        if len(batch) > 1:
+            ordered = sorted(batch, key=lambda p: p.item.run_id)
+            try:
+                results = wire.pipeline([(p.item.query, p.item.values) for p in ordered])
+            except psycopg.Error as e:
+                if wire.broken or not isinstance(e, psycopg.DatabaseError):
+                    error = self._wire_lost(e)
+                    for p in batch:
+                        p.fail(error)
+                    return
+            else:
+                for p, res in zip(ordered, results, strict=True):
+                    p.succeed(p.item.read(res))
+                return
+        for p in batch:
+            try:
+                p.succeed(p.item.read(wire.execute(p.item.query, p.item.values)))
+            except pg_errors.UniqueViolation as e:
+                p.fail(e)  # append() says which conflict it was
+            except psycopg.Error as e:
+                if wire.broken or not isinstance(e, psycopg.DatabaseError):
+                    p.fail(self._wire_lost(e))
+                    fresh = self._wire_connection_or(p, batch)
+                    if fresh is None:
+                        return
+                    wire = fresh
+                else:
+                    p.fail(StoreError(f"PostgreSQL at {self.where}: {_first_line(e)}"))
 
-    def _append_general(
-        self,
-        conn: Conn,
-        run_id: str,
-        events: Sequence[NewEvent],
-        expected: int,
-        epoch: int,
-        now: float,
-        extras: tuple[Transition | None, Snapshot | None, Sequence[EffectWrite | SignalTake]],
-    ) -> tuple[bool, bool]:
-        """Events, transition, snapshot and writes in one statement: (fenced, signals taken)."""
-        transition, snapshot, writes = extras
-        params = {
-            "run_id": run_id,
-            "epoch": epoch,
-            "expected": expected,
-            "now": now,
-            **_columns(events),
-            **_transition_params(transition),
-            **_snapshot_params(snapshot),
-            **_writes_params(writes),
-        }
-        fenced, ok = _one(conn.execute(_Q["append_events"], params))
-        return bool(fenced), bool(ok)
+    def _wire_connection(self) -> WireConnection:
+        """The group commit's own connection (opened on first use, and after a loss)."""
+        if self._wire is None:
+            try:
+                self._wire = WireConnection(self.conninfo)
+            except (ConnectionError, psycopg.Error) as e:
+                raise StoreError(
+                    f"cannot connect to PostgreSQL at {self.where}: {_first_line(e)}. Check "
+                    f"that the server is running and accepts connections"
+                ) from None
+        return self._wire
+
+    def _wire_connection_or(
+        self, failed: Pending[_Statement], batch: list[Pending[_Statement]]
+    ) -> WireConnection | None:
+        """A fresh connection for the rest of a batch after a loss (None: every write
+        after ``failed`` fails too)."""
+        try:
+            return self._wire_connection()
+        except StoreError as e:
+            for p in batch[batch.index(failed) + 1 :]:
+                p.fail(e)
+            return None
+
+    def _wire_lost(self, e: BaseException) -> StoreError:
+        """Drop a connection that failed outside a statement; the error to report."""
+        if self._wire is not None:
+            with suppress(Exception):
+                self._wire.close()
+            self._wire = None
+        return StoreError(
+            f"lost the connection to PostgreSQL at {self.where} ({_first_line(e)}); the last "
+            f"write may or may not have been committed: reload the run and retry"
+        )
 
     def save_snapshot(self, snapshot: Snapshot) -> None:
         """Cache a folded state (a snapshot at a seq is always the same state)."""
@@ -797,6 +836,76 @@ class PostgresStore:
         """A pooled connection inside one transaction (see Store)."""
         with self._borrow() as conn, conn.transaction():
             yield conn
+
+
+class _Statement(NamedTuple):
+    """One append as the statement that writes it, and how to read its outcome."""
+
+    run_id: str
+    query: Prepared
+    values: list[bytes | None]
+    read: Callable[[PGresult], tuple[bool, bool]]  # (fenced, signals taken)
+
+
+def _append_statement(
+    run_id: str,
+    events: Sequence[NewEvent],
+    expected: int,
+    epoch: int,
+    now: float,
+    extras: tuple[Transition | None, Snapshot | None, Sequence[EffectWrite | SignalTake]],
+) -> _Statement:
+    """The cheapest statement for the append's shape.
+
+    A statement pays for every table it names, so the common shapes (one event; with an
+    effects write; with a transition) have their own, and the rest take append_events.
+    """
+    transition, snapshot, writes = extras
+    one = len(events) == 1 and snapshot is None
+    if one and transition is None and not writes:
+        params = _event_params(run_id, epoch, expected, events[0])
+        return _statement(run_id, "append_event", params, _fenced_by_rowcount)
+    if one and transition is None and len(writes) == 1 and isinstance(writes[0], EffectWrite):
+        query, extra = "append_event_effect", _effect_params(writes[0])
+    elif one and transition is not None and not writes:
+        query, extra = "append_event_transition", _transition_params(transition)
+    else:
+        params = {
+            "run_id": run_id,
+            "epoch": epoch,
+            "expected": expected,
+            "now": now,
+            **_columns(events),
+            **_transition_params(transition),
+            **_snapshot_params(snapshot),
+            **_writes_params(writes),
+        }
+        return _statement(run_id, "append_events", params, _fenced_and_taken)
+    params = {**_event_params(run_id, epoch, expected, events[0]), "now": now, **extra}
+    return _statement(run_id, query, params, _fenced_by_count)
+
+
+def _statement(
+    run_id: str, name: str, params: dict[str, Any], read: Callable[[PGresult], tuple[bool, bool]]
+) -> _Statement:
+    query = _WIRE[name]
+    try:
+        values = query.values(params)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"run {run_id}: cannot append: {e}") from None
+    return _Statement(run_id, query, values, read)
+
+
+def _fenced_by_rowcount(res: PGresult) -> tuple[bool, bool]:
+    return res.command_tuples == 1, True
+
+
+def _fenced_by_count(res: PGresult) -> tuple[bool, bool]:
+    return res.get_value(0, 0) != b"0", True
+
+
+def _fenced_and_taken(res: PGresult) -> tuple[bool, bool]:
+    return res.get_value(0, 0) != b"0", res.get_value(0, 1) != b"0"
 
 
 def _event_params(run_id: str, epoch: int, expected: int, e: NewEvent) -> dict[str, Any]:

@@ -1,0 +1,171 @@
+"""The PostgreSQL store's write path, straight on libpq (``psycopg.pq``).
+
+A step's append is one prepared statement and one commit; the database work is
+a few tens of microseconds, so what the client does around it shows. psycopg's
+cursor layer (query conversion, adapters, cursor set-up, the pool's borrow)
+costs a step more CPU than the INSERT itself. Appends are the only hot
+statements, their parameters are few and of known types, so this module sends
+them itself: each statement is prepared once per connection and executed with
+its parameters already encoded as text, on one connection owned by the store's
+group commit (only the batch's leader uses it, so it needs no lock).
+
+A batch of several appends is sent as one pipeline ending in one Sync: one
+round trip, and one implicit transaction, so one commit (and all of it rolls
+back when a statement fails).
+
+Waiting for the server happens in ``select``, outside the GIL: the other
+threads of a worker run while this one waits.
+"""
+
+from __future__ import annotations
+
+import re
+import select
+from collections.abc import Sequence
+from typing import Any
+
+from psycopg import errors as pg_errors
+from psycopg import pq
+
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%")
+_OK = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK)
+
+
+class Prepared:
+    """A named query rewritten for libpq: ``$n`` placeholders and their parameter names."""
+
+    __slots__ = ("name", "params", "sql")
+
+    def __init__(self, name: str, query: str) -> None:
+        order: list[str] = []
+
+        def number(m: re.Match[str]) -> str:
+            if m.group(0) == "%%":
+                return "%"
+            key = m.group(1)
+            if key not in order:
+                order.append(key)
+            return f"${order.index(key) + 1}"
+
+        self.name = f"tether_{name}".encode()
+        self.sql = _PLACEHOLDER.sub(number, query).encode()
+        self.params = tuple(order)
+        if "%s" in query:
+            raise ValueError(f"query {name!r}: positional %s placeholders are not supported here")
+
+    def values(self, params: dict[str, Any]) -> list[bytes | None]:
+        return [encode(params[k], k) for k in self.params]
+
+
+def encode(value: Any, name: str = "?") -> bytes | None:
+    """A parameter in PostgreSQL's text format (the statement's casts give the types)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        if "\x00" in value:  # libpq sends text parameters as C strings: refuse, do not cut
+            raise ValueError(f"parameter {name}: text cannot contain NUL (\\x00) characters")
+        return value.encode()
+    if value is True or value is False:
+        return b"t" if value else b"f"
+    if isinstance(value, int):
+        return str(value).encode()
+    if isinstance(value, float):
+        return repr(value).encode()  # 'inf', 'nan' and the shortest exact digits all parse
+    if isinstance(value, list | tuple):
+        return _array(value, name).encode()
+    raise TypeError(f"parameter {name}: cannot send a {type(value).__name__} to PostgreSQL")
+
+
+def _array(values: Sequence[Any], name: str) -> str:
+    items = []
+    for v in values:
+        if v is None:
+            items.append("NULL")
+            continue
+        text = encode(v, name)
+        assert text is not None
+        s = text.decode()
+        items.append('"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"')
+    return "{" + ",".join(items) + "}"
+
+
+class WireConnection:
+    """One libpq connection in blocking mode, for prepared writes (see the module doc)."""
+
+    def __init__(self, conninfo: str) -> None:
+        self._pg = pq.PGconn.connect(conninfo.encode())
+        if self._pg.status != pq.ConnStatus.OK:
+            message = self._pg.get_error_message()
+            self._pg.finish()
+            raise ConnectionError(message.strip() or "could not connect")
+        self._prepared: set[bytes] = set()
+
+    @property
+    def broken(self) -> bool:
+        return self._pg.status != pq.ConnStatus.OK
+
+    def close(self) -> None:
+        self._pg.finish()
+
+    def _prepare(self, q: Prepared) -> None:
+        if q.name in self._prepared:
+            return
+        res = self._pg.prepare(q.name, q.sql)
+        if res.status != pq.ExecStatus.COMMAND_OK:
+            raise self._error(res)
+        self._prepared.add(q.name)
+
+    def execute(self, q: Prepared, values: list[bytes | None]) -> pq.abc.PGresult:
+        """Run one prepared statement in its own (autocommit) transaction."""
+        self._prepare(q)
+        # libpq waits without the GIL; a None value is NULL
+        res = self._pg.exec_prepared(q.name, values)  # type: ignore[arg-type]
+        if res.status not in _OK:
+            raise self._error(res)
+        return res
+
+    def pipeline(
+        self, statements: Sequence[tuple[Prepared, list[bytes | None]]]
+    ) -> list[pq.abc.PGresult]:
+        """Run the statements as one transaction in one round trip; their results.
+
+        A failing statement rolls the whole transaction back and raises its error.
+        """
+        for q, _ in statements:
+            self._prepare(q)
+        pg = self._pg
+        pg.enter_pipeline_mode()
+        try:
+            for q, values in statements:
+                pg.send_query_prepared(q.name, values)
+            pg.pipeline_sync()
+            results: list[pq.abc.PGresult] = []
+            for _ in statements:  # each statement: one result, then None
+                res = self._next()
+                if res is None:
+                    raise pg_errors.InternalError("pipeline: a statement returned no result")
+                results.append(res)
+                while self._next() is not None:
+                    pass
+            sync = self._next()
+            if sync is None or sync.status != pq.ExecStatus.PIPELINE_SYNC:
+                raise pg_errors.InternalError("pipeline: no sync result from the server")
+        finally:
+            if pg.status == pq.ConnStatus.OK:
+                pg.exit_pipeline_mode()
+        for res in results:  # the first error; the statements after it were skipped
+            if res.status not in _OK:
+                raise self._error(res)
+        return results
+
+    def _next(self) -> pq.abc.PGresult | None:
+        pg = self._pg
+        while pg.is_busy():
+            select.select([pg.socket], [], [])  # outside the GIL
+            pg.consume_input()
+        return pg.get_result()
+
+    def _error(self, res: pq.abc.PGresult) -> Exception:
+        if self.broken:
+            return pg_errors.OperationalError(self._pg.get_error_message().strip())
+        return pg_errors.error_from_result(res, encoding="utf-8")

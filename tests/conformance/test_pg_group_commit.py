@@ -1,0 +1,166 @@
+"""PostgreSQL only: the group commit of appends, and its libpq write path (pgwire).
+
+Appends from many threads share commits: a batch is one pipeline and one
+transaction; an append that fails in it (a taken seq, a stale fencing token) fails
+alone, the others commit. Values reach the server intact (arrays, quotes,
+backslashes, non-ASCII), NUL is refused rather than cut, and a lost connection
+fails only the write in flight.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import psycopg
+import pytest
+from _conformance import PG_URL, Backend
+
+from tether.errors import Conflict, LeaseLost, StoreError
+from tether.events import NewEvent
+from tether.store import EffectWrite, NewRun
+from tether.store.groupcommit import Pending
+from tether.store.postgres import PostgresStore, _append_statement
+
+NOW = 1_000.0
+
+
+def _store(pg_backend: Backend) -> PostgresStore:
+    store = pg_backend.open()
+    assert isinstance(store, PostgresStore)
+    return store
+
+
+def _run(store: PostgresStore, run_id: str) -> None:
+    store.create_run(NewRun(run_id, "agent", None, "running"), [], lease_owner="w", now=NOW, ttl=60)
+
+
+def _event(i: int, data: str = '{"n": 0}', actor: str | None = "w") -> NewEvent:
+    return NewEvent("step.completed", data, NOW + i, actor)
+
+
+def _pending(run_id: str, expected: int, epoch: int = 1, data: str = '{"n": 0}') -> Pending:
+    stmt = _append_statement(
+        run_id, [_event(expected, data)], expected, epoch, NOW, (None, None, ())
+    )
+    return Pending(stmt)
+
+
+def test_a_batch_is_one_transaction(pg_backend: Backend) -> None:
+    store = _store(pg_backend)
+    for r in ("a", "b", "c"):
+        _run(store, r)
+    batch = [_pending("c", 0), _pending("a", 0), _pending("b", 0)]
+    store._flush_appends(batch)
+    assert [p.outcome() for p in batch] == [(True, True)] * 3
+    rows = pg_backend.sql("SELECT run_id, seq, xmin::text FROM events ORDER BY run_id")
+    assert [(r, s) for r, s, _ in rows] == [("a", 1), ("b", 1), ("c", 1)]
+    assert len({x for _, _, x in rows}) == 1  # one transaction wrote all three
+
+
+def test_a_taken_seq_fails_alone_and_the_rest_of_the_batch_commits(pg_backend: Backend) -> None:
+    store = _store(pg_backend)
+    for r in ("a", "b", "c"):
+        _run(store, r)
+    store.append("b", [_event(0)], expected_seq=0, epoch=1, now=NOW)
+    batch = [_pending("a", 0), _pending("b", 0, data='{"late": 1}'), _pending("c", 0)]
+    store._flush_appends(batch)
+    assert batch[0].outcome() == (True, True)
+    assert batch[2].outcome() == (True, True)
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        batch[1].outcome()
+    rows = pg_backend.sql("SELECT run_id, seq, data FROM events ORDER BY run_id, seq")
+    assert rows == [("a", 1, '{"n": 0}'), ("b", 1, '{"n": 0}'), ("c", 1, '{"n": 0}')]
+
+
+def test_a_stale_fencing_token_in_a_batch_writes_nothing_for_that_run(pg_backend: Backend) -> None:
+    store = _store(pg_backend)
+    for r in ("a", "b"):
+        _run(store, r)
+    store.claim("b", owner="other", ttl=60, now=NOW + 1, takeover="w")  # b is at epoch 2 now
+    batch = [_pending("a", 0), _pending("b", 0, epoch=1)]
+    store._flush_appends(batch)
+    assert batch[0].outcome() == (True, True)
+    assert batch[1].outcome() == (False, True)  # append() turns this into LeaseLost
+    assert pg_backend.sql("SELECT run_id FROM events") == [("a",)]
+    with pytest.raises(LeaseLost, match="epoch 1"):
+        store.append("b", [_event(0)], expected_seq=0, epoch=1, now=NOW)
+
+
+def test_threads_share_commits_and_lose_nothing(pg_backend: Backend) -> None:
+    store = _store(pg_backend)
+    threads, per_thread = 8, 40
+    for t in range(threads):
+        _run(store, f"r{t}")
+    start = threading.Barrier(threads)
+    errors: list[BaseException] = []
+
+    def work(t: int) -> None:
+        try:
+            start.wait()
+            seq = 0
+            for i in range(per_thread):
+                writes = (
+                    [EffectWrite(f"r{t}:{i}", f"r{t}", i + 1, "tool", "intent")] if i % 5 else []
+                )
+                seq = store.append(
+                    f"r{t}", [_event(i)], expected_seq=seq, epoch=1, writes=writes, now=NOW
+                )
+        except BaseException as e:
+            errors.append(e)
+
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert errors == []
+    rows = pg_backend.sql("SELECT run_id, count(*), min(seq), max(seq) FROM events GROUP BY run_id")
+    assert sorted(rows) == sorted((f"r{t}", per_thread, 1, per_thread) for t in range(threads))
+    effects = pg_backend.sql("SELECT count(*) FROM effects")
+    assert effects == [(threads * (per_thread - per_thread // 5),)]
+    assert store._commits.writes == threads * per_thread
+    assert store._commits.batches <= store._commits.writes
+
+
+def test_values_reach_the_server_intact(pg_backend: Backend) -> None:
+    store = _store(pg_backend)
+    _run(store, "a")
+    awkward = '{"q": "say \\"hi\\"", "bs": "C:\\\\tmp", "u": "żółw ✓", "br": "{a,b}", "n": null}'
+    events = [_event(0, awkward, actor='o"Brien\\x'), _event(1, "[]", actor=None)]
+    fx = EffectWrite("a:1", "a", 1, "to,ol", "done", '{"r": "a\\\\b \\"c\\""}')
+    store.append("a", events, expected_seq=0, epoch=1, writes=[fx], now=NOW)  # the general path
+    got = store.read_events("a")
+    assert [(e.seq, e.data, e.actor, e.at) for e in got] == [
+        (1, awkward, 'o"Brien\\x', NOW),
+        (2, "[]", None, NOW + 1),
+    ]
+    effect = store.get_effect("a:1")
+    assert effect is not None and (effect.tool, effect.result) == ("to,ol", fx.result)
+
+
+def test_nul_is_refused_not_cut(pg_backend: Backend) -> None:
+    store = _store(pg_backend)
+    _run(store, "a")
+    with pytest.raises(ValueError, match=r"run a: .*NUL"):
+        store.append("a", [_event(0, actor="w\x00x")], expected_seq=0, epoch=1, now=NOW)
+    assert pg_backend.sql("SELECT count(*) FROM events") == [(0,)]
+    assert store.append("a", [_event(0)], expected_seq=0, epoch=1, now=NOW) == 1
+
+
+def test_a_lost_connection_fails_the_write_in_flight_and_the_next_reconnects(
+    pg_backend: Backend,
+) -> None:
+    store = _store(pg_backend)
+    _run(store, "a")
+    assert store.append("a", [_event(0)], expected_seq=0, epoch=1, now=NOW) == 1
+    assert store._wire is not None
+    pid = store._wire._pg.backend_pid
+    with psycopg.connect(PG_URL, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    with pytest.raises(StoreError, match=r"lost the connection.*may or may not"):
+        store.append("a", [_event(1)], expected_seq=1, epoch=1, now=NOW)
+    # the write did not reach the server; the next one opens a new connection
+    assert store.append("a", [_event(1)], expected_seq=1, epoch=1, now=NOW) == 2
+    assert [e.seq for e in store.read_events("a")] == [1, 2]
+    with pytest.raises(Conflict):
+        store.append("a", [_event(1)], expected_seq=1, epoch=1, now=NOW)

@@ -1,0 +1,112 @@
+"""GroupCommit: leader/follower batching, with no database (the flush is a function)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from tether.store.groupcommit import GroupCommit, Pending
+
+
+def test_a_lone_writer_is_its_own_batch() -> None:
+    seen: list[list[int]] = []
+
+    def flush(batch: list[Pending[int]]) -> None:
+        seen.append([p.item for p in batch])
+        for p in batch:
+            p.succeed(p.item * 10)
+
+    gc: GroupCommit[int] = GroupCommit(flush)
+    assert [gc.submit(i) for i in range(3)] == [0, 10, 20]
+    assert seen == [[0], [1], [2]]
+
+
+def test_writes_queued_during_a_flush_share_the_next_one() -> None:
+    release = threading.Event()
+    sizes: list[int] = []
+
+    def flush(batch: list[Pending[int]]) -> None:
+        sizes.append(len(batch))
+        if len(sizes) == 1:
+            release.wait(5)  # the first batch holds the lead while the others queue
+        for p in batch:
+            p.succeed(p.item)
+
+    gc: GroupCommit[int] = GroupCommit(flush)
+    results: dict[int, int] = {}
+    first = threading.Thread(target=lambda: results.__setitem__(0, gc.submit(0)))
+    first.start()
+    while not sizes:
+        time.sleep(0.001)
+    rest = [
+        threading.Thread(target=lambda i=i: results.__setitem__(i, gc.submit(i)))
+        for i in range(1, 6)
+    ]
+    for t in rest:
+        t.start()
+    while len(gc._queue) < 5:
+        time.sleep(0.001)
+    release.set()
+    for t in [first, *rest]:
+        t.join(5)
+    assert results == {i: i for i in range(6)}
+    assert sizes == [1, 5]
+    assert (gc.batches, gc.writes) == (2, 6)
+
+
+def test_max_batch_splits_a_long_queue() -> None:
+    release = threading.Event()
+    sizes: list[int] = []
+
+    def flush(batch: list[Pending[int]]) -> None:
+        sizes.append(len(batch))
+        if len(sizes) == 1:
+            release.wait(5)
+        for p in batch:
+            p.succeed(p.item)
+
+    gc: GroupCommit[int] = GroupCommit(flush, max_batch=2)
+    threads = [threading.Thread(target=gc.submit, args=(i,)) for i in range(6)]
+    threads[0].start()
+    while not sizes:
+        time.sleep(0.001)
+    for t in threads[1:]:
+        t.start()
+    while len(gc._queue) < 5:
+        time.sleep(0.001)
+    release.set()
+    for t in threads:
+        t.join(5)
+    assert sizes == [1, 2, 2, 1]
+
+
+def test_each_write_gets_its_own_outcome_and_a_broken_flush_fails_them_all() -> None:
+    def flush(batch: list[Pending[int]]) -> None:
+        for p in batch:
+            if p.item < 0:
+                p.fail(ValueError(f"bad {p.item}"))
+            elif p.item == 99:
+                raise RuntimeError("the connection broke")
+            else:
+                p.succeed(p.item)
+
+    gc: GroupCommit[int] = GroupCommit(flush)
+    assert gc.submit(1) == 1
+    with pytest.raises(ValueError, match="bad -1"):
+        gc.submit(-1)
+    with pytest.raises(RuntimeError, match="broke"):
+        gc.submit(99)
+    assert gc.submit(2) == 2  # the lead was given back
+
+
+def test_a_flush_that_forgets_a_write_fails_it_instead_of_hanging() -> None:
+    gc: GroupCommit[int] = GroupCommit(lambda batch: None)
+    with pytest.raises(RuntimeError, match="no outcome"):
+        gc.submit(1)
+
+
+def test_max_batch_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="max_batch"):
+        GroupCommit(lambda batch: None, max_batch=0)
