@@ -56,6 +56,19 @@ class Backend:
             cur = conn.execute(statement.encode())
             return list(cur.fetchall()) if cur.description else []
 
+    def sql_params(self, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """Run one statement with named parameters (psycopg or sqlite3 style); its rows."""
+        if self.name == "sqlite":
+            with sqlite3.connect(self.url) as conn:
+                return list(conn.execute(statement, params).fetchall())
+        import psycopg
+
+        with psycopg.connect(
+            PG_URL, autocommit=True, options=f"-c search_path={self.schema}"
+        ) as conn:
+            cur = conn.execute(statement.encode(), params)
+            return list(cur.fetchall()) if cur.description else []
+
     def close_all(self) -> None:
         for store in self.opened:
             with contextlib.suppress(Exception):  # a test may have closed it already

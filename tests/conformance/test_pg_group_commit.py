@@ -9,6 +9,7 @@ fails only the write in flight.
 
 from __future__ import annotations
 
+import json
 import threading
 
 import psycopg
@@ -19,6 +20,7 @@ from tether.errors import Conflict, LeaseLost, StoreError
 from tether.events import NewEvent
 from tether.store import EffectWrite, NewRun
 from tether.store.groupcommit import Pending
+from tether.store.pgwire import Prepared, WireConnection
 from tether.store.postgres import PostgresStore, _append_statement
 
 NOW = 1_000.0
@@ -50,7 +52,7 @@ def test_a_batch_is_one_transaction(pg_backend: Backend) -> None:
     for r in ("a", "b", "c"):
         _run(store, r)
     batch = [_pending("c", 0), _pending("a", 0), _pending("b", 0)]
-    store._flush_appends(batch)
+    store._flush(batch, 0)
     assert [p.outcome() for p in batch] == [(True, True)] * 3
     rows = pg_backend.sql("SELECT run_id, seq, xmin::text FROM events ORDER BY run_id")
     assert [(r, s) for r, s, _ in rows] == [("a", 1), ("b", 1), ("c", 1)]
@@ -63,7 +65,7 @@ def test_a_taken_seq_fails_alone_and_the_rest_of_the_batch_commits(pg_backend: B
         _run(store, r)
     store.append("b", [_event(0)], expected_seq=0, epoch=1, now=NOW)
     batch = [_pending("a", 0), _pending("b", 0, data='{"late": 1}'), _pending("c", 0)]
-    store._flush_appends(batch)
+    store._flush(batch, 0)
     assert batch[0].outcome() == (True, True)
     assert batch[2].outcome() == (True, True)
     with pytest.raises(psycopg.errors.UniqueViolation):
@@ -78,7 +80,7 @@ def test_a_stale_fencing_token_in_a_batch_writes_nothing_for_that_run(pg_backend
         _run(store, r)
     store.claim("b", owner="other", ttl=60, now=NOW + 1, takeover="w")  # b is at epoch 2 now
     batch = [_pending("a", 0), _pending("b", 0, epoch=1)]
-    store._flush_appends(batch)
+    store._flush(batch, 0)
     assert batch[0].outcome() == (True, True)
     assert batch[1].outcome() == (False, True)  # append() turns this into LeaseLost
     assert pg_backend.sql("SELECT run_id FROM events") == [("a",)]
@@ -153,8 +155,9 @@ def test_a_lost_connection_fails_the_write_in_flight_and_the_next_reconnects(
     store = _store(pg_backend)
     _run(store, "a")
     assert store.append("a", [_event(0)], expected_seq=0, epoch=1, now=NOW) == 1
-    assert store._wire is not None
-    pid = store._wire._pg.backend_pid
+    wire = store._wires[0]
+    assert wire is not None
+    pid = wire._pg.backend_pid
     with psycopg.connect(PG_URL, autocommit=True) as admin:
         admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
     with pytest.raises(StoreError, match=r"lost the connection.*may or may not"):
@@ -164,3 +167,27 @@ def test_a_lost_connection_fails_the_write_in_flight_and_the_next_reconnects(
     assert [e.seq for e in store.read_events("a")] == [1, 2]
     with pytest.raises(Conflict):
         store.append("a", [_event(1)], expected_seq=1, epoch=1, now=NOW)
+
+
+def test_prepared_queries_number_named_parameters_and_keep_their_casts() -> None:
+    q = Prepared("t", "SELECT %(a)s::text, %(b)s::bigint[], %(a)s::text, 100 %% 7")
+    assert q.sql == b"SELECT $1::text, $2::bigint[], $1::text, 100 % 7"
+    assert q.params == ("a", "b")
+    assert q.values({"a": "x", "b": [1, None, 3]}) == [b"x", b'{"1",NULL,"3"}']
+    with pytest.raises(TypeError, match="parameter b: expected an int, got str"):
+        q.values({"a": "x", "b": ["1"]})
+    with pytest.raises(ValueError, match="positional"):
+        Prepared("bad", "SELECT %s::text")
+
+
+def test_arrays_of_awkward_text_round_trip_through_the_server(pg_backend: Backend) -> None:
+    store = _store(pg_backend)
+    wire = WireConnection(store._wire_conninfo)
+    try:
+        q = Prepared("echo", "SELECT array_to_json(%(a)s::text[])::text, %(f)s::float8::text")
+        items = ['a"b', "c\\d", "{e,f}", "", None, "żółw ✓", "NULL"]
+        res = wire.execute(q, q.values({"a": items, "f": 0.1 + 0.2}))
+        assert json.loads(res.get_value(0, 0) or b"") == items
+        assert float(res.get_value(0, 1) or b"") == 0.1 + 0.2  # shortest exact digits
+    finally:
+        wire.close()

@@ -327,3 +327,47 @@ def test_a_notify_wakes_a_waiting_worker_of_that_queue(pg_backend: Backend) -> N
     t = time.monotonic()
     listener.wait_for_work(["q"], 10, wake)
     assert 0.3 < time.monotonic() - t < 3  # not woken by the other queue
+
+
+@pytest.mark.parametrize("limited", [False, True])
+def test_one_claim_merges_the_kinds_in_priority_order(store: Store, limited: bool) -> None:
+    """Queued, due-waiting and expired runs are read by three scans; one claim must still
+    take the best of all of them, in order, and no more than its capacity."""
+    _enqueue(store, "queued-p1", priority=1, now=T0)
+    _enqueue(store, "queued-p0", priority=0, now=T0)
+    new_run(store, "timer-p5", owner="w0", queue="q", priority=5)
+    store.set_status("timer-p5", Transition("waiting", release=True, available_at=T0 + 5), now=T0)
+    new_run(store, "dead-p3", owner="w0", ttl=1, queue="q", priority=3)
+    limits = QueueLimits("q", concurrency=50) if limited else QueueLimits("q")
+    assert _claimed(store, limits, now=T0 + 10, capacity=3) == ["timer-p5", "dead-p3", "queued-p1"]
+    assert _claimed(store, limits, now=T0 + 10, capacity=3) == ["queued-p0"]
+
+
+def test_a_claim_reads_the_queue_through_its_order_index(backend: Backend) -> None:
+    """A claim must not sort the whole queue (it did: O(queue depth) per claim)."""
+    store = backend.open()
+    for i in range(300):
+        _enqueue(store, f"r{i:03}", priority=i % 3, now=T0 + i)
+    if backend.name == "sqlite":
+        from tether.store.sqlite import _Q as SQ
+
+        plan = " ".join(
+            str(r)
+            for r in backend.sql_params(
+                "EXPLAIN QUERY PLAN " + SQ["claim_candidates"],
+                {"queue": "q", "now": T0 + 1000, "scan": 1},
+            )
+        )
+    else:
+        from tether.store.postgres import _Q as PQ
+
+        backend.sql("ANALYZE runs")
+        plan = " ".join(
+            str(r)
+            for r in backend.sql_params(
+                "EXPLAIN " + PQ["claim_fast"],
+                {"queue": "q", "now": T0 + 1000, "scan": 1, "owner": "w", "expires": T0},
+            )
+        )
+    assert "runs_queued_order" in plan, plan
+    assert _claimed(store, QueueLimits("q"), now=T0 + 1000, capacity=2) == ["r002", "r005"]

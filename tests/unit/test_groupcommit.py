@@ -13,7 +13,7 @@ from tether.store.groupcommit import GroupCommit, Pending
 def test_a_lone_writer_is_its_own_batch() -> None:
     seen: list[list[int]] = []
 
-    def flush(batch: list[Pending[int]]) -> None:
+    def flush(batch: list[Pending[int]], lane: int) -> None:
         seen.append([p.item for p in batch])
         for p in batch:
             p.succeed(p.item * 10)
@@ -27,7 +27,7 @@ def test_writes_queued_during_a_flush_share_the_next_one() -> None:
     release = threading.Event()
     sizes: list[int] = []
 
-    def flush(batch: list[Pending[int]]) -> None:
+    def flush(batch: list[Pending[int]], lane: int) -> None:
         sizes.append(len(batch))
         if len(sizes) == 1:
             release.wait(5)  # the first batch holds the lead while the others queue
@@ -60,7 +60,7 @@ def test_max_batch_splits_a_long_queue() -> None:
     release = threading.Event()
     sizes: list[int] = []
 
-    def flush(batch: list[Pending[int]]) -> None:
+    def flush(batch: list[Pending[int]], lane: int) -> None:
         sizes.append(len(batch))
         if len(sizes) == 1:
             release.wait(5)
@@ -83,7 +83,7 @@ def test_max_batch_splits_a_long_queue() -> None:
 
 
 def test_each_write_gets_its_own_outcome_and_a_broken_flush_fails_them_all() -> None:
-    def flush(batch: list[Pending[int]]) -> None:
+    def flush(batch: list[Pending[int]], lane: int) -> None:
         for p in batch:
             if p.item < 0:
                 p.fail(ValueError(f"bad {p.item}"))
@@ -102,11 +102,11 @@ def test_each_write_gets_its_own_outcome_and_a_broken_flush_fails_them_all() -> 
 
 
 def test_a_flush_that_forgets_a_write_fails_it_instead_of_hanging() -> None:
-    gc: GroupCommit[int] = GroupCommit(lambda batch: None)
+    gc: GroupCommit[int] = GroupCommit(lambda batch, lane: None)
     with pytest.raises(RuntimeError, match="no outcome"):
         gc.submit(1)
 
 
 def test_max_batch_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_batch"):
-        GroupCommit(lambda batch: None, max_batch=0)
+        GroupCommit(lambda batch, lane: None, max_batch=0)

@@ -9,12 +9,14 @@ so the durability of a step is unchanged; the database sees one commit, one
 round trip and one WAL flush for the batch instead of one per step.
 
 There is no committer thread and no timer (a lone writer pays nothing: its
-batch is itself, committed at once). The first thread to find no commit in
-flight leads: it takes every queued write, commits them, hands each its
-outcome and steps down; a thread whose write was queued meanwhile either finds
-it done or leads the next batch (leader/follower).
+batch is itself, committed at once). A thread that finds a free *lane* leads:
+it takes every queued write, commits them on that lane, hands each its outcome
+and steps down; a thread whose write was queued meanwhile either finds it done
+or leads the next batch (leader/follower). One lane gives the biggest batches;
+a few lanes let the database work on several batches at once (each lane is one
+connection, so one server process).
 
-The store supplies ``flush(batch)``, which must set an outcome on every
+The store supplies ``flush(batch, lane)``, which must set an outcome on every
 :class:`Pending` it is given (and should isolate one write's failure from the
 others: a batch that fails is retried write by write).
 """
@@ -31,13 +33,14 @@ T = TypeVar("T")
 class Pending(Generic[T]):
     """One queued write and, once its batch is flushed, its outcome."""
 
-    __slots__ = ("done", "error", "item", "result")
+    __slots__ = ("done", "error", "item", "result", "taken")
 
     def __init__(self, item: T) -> None:
         self.item = item
         self.result: Any = None
         self.error: BaseException | None = None
         self.done = False
+        self.taken = False  # in a batch that a leader is flushing
 
     def succeed(self, result: Any) -> None:
         self.result, self.done = result, True
@@ -54,14 +57,19 @@ class Pending(Generic[T]):
 class GroupCommit(Generic[T]):
     """Leader/follower batching of writes from many threads (see the module doc)."""
 
-    def __init__(self, flush: Callable[[list[Pending[T]]], None], *, max_batch: int = 64) -> None:
+    def __init__(
+        self, flush: Callable[[list[Pending[T]], int], None], *, lanes: int = 1, max_batch: int = 64
+    ) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, not {max_batch}")
+        if lanes < 1:
+            raise ValueError(f"lanes must be >= 1, not {lanes}")
         self._flush = flush
         self.max_batch = max_batch
+        self.lanes = lanes
         self._cv = threading.Condition(threading.Lock())
         self._queue: list[Pending[T]] = []
-        self._leading = False
+        self._free = list(range(lanes - 1, -1, -1))  # lanes without a leader (lane 0 first)
         self.batches = 0  # flushes so far, and the writes they carried: for benchmarks
         self.writes = 0
 
@@ -76,18 +84,20 @@ class GroupCommit(Generic[T]):
             self._queue.append(pending)
         while True:
             with self._cv:
-                while self._leading and not pending.done:
+                while not pending.done and (pending.taken or not self._free):
                     self._cv.wait()
                 if pending.done:
                     return pending.outcome()
-                self._leading = True
+                lane = self._free.pop()
                 batch = self._queue[: self.max_batch]  # oldest first: this write may wait
                 del self._queue[: self.max_batch]
-            self._lead(batch)
+                for p in batch:
+                    p.taken = True
+            self._lead(batch, lane)
 
-    def _lead(self, batch: list[Pending[T]]) -> None:
+    def _lead(self, batch: list[Pending[T]], lane: int) -> None:
         try:
-            self._flush(batch)
+            self._flush(batch, lane)
         except BaseException as e:  # the flush itself broke: every write left in it failed
             for p in batch:
                 if not p.done:
@@ -99,7 +109,7 @@ class GroupCommit(Generic[T]):
                         RuntimeError(f"group commit: {self._flush!r} gave this write no outcome")
                     )
             with self._cv:
-                self._leading = False
+                self._free.append(lane)
                 self.batches += 1
                 self.writes += len(batch)
                 self._cv.notify_all()

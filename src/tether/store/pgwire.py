@@ -21,50 +21,57 @@ from __future__ import annotations
 
 import re
 import select
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from psycopg import errors as pg_errors
 from psycopg import pq
 
-_PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%")
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s(::\w+(?:\[\])?)?|%%")
 _OK = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK)
+
+Encoder = Callable[[Any, str], "bytes | None"]
 
 
 class Prepared:
-    """A named query rewritten for libpq: ``$n`` placeholders and their parameter names."""
+    """A named query rewritten for libpq: ``$n`` placeholders, and for each parameter its
+    name and an encoder chosen by the cast that follows it (``%(seq)s::bigint``)."""
 
-    __slots__ = ("name", "params", "sql")
+    __slots__ = ("encoders", "name", "params", "sql")
 
     def __init__(self, name: str, query: str) -> None:
         order: list[str] = []
+        encoders: list[Encoder] = []
 
         def number(m: re.Match[str]) -> str:
             if m.group(0) == "%%":
                 return "%"
-            key = m.group(1)
+            key, cast = m.group(1), m.group(2) or ""
             if key not in order:
                 order.append(key)
-            return f"${order.index(key) + 1}"
+                encoders.append(_ENCODERS.get(cast[2:], encode))
+            return f"${order.index(key) + 1}{cast}"
 
+        if "%s" in query:
+            raise ValueError(f"query {name!r}: positional %s placeholders are not supported here")
         self.name = f"tether_{name}".encode()
         self.sql = _PLACEHOLDER.sub(number, query).encode()
         self.params = tuple(order)
-        if "%s" in query:
-            raise ValueError(f"query {name!r}: positional %s placeholders are not supported here")
+        self.encoders = tuple(encoders)
 
     def values(self, params: dict[str, Any]) -> list[bytes | None]:
-        return [encode(params[k], k) for k in self.params]
+        return [
+            None if (v := params[k]) is None else enc(v, k)
+            for k, enc in zip(self.params, self.encoders, strict=True)
+        ]
 
 
 def encode(value: Any, name: str = "?") -> bytes | None:
-    """A parameter in PostgreSQL's text format (the statement's casts give the types)."""
+    """A parameter in PostgreSQL's text format, by its Python type."""
     if value is None:
         return None
     if isinstance(value, str):
-        if "\x00" in value:  # libpq sends text parameters as C strings: refuse, do not cut
-            raise ValueError(f"parameter {name}: text cannot contain NUL (\\x00) characters")
-        return value.encode()
+        return _text(value, name)
     if value is True or value is False:
         return b"t" if value else b"f"
     if isinstance(value, int):
@@ -72,21 +79,60 @@ def encode(value: Any, name: str = "?") -> bytes | None:
     if isinstance(value, float):
         return repr(value).encode()  # 'inf', 'nan' and the shortest exact digits all parse
     if isinstance(value, list | tuple):
-        return _array(value, name).encode()
+        return _array(value, name, encode)
     raise TypeError(f"parameter {name}: cannot send a {type(value).__name__} to PostgreSQL")
 
 
-def _array(values: Sequence[Any], name: str) -> str:
+def _text(value: Any, name: str) -> bytes:
+    if not isinstance(value, str):
+        raise TypeError(f"parameter {name}: expected text, got {type(value).__name__}")
+    if "\x00" in value:  # libpq sends text parameters as C strings: refuse, do not cut
+        raise ValueError(f"parameter {name}: text cannot contain NUL (\\x00) characters")
+    return value.encode()
+
+
+def _bigint(value: Any, name: str) -> bytes:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"parameter {name}: expected an int, got {type(value).__name__}")
+    return str(value).encode()
+
+
+def _float8(value: Any, name: str) -> bytes:
+    if not isinstance(value, float | int) or isinstance(value, bool):
+        raise TypeError(f"parameter {name}: expected a number, got {type(value).__name__}")
+    return repr(float(value)).encode()
+
+
+def _bool(value: Any, name: str) -> bytes:
+    return b"t" if value else b"f"
+
+
+def _array_of(element: Encoder) -> Encoder:
+    return lambda values, name: _array(values, name, element)
+
+
+def _array(values: Sequence[Any], name: str, element: Encoder) -> bytes:
     items = []
     for v in values:
         if v is None:
             items.append("NULL")
             continue
-        text = encode(v, name)
+        text = element(v, name)
         assert text is not None
         s = text.decode()
         items.append('"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"')
-    return "{" + ",".join(items) + "}"
+    return ("{" + ",".join(items) + "}").encode()
+
+
+_ENCODERS: dict[str, Encoder] = {
+    "text": _text,
+    "bigint": _bigint,
+    "float8": _float8,
+    "bool": _bool,
+    "text[]": _array_of(_text),
+    "bigint[]": _array_of(_bigint),
+    "float8[]": _array_of(_float8),
+}
 
 
 class WireConnection:

@@ -78,9 +78,17 @@ _LOCK_CLASS = 0x7465_7468  # "teth": the advisory-lock class of tether's migrati
 _QUEUE_LOCK_CLASS = 0x7465_7471  # "tetq": the advisory-lock class of queue claims
 _NO_LIMIT = 2**62
 _NEW_RUN_FIELDS = tuple(NewRun.__dataclass_fields__)
-_WIRE = {  # the appends, sent on the group commit's libpq connection (see pgwire)
+_FLOAT_FIELDS = ("created_at", "updated_at", "lease_expires", "available_at", "claimed_at")
+_WIRE = {  # the hot statements, sent on the group commit's libpq connection (see pgwire)
     name: Prepared(name, _Q[name])
-    for name in ("append_event", "append_event_effect", "append_event_transition", "append_events")
+    for name in (
+        "append_event",
+        "append_event_effect",
+        "append_event_transition",
+        "append_events",
+        "load_run",
+        "claim_fast",
+    )
 }
 
 Conn = psycopg.Connection[Any]
@@ -160,6 +168,7 @@ class PostgresStore:
         min_size: int = 1,
         max_size: int = 10,
         timeout: float = 10.0,
+        lanes: int = 2,
     ) -> None:
         base, url_schema = split_url(url)
         self.schema = _check_schema(schema or url_schema or DEFAULT_SCHEMA)
@@ -184,8 +193,13 @@ class PostgresStore:
         self._listen_thread: threading.Thread | None = None
         self._waiters: dict[int, tuple[threading.Event, frozenset[str]]] = {}
         self._closing = threading.Event()
-        self._commits: GroupCommit[_Statement] = GroupCommit(self._flush_appends)
-        self._wire: WireConnection | None = None  # the group commit's connection
+        self._commits: GroupCommit[_Statement] = GroupCommit(self._flush, lanes=lanes)
+        self._wires: list[WireConnection | None] = [None] * lanes  # one per group-commit lane
+        # JSON results carry floats as text: ask for the shortest exact digits whatever the
+        # server's default (PostgreSQL < 12, or a database set to extra_float_digits <= 0)
+        self._wire_conninfo = make_conninfo(
+            self.conninfo, options=f"{options} -c extra_float_digits=3"
+        )
 
     # -- connections ------------------------------------------------------
 
@@ -257,9 +271,10 @@ class PostgresStore:
         """Close the pool and every connection in it, the group commit's and the listener."""
         self._closing.set()
         self._pool.close()
-        if self._wire is not None:
-            self._wire.close()
-            self._wire = None
+        for lane, wire in enumerate(self._wires):
+            if wire is not None:
+                wire.close()
+                self._wires[lane] = None
         self._drop_listener()  # the listener thread sees _closing and ends
 
     # -- schema -----------------------------------------------------------
@@ -358,18 +373,11 @@ class PostgresStore:
 
     def load(self, run_id: str, *, upto: int | None = None) -> Loaded:
         limit = upto if upto is not None else _NO_LIMIT
-        with self._borrow() as conn:
-            with conn.pipeline():  # one round trip for the whole consistent read
-                conn.execute(_Q["begin_consistent_read"])
-                run_cur = conn.cursor(row_factory=dict_row).execute(_Q["get_run"], (run_id,))
-                snap_cur = conn.execute(_Q["latest_snapshot"], (run_id, limit))
-                ev_cur = conn.execute(_Q["events_after_snapshot"], {"id": run_id, "upto": limit})
-                conn.execute(_Q["commit"])
-            row, snap_row, ev_rows = run_cur.fetchone(), snap_cur.fetchone(), ev_cur.fetchall()
+        params = {"id": run_id, "upto": limit}
+        row, snap, events = self._commits.submit(_statement(run_id, "load_run", params, _loaded))
         if row is None:
             raise self._not_found(run_id)
-        snap = Snapshot(*snap_row) if snap_row else None
-        return Loaded(_record(row), snap, [_event(r) for r in ev_rows])
+        return Loaded(row, snap, events)
 
     def read_events(self, run_id: str, *, after: int = 0, upto: int | None = None) -> list[Event]:
         limit = upto if upto is not None else _NO_LIMIT
@@ -410,16 +418,17 @@ class PostgresStore:
             )
         return expected_seq + len(events)
 
-    def _flush_appends(self, batch: list[Pending[_Statement]]) -> None:
-        """Commit a batch of appends (see groupcommit): one transaction, one round trip.
+    def _flush(self, batch: list[Pending[_Statement]], lane: int) -> None:
+        """Commit a batch of hot statements (see groupcommit): appends, and the loads and
+        claims of a worker's threads, in one transaction and one round trip.
 
         Each append keeps its own fencing; they are sent in run order, so two batches
-        lock run rows in one order. When one of them fails (a taken seq, a deadlock), the
-        transaction rolls back whole and each append is retried alone, so only the one
+        lock run rows in one order. When one statement fails (a taken seq, a deadlock), the
+        transaction rolls back whole and each statement is retried alone, so only the one
         at fault fails. Only the batch's leader is here, so the connection is its alone.
         """
         try:
-            wire = self._wire_connection()
+            wire = self._wire_connection(lane)
         except StoreError as e:
             for p in batch:
                 p.fail(e)
@@ -430,7 +439,7 @@ class PostgresStore:
                 results = wire.pipeline([(p.item.query, p.item.values) for p in ordered])
             except psycopg.Error as e:
                 if wire.broken or not isinstance(e, psycopg.DatabaseError):
-                    error = self._wire_lost(e)
+                    error = self._wire_lost(e, lane)
                     for p in batch:
                         p.fail(error)
                     return
@@ -445,44 +454,45 @@ class PostgresStore:
                 p.fail(e)  # append() says which conflict it was
             except psycopg.Error as e:
                 if wire.broken or not isinstance(e, psycopg.DatabaseError):
-                    p.fail(self._wire_lost(e))
-                    fresh = self._wire_connection_or(p, batch)
+                    p.fail(self._wire_lost(e, lane))
+                    fresh = self._wire_connection_or(lane, p, batch)
                     if fresh is None:
                         return
                     wire = fresh
                 else:
                     p.fail(StoreError(f"PostgreSQL at {self.where}: {_first_line(e)}"))
 
-    def _wire_connection(self) -> WireConnection:
-        """The group commit's own connection (opened on first use, and after a loss)."""
-        if self._wire is None:
+    def _wire_connection(self, lane: int) -> WireConnection:
+        """A group-commit lane's own connection (opened on first use, and after a loss)."""
+        wire = self._wires[lane]
+        if wire is None:
             try:
-                self._wire = WireConnection(self.conninfo)
+                wire = self._wires[lane] = WireConnection(self._wire_conninfo)
             except (ConnectionError, psycopg.Error) as e:
                 raise StoreError(
                     f"cannot connect to PostgreSQL at {self.where}: {_first_line(e)}. Check "
                     f"that the server is running and accepts connections"
                 ) from None
-        return self._wire
+        return wire
 
     def _wire_connection_or(
-        self, failed: Pending[_Statement], batch: list[Pending[_Statement]]
+        self, lane: int, failed: Pending[_Statement], batch: list[Pending[_Statement]]
     ) -> WireConnection | None:
         """A fresh connection for the rest of a batch after a loss (None: every write
         after ``failed`` fails too)."""
         try:
-            return self._wire_connection()
+            return self._wire_connection(lane)
         except StoreError as e:
             for p in batch[batch.index(failed) + 1 :]:
                 p.fail(e)
             return None
 
-    def _wire_lost(self, e: BaseException) -> StoreError:
+    def _wire_lost(self, e: BaseException, lane: int) -> StoreError:
         """Drop a connection that failed outside a statement; the error to report."""
-        if self._wire is not None:
+        wire, self._wires[lane] = self._wires[lane], None
+        if wire is not None:
             with suppress(Exception):
-                self._wire.close()
-            self._wire = None
+                wire.close()
         return StoreError(
             f"lost the connection to PostgreSQL at {self.where} ({_first_line(e)}); the last "
             f"write may or may not have been committed: reload the run and retry"
@@ -666,23 +676,20 @@ class PostgresStore:
     def _claim_fast(
         self, queues: Sequence[QueueLimits], owner: str, ttl: float, now: float, capacity: int
     ) -> list[tuple[RunRecord, Lease]]:
-        """Queues without limits: one statement per queue, no explicit transaction."""
+        """Queues without limits: one statement per queue, riding the group commit."""
         out: list[tuple[RunRecord, Lease]] = []
-        with self._borrow() as conn:
-            cur = conn.cursor(row_factory=dict_row)
-            for limits in queues:
-                if len(out) >= capacity:
-                    break
-                params = {
-                    "queue": limits.name,
-                    "now": now,
-                    "scan": capacity - len(out),
-                    "owner": owner,
-                    "expires": now + ttl,
-                }
-                for row in cur.execute(_Q["claim_fast"], params).fetchall():
-                    epoch = int(row.pop("new_epoch"))
-                    out.append((_record(row), Lease(row["id"], owner, epoch, now + ttl)))
+        for limits in queues:
+            if len(out) >= capacity:
+                break
+            params = {
+                "queue": limits.name,
+                "now": now,
+                "scan": capacity - len(out),
+                "owner": owner,
+                "expires": now + ttl,
+            }
+            rows = self._commits.submit(_statement("", "claim_fast", params, _claimed))
+            out += [(record, Lease(record.id, owner, epoch, now + ttl)) for record, epoch in rows]
         return out
 
     def _claim_from(
@@ -839,12 +846,13 @@ class PostgresStore:
 
 
 class _Statement(NamedTuple):
-    """One append as the statement that writes it, and how to read its outcome."""
+    """One hot statement for the group commit (an append, a load, a claim), and how to
+    read its result."""
 
-    run_id: str
+    run_id: str  # batches run in this order ("" for claims: first)
     query: Prepared
     values: list[bytes | None]
-    read: Callable[[PGresult], tuple[bool, bool]]  # (fenced, signals taken)
+    read: Callable[[PGresult], Any]  # appends: (fenced, signals taken)
 
 
 def _append_statement(
@@ -886,7 +894,7 @@ def _append_statement(
 
 
 def _statement(
-    run_id: str, name: str, params: dict[str, Any], read: Callable[[PGresult], tuple[bool, bool]]
+    run_id: str, name: str, params: dict[str, Any], read: Callable[[PGresult], Any]
 ) -> _Statement:
     query = _WIRE[name]
     try:
@@ -894,6 +902,31 @@ def _statement(
     except (ValueError, TypeError) as e:
         raise ValueError(f"run {run_id}: cannot append: {e}") from None
     return _Statement(run_id, query, values, read)
+
+
+def _loaded(res: PGresult) -> tuple[RunRecord | None, Snapshot | None, list[Event]]:
+    run, snap, events = (res.get_value(0, i) for i in range(3))
+    return (
+        _record_json(run) if run is not None else None,
+        Snapshot(*json.loads(snap)) if snap is not None else None,
+        [Event(*e) for e in json.loads(events)] if events is not None else [],
+    )
+
+
+def _claimed(res: PGresult) -> list[tuple[RunRecord, int]]:
+    return [
+        (_record_json(res.get_value(i, 0)), int(res.get_value(i, 1) or 0))
+        for i in range(res.ntuples)
+    ]
+
+
+def _record_json(text: bytes | None) -> RunRecord:
+    row = json.loads(text or b"null")
+    row["code"] = json.loads(row["code"])
+    for name in _FLOAT_FIELDS:  # JSON has no infinity: to_json writes "Infinity" as a string
+        if type(row[name]) is str:
+            row[name] = float(row[name])
+    return RunRecord(**row)
 
 
 def _fenced_by_rowcount(res: PGresult) -> tuple[bool, bool]:

@@ -1,8 +1,10 @@
 """Load SQL kept as named blocks in ``sql/<dialect>/*.sql``.
 
 A queries file holds blocks that start with ``-- name: <name>`` followed by a
-one-line ``-- purpose`` comment and the statement. Migrations are the numbered
-files ``NNNN_<what>.sql`` of a dialect, applied in order.
+one-line ``-- purpose`` comment and the statement. A block whose name starts with
+``_`` is a fragment, not a query: ``{{_name}}`` in a later block is replaced by it
+(two statements that share a long piece keep it in one place). Migrations are
+the numbered files ``NNNN_<what>.sql`` of a dialect, applied in order.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import re
 from importlib import resources
 
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+_FRAGMENT = re.compile(r"\{\{(_\w+)\}\}")
 
 
 def load_queries(dialect: str, file: str = "queries") -> dict[str, str]:
@@ -18,9 +21,12 @@ def load_queries(dialect: str, file: str = "queries") -> dict[str, str]:
     text = resources.files(__package__).joinpath("sql", dialect, f"{file}.sql").read_text()
     parts = _NAME.split(text)
     out: dict[str, str] = {}
+    fragments: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
         lines = [ln for ln in body.strip().splitlines() if not ln.startswith("--")]
-        out[name] = "\n".join(lines).strip().rstrip(";")
+        statement = "\n".join(lines).strip().rstrip(";")
+        statement = _FRAGMENT.sub(lambda m: fragments[m.group(1)], statement)
+        (fragments if name.startswith("_") else out)[name] = statement
     return out
 
 

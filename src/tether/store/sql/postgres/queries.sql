@@ -226,6 +226,25 @@ UPDATE runs SET lease_expires = %s::float8 WHERE lease_owner = %s::text;
 -- Create tether's schema ({schema} is filled in as a quoted identifier) before the first migration.
 CREATE SCHEMA IF NOT EXISTS {schema};
 
+-- name: load_run
+-- A run's row, its newest snapshot at or before upto, and its events after that snapshot up
+-- to upto, as one row of three JSON texts (NULL: no run, no snapshot, no events). One
+-- statement reads one snapshot of the database, so the three agree without a transaction.
+SELECT
+    (SELECT row_to_json(r)::text FROM (
+        SELECT id, agent, version, status, code, created_at, updated_at, epoch, lease_owner,
+               lease_expires, parent_id, fork_seq, session_id, owner, queue, priority,
+               available_at, waiting_for, cancel_requested, dedup_key, concurrency_key,
+               claimed_at
+        FROM runs WHERE id = %(id)s::text) AS r),
+    (SELECT json_build_array(run_id, seq, data, at)::text FROM snapshots
+     WHERE run_id = %(id)s::text AND seq <= %(upto)s::bigint ORDER BY seq DESC LIMIT 1),
+    (SELECT json_agg(json_build_array(run_id, seq, type, data, at, actor) ORDER BY seq)::text
+     FROM events
+     WHERE run_id = %(id)s::text AND seq <= %(upto)s::bigint
+       AND seq > COALESCE((SELECT max(seq) FROM snapshots
+                           WHERE run_id = %(id)s::text AND seq <= %(upto)s::bigint), 0));
+
 -- name: begin_consistent_read
 -- Start a read-only transaction whose statements all see one snapshot (load).
 BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY;
@@ -370,39 +389,65 @@ GROUP BY concurrency_key;
 -- How many claims a queue made since a time (rate limits).
 SELECT count(*) FROM runs WHERE queue = %s::text AND claimed_at > %s::float8;
 
--- name: claim_candidates
--- Claimable runs of one queue, best first, locked (FOR UPDATE SKIP LOCKED: rows another worker
--- is claiming are passed over, not waited for; a row changed since the statement began is
--- re-checked): queued and due, waiting and due, or running under an expired lease. The rows
--- as they are before the claim.
-SELECT id, agent, version, status, code, created_at, updated_at, epoch, lease_owner,
-       lease_expires, parent_id, fork_seq, session_id, owner, queue, priority, available_at,
-       waiting_for, cancel_requested, dedup_key, concurrency_key, claimed_at
-FROM runs
-WHERE queue = %(queue)s::text AND (
-      (status = 'queued' AND (available_at IS NULL OR available_at <= %(now)s::float8))
-   OR (status = 'waiting' AND available_at IS NOT NULL AND available_at <= %(now)s::float8)
-   OR (status = 'running' AND (lease_owner IS NULL OR lease_expires < %(now)s::float8)))
-ORDER BY priority DESC, COALESCE(available_at, created_at), created_at, id
-LIMIT %(scan)s::bigint
-FOR UPDATE SKIP LOCKED;
-
--- name: claim_fast
--- One statement (one round trip) for a queue without limits: pick claimable runs, best
--- first, skipping rows other workers are claiming, and take them; returns the rows as they
--- were before the claim with the new fencing tokens.
-WITH picked AS (
+-- name: _claimable
+-- Fragment of claim_fast and claim_candidates: the claimable runs of a queue in the claim's
+-- order, each kind from its own index (schema 6), locked (FOR UPDATE SKIP LOCKED: rows
+-- another worker is claiming are passed over, a row changed since the statement began is
+-- re-checked), at most scan of each.
+queued AS (
     SELECT id, agent, version, status, code, created_at, updated_at, epoch, lease_owner,
            lease_expires, parent_id, fork_seq, session_id, owner, queue, priority, available_at,
            waiting_for, cancel_requested, dedup_key, concurrency_key, claimed_at
     FROM runs
-    WHERE queue = %(queue)s::text AND (
-          (status = 'queued' AND (available_at IS NULL OR available_at <= %(now)s::float8))
-       OR (status = 'waiting' AND available_at IS NOT NULL AND available_at <= %(now)s::float8)
-       OR (status = 'running' AND (lease_owner IS NULL OR lease_expires < %(now)s::float8)))
+    WHERE queue = %(queue)s::text AND status = 'queued'
+      AND (available_at IS NULL OR available_at <= %(now)s::float8)
     ORDER BY priority DESC, COALESCE(available_at, created_at), created_at, id
     LIMIT %(scan)s::bigint
     FOR UPDATE SKIP LOCKED
+), due AS (
+    SELECT id, agent, version, status, code, created_at, updated_at, epoch, lease_owner,
+           lease_expires, parent_id, fork_seq, session_id, owner, queue, priority, available_at,
+           waiting_for, cancel_requested, dedup_key, concurrency_key, claimed_at
+    FROM runs
+    WHERE queue = %(queue)s::text AND status = 'waiting' AND available_at <= %(now)s::float8
+    ORDER BY priority DESC, available_at, created_at, id
+    LIMIT %(scan)s::bigint
+    FOR UPDATE SKIP LOCKED
+), expired AS (
+    SELECT id, agent, version, status, code, created_at, updated_at, epoch, lease_owner,
+           lease_expires, parent_id, fork_seq, session_id, owner, queue, priority, available_at,
+           waiting_for, cancel_requested, dedup_key, concurrency_key, claimed_at
+    FROM runs
+    WHERE queue = %(queue)s::text AND status = 'running'
+      AND (lease_owner IS NULL OR lease_expires < %(now)s::float8)
+    ORDER BY priority DESC, COALESCE(available_at, created_at), created_at, id
+    LIMIT %(scan)s::bigint
+    FOR UPDATE SKIP LOCKED
+)
+
+-- name: claim_candidates
+-- Claimable runs of one queue, best first, locked (as in claim_fast: three ordered, locked
+-- scans, the best of them): queued and due, waiting and due, or running under an expired
+-- lease. The rows as they are before the claim.
+WITH {{_claimable}}
+SELECT * FROM (SELECT * FROM queued UNION ALL SELECT * FROM due
+               UNION ALL SELECT * FROM expired) AS claimable
+ORDER BY priority DESC, COALESCE(available_at, created_at), created_at, id
+LIMIT %(scan)s::bigint;
+
+-- name: claim_fast
+-- One statement (one round trip) for a queue without limits: take the best claimable runs,
+-- skipping rows other workers are claiming; returns each row as it was before the claim, as
+-- JSON text, with the new fencing token. (Sent through pgwire, which reads text: JSON is one
+-- cheap parse for a whole row.) Claimable: queued and due, waiting and due, or running under
+-- an expired lease; each kind is read in the claim's order from its own index (schema 6) and
+-- locked (FOR UPDATE SKIP LOCKED: rows another worker is claiming are passed over, a row
+-- changed since the statement began is re-checked), then the best of the three are taken.
+WITH {{_claimable}}, picked AS (
+    SELECT * FROM (SELECT * FROM queued UNION ALL SELECT * FROM due
+                   UNION ALL SELECT * FROM expired) AS claimable
+    ORDER BY priority DESC, COALESCE(available_at, created_at), created_at, id
+    LIMIT %(scan)s::bigint
 ), taken AS (
     UPDATE runs AS r SET status = 'running', epoch = r.epoch + 1, lease_owner = %(owner)s::text,
            lease_expires = %(expires)s::float8, claimed_at = %(now)s::float8,
@@ -410,7 +455,7 @@ WITH picked AS (
     FROM picked WHERE r.id = picked.id
     RETURNING r.id, r.epoch AS new_epoch
 )
-SELECT picked.*, taken.new_epoch FROM picked JOIN taken ON taken.id = picked.id
+SELECT row_to_json(picked)::text, taken.new_epoch FROM picked JOIN taken ON taken.id = picked.id
 ORDER BY picked.priority DESC, COALESCE(picked.available_at, picked.created_at),
          picked.created_at, picked.id;
 

@@ -169,13 +169,27 @@ SELECT COUNT(*) FROM runs WHERE queue = ? AND status = 'queued';
 
 -- name: claim_candidates
 -- Claimable runs of one queue, best first: queued and due, waiting and due, or running
--- under an expired lease (its worker died).
-SELECT id, concurrency_key FROM runs
-WHERE queue = :queue AND (
-      (status = 'queued' AND (available_at IS NULL OR available_at <= :now))
-   OR (status = 'waiting' AND available_at IS NOT NULL AND available_at <= :now)
-   OR (status = 'running' AND (lease_owner IS NULL OR lease_expires < :now)))
-ORDER BY priority DESC, COALESCE(available_at, created_at), created_at, id
+-- under an expired lease (its worker died). Each kind is read in the claim's order from its
+-- own index (schema 6), so a claim reads a few rows whatever the queue's depth.
+SELECT id, concurrency_key FROM (
+    SELECT * FROM (
+        SELECT id, concurrency_key, priority, COALESCE(available_at, created_at) AS due, created_at FROM runs
+        WHERE queue = :queue AND status = 'queued'
+          AND (available_at IS NULL OR available_at <= :now)
+        ORDER BY priority DESC, COALESCE(available_at, created_at), created_at, id LIMIT :scan)
+    UNION ALL
+    SELECT * FROM (
+        SELECT id, concurrency_key, priority, COALESCE(available_at, created_at) AS due, created_at FROM runs
+        WHERE queue = :queue AND status = 'waiting' AND available_at <= :now
+        ORDER BY priority DESC, available_at, created_at, id LIMIT :scan)
+    UNION ALL
+    SELECT * FROM (
+        SELECT id, concurrency_key, priority, COALESCE(available_at, created_at) AS due, created_at FROM runs
+        WHERE queue = :queue AND status = 'running'
+          AND (lease_owner IS NULL OR lease_expires < :now)
+        ORDER BY priority DESC, COALESCE(available_at, created_at), created_at, id LIMIT :scan)
+)
+ORDER BY priority DESC, due, created_at, id
 LIMIT :scan;
 
 -- name: running_in_queue
