@@ -463,6 +463,7 @@ class App:
             return prepared
         if prepared[1].compensating is not None:
             return self._end_compensation(prepared[1])
+        prepared[1].detached_end = True  # the worker goes on to its next run at once
         return self._execute(*prepared)
 
     def _check_retryable(self, state: RunState) -> None:
@@ -564,7 +565,9 @@ class App:
             core = self._stopped(journal, err)
             assert core is not None
             self._failed(journal, drive(core, self.clock), err)
-        journal.append([event], Transition("completed", release=True))
+        journal.append(
+            [event], Transition("completed", release=True), wait=not journal.detached_end
+        )
         return RunHandle(
             journal.run_id,
             "completed",

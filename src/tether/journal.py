@@ -145,6 +145,9 @@ class Journal:
         self.pos = 0
         self.actor = actor
         self.poisoned: BaseException | None = None
+        # a worker's execution: nothing waits for the run's final event, so its append
+        # need not wait for the commit (a crash before it replays the run to the same end)
+        self.detached_end = False
         self._deferred: list[NewEvent] = []
         self._deferred_transition: Transition | None = None
         self.interrupted: BaseException | None = None  # raised at the next position
@@ -211,9 +214,11 @@ class Journal:
         events: list[NewEvent],
         transition: Transition | None = None,
         writes: Sequence[EffectWrite | SignalTake] = (),
+        *,
+        wait: bool = True,
     ) -> None:
         """Append events under this execution's lease (one transaction), after any
-        deferred ones (see :meth:`defer`)."""
+        deferred ones (see :meth:`defer`); ``wait=False``: see Store.append."""
         if self.poisoned is not None:
             raise self.poisoned
         if self._deferred:
@@ -229,6 +234,7 @@ class Journal:
                 transition=transition,
                 writes=writes,
                 now=self.clock.now(),
+                wait=wait,
             )
         except LeaseLost as e:
             self.poisoned = e

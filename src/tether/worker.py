@@ -131,6 +131,7 @@ class Worker:
             self._interrupt_all()
             pool.shutdown(wait=True)
             beat.join(timeout=5)
+            self.app.store.flush()  # the runs' final events, posted without waiting
             self.app.store.remove_worker(self.id, expire_leases=False)
         return self.stats
 

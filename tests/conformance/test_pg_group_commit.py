@@ -191,3 +191,36 @@ def test_arrays_of_awkward_text_round_trip_through_the_server(pg_backend: Backen
         assert float(res.get_value(0, 1) or b"") == 0.1 + 0.2  # shortest exact digits
     finally:
         wire.close()
+
+
+def test_an_append_posted_without_waiting_is_committed_by_flush(pg_backend: Backend) -> None:
+    store = _store(pg_backend)
+    _run(store, "a")
+    assert store.append("a", [_event(0)], expected_seq=0, epoch=1, now=NOW, wait=False) == 1
+    store.flush()
+    assert [e.seq for e in store.read_events("a")] == [1]
+
+
+def test_a_posted_append_that_fails_is_logged_and_writes_nothing(
+    pg_backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = _store(pg_backend)
+    _run(store, "a")
+    store.claim("a", owner="other", ttl=60, now=NOW + 1, takeover="w")  # epoch 2 now
+    store.append("a", [_event(0)], expected_seq=0, epoch=1, now=NOW, wait=False)  # no raise
+    store.flush()
+    assert store.read_events("a") == []
+    assert "lease of epoch 1 was superseded" in caplog.text
+    store.append("a", [_event(0)], expected_seq=0, epoch=2, now=NOW)
+    store.append("a", [_event(1)], expected_seq=0, epoch=2, now=NOW, wait=False)  # seq taken
+    store.flush()
+    assert "run a: its final event was not committed" in caplog.text
+    assert [e.seq for e in store.read_events("a")] == [1]
+
+
+def test_close_commits_what_was_posted(pg_backend: Backend) -> None:
+    store = _store(pg_backend)
+    _run(store, "a")
+    store.append("a", [_event(0)], expected_seq=0, epoch=1, now=NOW, wait=False)
+    store.close()
+    assert pg_backend.sql("SELECT seq FROM events WHERE run_id = 'a'") == [(1,)]

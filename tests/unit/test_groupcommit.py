@@ -110,3 +110,57 @@ def test_a_flush_that_forgets_a_write_fails_it_instead_of_hanging() -> None:
 def test_max_batch_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_batch"):
         GroupCommit(lambda batch, lane: None, max_batch=0)
+
+
+def _recording() -> tuple[list[list[int]], threading.Event, GroupCommit[int]]:
+    flushed: list[list[int]] = []
+    release = threading.Event()
+
+    def flush(batch: list[Pending[int]], lane: int) -> None:
+        flushed.append([p.item for p in batch])
+        if len(flushed) == 1:
+            release.wait(5)
+        for p in batch:
+            if p.item < 0:
+                p.fail(ValueError(f"bad {p.item}"))
+            else:
+                p.succeed(p.item)
+
+    return flushed, release, GroupCommit(flush)
+
+
+def test_a_post_with_a_free_lane_is_flushed_by_the_poster() -> None:
+    flushed, release, gc = _recording()
+    release.set()
+    errors: list[BaseException] = []
+    gc.post(1, errors.append)
+    assert flushed == [[1]] and errors == []
+
+
+def test_a_post_while_the_lane_is_busy_returns_at_once_and_the_leader_flushes_it() -> None:
+    flushed, release, gc = _recording()
+    leader = threading.Thread(target=gc.submit, args=(0,))
+    leader.start()
+    while not flushed:
+        time.sleep(0.001)
+    errors: list[BaseException] = []
+    gc.post(1, errors.append)  # returns although the only lane is busy
+    gc.post(-2, errors.append)
+    assert flushed == [[0]]
+    release.set()
+    leader.join(5)
+    assert flushed == [[0], [1, -2]]  # the leader went on with the posted writes
+    assert [str(e) for e in errors] == ["bad -2"]
+
+
+def test_drain_flushes_what_was_posted() -> None:
+    flushed, release, gc = _recording()
+    leader = threading.Thread(target=gc.submit, args=(0,))
+    leader.start()
+    while not flushed:
+        time.sleep(0.001)
+    gc.post(5, lambda e: None)
+    release.set()
+    gc.drain()
+    leader.join(5)
+    assert [5] in flushed and gc._queue == []

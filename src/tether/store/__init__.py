@@ -256,6 +256,7 @@ class Store(Protocol):
         snapshot: Snapshot | None = None,
         writes: Sequence[EffectWrite | SignalTake] = (),
         now: float,
+        wait: bool = True,
     ) -> int:
         """Append ``events`` as seq ``expected_seq+1``… and return the new last seq.
 
@@ -264,7 +265,16 @@ class Store(Protocol):
         taken raises Conflict). Refused with LeaseLost when ``epoch`` is not the run's
         current fencing token, with Conflict when seq ``expected_seq+1`` is taken,
         with NotFound when the run does not exist.
+
+        ``wait=False`` may return before the commit (a store that batches commits may
+        leave it to the next batch; its failure is then only logged). Only for a write
+        that may be lost and redone: a worker run's final event, which replaying the
+        run's log writes again.
         """
+        ...
+
+    def flush(self) -> None:
+        """Commit the appends made with ``wait=False`` that are not committed yet."""
         ...
 
     def save_snapshot(self, snapshot: Snapshot) -> None:

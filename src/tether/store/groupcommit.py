@@ -23,24 +23,27 @@ others: a batch that fails is retried write by write).
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+log = logging.getLogger("tether.store")
 
 
 class Pending(Generic[T]):
     """One queued write and, once its batch is flushed, its outcome."""
 
-    __slots__ = ("done", "error", "item", "result", "taken")
+    __slots__ = ("done", "error", "item", "on_error", "result", "taken")
 
-    def __init__(self, item: T) -> None:
+    def __init__(self, item: T, on_error: Callable[[BaseException], None] | None = None) -> None:
         self.item = item
         self.result: Any = None
         self.error: BaseException | None = None
         self.done = False
         self.taken = False  # in a batch that a leader is flushing
+        self.on_error = on_error  # set for a posted write: nobody waits for it
 
     def succeed(self, result: Any) -> None:
         self.result, self.done = result, True
@@ -70,6 +73,7 @@ class GroupCommit(Generic[T]):
         self._cv = threading.Condition(threading.Lock())
         self._queue: list[Pending[T]] = []
         self._free = list(range(lanes - 1, -1, -1))  # lanes without a leader (lane 0 first)
+        self._waiting = 0  # queued writes whose thread waits (submit), not posted ones
         self.batches = 0  # flushes so far, and the writes they carried: for benchmarks
         self.writes = 0
 
@@ -82,34 +86,80 @@ class GroupCommit(Generic[T]):
         pending = Pending(item)
         with self._cv:
             self._queue.append(pending)
+            self._waiting += 1
         while True:
             with self._cv:
                 while not pending.done and (pending.taken or not self._free):
                     self._cv.wait()
                 if pending.done:
                     return pending.outcome()
-                lane = self._free.pop()
-                batch = self._queue[: self.max_batch]  # oldest first: this write may wait
-                del self._queue[: self.max_batch]
-                for p in batch:
-                    p.taken = True
+                lane, batch = self._take()
             self._lead(batch, lane)
 
+    def post(self, item: T, on_error: Callable[[BaseException], None]) -> None:
+        """Queue ``item`` without waiting for its commit (nothing reads its result).
+
+        When every lane is busy the call returns at once and a leader flushes the write
+        with its next batch; otherwise this thread flushes it now. A failure goes to
+        ``on_error`` (in whichever thread flushed it). Writes posted and not yet flushed
+        are lost if the process dies: post only what can be redone (see the store).
+        """
+        pending = Pending(item, on_error)
+        with self._cv:
+            self._queue.append(pending)
+            if not self._free:
+                return
+            lane, batch = self._take()
+        self._lead(batch, lane)
+
+    def drain(self) -> None:
+        """Flush every queued write (posted ones included) before returning."""
+        while True:
+            with self._cv:
+                while not self._free:
+                    self._cv.wait()
+                if not self._queue:
+                    return
+                lane, batch = self._take()
+            self._lead(batch, lane)
+
+    def _take(self) -> tuple[int, list[Pending[T]]]:
+        """Under the lock: a free lane and the oldest queued writes."""
+        lane = self._free.pop()
+        batch = self._queue[: self.max_batch]  # oldest first: a write may wait a round
+        del self._queue[: self.max_batch]
+        for p in batch:
+            p.taken = True
+            if p.on_error is None:
+                self._waiting -= 1
+        return lane, batch
+
     def _lead(self, batch: list[Pending[T]], lane: int) -> None:
+        while True:
+            self._flush_one(batch, lane)
+            with self._cv:
+                self.batches += 1
+                self.writes += len(batch)
+                if not self._queue or self._waiting:
+                    self._free.append(lane)
+                    self._cv.notify_all()
+                    return
+                # only posted writes are queued and no thread waits to lead them: go on
+                self._free.append(lane)
+                lane, batch = self._take()
+
+    def _flush_one(self, batch: list[Pending[T]], lane: int) -> None:
         try:
             self._flush(batch, lane)
         except BaseException as e:  # the flush itself broke: every write left in it failed
             for p in batch:
                 if not p.done:
                     p.fail(e)
-        finally:
-            for p in batch:  # a flush must answer every write; never leave one hanging
-                if not p.done:
-                    p.fail(
-                        RuntimeError(f"group commit: {self._flush!r} gave this write no outcome")
-                    )
-            with self._cv:
-                self._free.append(lane)
-                self.batches += 1
-                self.writes += len(batch)
-                self._cv.notify_all()
+        for p in batch:  # a flush must answer every write; never leave one hanging
+            if not p.done:
+                p.fail(RuntimeError(f"group commit: {self._flush!r} gave this write no outcome"))
+            if p.on_error is not None and p.error is not None:
+                try:
+                    p.on_error(p.error)
+                except Exception:  # a reporting callback must not break the batch
+                    log.exception("group commit: on_error of a posted write raised")

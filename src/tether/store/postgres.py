@@ -19,9 +19,12 @@ import json
 import logging
 import re
 import threading
+import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import replace
+from functools import partial
 from typing import Any, NamedTuple
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -78,6 +81,8 @@ _LOCK_CLASS = 0x7465_7468  # "teth": the advisory-lock class of tether's migrati
 _QUEUE_LOCK_CLASS = 0x7465_7471  # "tetq": the advisory-lock class of queue claims
 _NO_LIMIT = 2**62
 _NEW_RUN_FIELDS = tuple(NewRun.__dataclass_fields__)
+_PREFETCH_LIMIT = 1024  # claimed runs' logs kept for their first load (see _claim_fast)
+_PREFETCH_FRESH = 2.0  # seconds: a worker loads a run it claimed at once
 _FLOAT_FIELDS = ("created_at", "updated_at", "lease_expires", "available_at", "claimed_at")
 _WIRE = {  # the hot statements, sent on the group commit's libpq connection (see pgwire)
     name: Prepared(name, _Q[name])
@@ -195,6 +200,7 @@ class PostgresStore:
         self._closing = threading.Event()
         self._commits: GroupCommit[_Statement] = GroupCommit(self._flush, lanes=lanes)
         self._wires: list[WireConnection | None] = [None] * lanes  # one per group-commit lane
+        self._prefetched: dict[str, tuple[float, Loaded]] = {}  # run id -> (when, its log)
         # JSON results carry floats as text: ask for the shortest exact digits whatever the
         # server's default (PostgreSQL < 12, or a database set to extra_float_digits <= 0)
         self._wire_conninfo = make_conninfo(
@@ -268,7 +274,10 @@ class PostgresStore:
         )
 
     def close(self) -> None:
-        """Close the pool and every connection in it, the group commit's and the listener."""
+        """Close the pool and every connection in it, the group commit's and the listener
+        (after committing the appends posted without waiting)."""
+        with suppress(Exception):  # a failure is logged with the run it concerns
+            self.flush()
         self._closing.set()
         self._pool.close()
         for lane, wire in enumerate(self._wires):
@@ -372,6 +381,10 @@ class PostgresStore:
     # -- the log ----------------------------------------------------------
 
     def load(self, run_id: str, *, upto: int | None = None) -> Loaded:
+        if upto is None:
+            prefetched = self._prefetched.pop(run_id, None)
+            if prefetched is not None and time.monotonic() - prefetched[0] < _PREFETCH_FRESH:
+                return prefetched[1]
         limit = upto if upto is not None else _NO_LIMIT
         params = {"id": run_id, "upto": limit}
         row, snap, events = self._commits.submit(_statement(run_id, "load_run", params, _loaded))
@@ -396,9 +409,14 @@ class PostgresStore:
         snapshot: Snapshot | None = None,
         writes: Sequence[EffectWrite | SignalTake] = (),
         now: float,
+        wait: bool = True,
     ) -> int:
         extras = (transition, snapshot, writes)
         statement = _append_statement(run_id, events, expected_seq, epoch, now, extras)
+        if not wait:
+            posted = statement._replace(read=partial(_fenced_or_raise, run_id, epoch))
+            self._commits.post(posted, partial(self._posted_failed, statement))
+            return expected_seq + len(events)
         try:
             fenced, ok = self._commits.submit(statement)
         except pg_errors.UniqueViolation as e:
@@ -417,6 +435,17 @@ class PostgresStore:
                 f"nothing was appended"
             )
         return expected_seq + len(events)
+
+    def _posted_failed(self, statement: _Statement, error: BaseException) -> None:
+        """A posted append (a worker run's final event) that was not committed: the run
+        keeps its lease until it expires; then a worker claims it and, replaying its log,
+        writes the final event again."""
+        log.warning(
+            "run %s: its final event was not committed (%s); it will be written again when "
+            "the run is claimed after its lease expires",
+            statement.run_id,
+            _first_line(error),
+        )
 
     def _flush(self, batch: list[Pending[_Statement]], lane: int) -> None:
         """Commit a batch of hot statements (see groupcommit): appends, and the loads and
@@ -445,11 +474,11 @@ class PostgresStore:
                     return
             else:
                 for p, res in zip(ordered, results, strict=True):
-                    p.succeed(p.item.read(res))
+                    _answer(p, res)
                 return
         for p in batch:
             try:
-                p.succeed(p.item.read(wire.execute(p.item.query, p.item.values)))
+                res = wire.execute(p.item.query, p.item.values)
             except pg_errors.UniqueViolation as e:
                 p.fail(e)  # append() says which conflict it was
             except psycopg.Error as e:
@@ -461,6 +490,8 @@ class PostgresStore:
                     wire = fresh
                 else:
                     p.fail(StoreError(f"PostgreSQL at {self.where}: {_first_line(e)}"))
+            else:
+                _answer(p, res)
 
     def _wire_connection(self, lane: int) -> WireConnection:
         """A group-commit lane's own connection (opened on first use, and after a loss)."""
@@ -497,6 +528,10 @@ class PostgresStore:
             f"lost the connection to PostgreSQL at {self.where} ({_first_line(e)}); the last "
             f"write may or may not have been committed: reload the run and retry"
         )
+
+    def flush(self) -> None:
+        """Commit the appends posted without waiting (a worker run's final events)."""
+        self._commits.drain()
 
     def save_snapshot(self, snapshot: Snapshot) -> None:
         """Cache a folded state (a snapshot at a seq is always the same state)."""
@@ -676,7 +711,14 @@ class PostgresStore:
     def _claim_fast(
         self, queues: Sequence[QueueLimits], owner: str, ttl: float, now: float, capacity: int
     ) -> list[tuple[RunRecord, Lease]]:
-        """Queues without limits: one statement per queue, riding the group commit."""
+        """Queues without limits: one statement per queue, riding the group commit.
+
+        The statement also reads each claimed run's log, kept for the load that comes next
+        (the worker's): one round trip less per run. Only this process's next ``load`` of
+        the run with no ``upto``, within two seconds, takes it, once; the claim's lease keeps
+        other writers out in between (a same-epoch write, e.g. a decision, would make the
+        first append conflict, as it would after any load).
+        """
         out: list[tuple[RunRecord, Lease]] = []
         for limits in queues:
             if len(out) >= capacity:
@@ -689,7 +731,13 @@ class PostgresStore:
                 "expires": now + ttl,
             }
             rows = self._commits.submit(_statement("", "claim_fast", params, _claimed))
-            out += [(record, Lease(record.id, owner, epoch, now + ttl)) for record, epoch in rows]
+            if len(self._prefetched) > _PREFETCH_LIMIT:  # claimed runs that were never loaded
+                self._prefetched.clear()
+            for record, epoch, snap, events in rows:
+                lease = Lease(record.id, owner, epoch, now + ttl)
+                out.append((record, lease))
+                loaded = Loaded(_after_claim(record, lease, now), snap, events)
+                self._prefetched[record.id] = (time.monotonic(), loaded)
         return out
 
     def _claim_from(
@@ -913,11 +961,33 @@ def _loaded(res: PGresult) -> tuple[RunRecord | None, Snapshot | None, list[Even
     )
 
 
-def _claimed(res: PGresult) -> list[tuple[RunRecord, int]]:
-    return [
-        (_record_json(res.get_value(i, 0)), int(res.get_value(i, 1) or 0))
-        for i in range(res.ntuples)
-    ]
+def _claimed(res: PGresult) -> list[tuple[RunRecord, int, Snapshot | None, list[Event]]]:
+    out = []
+    for i in range(res.ntuples):
+        snap, events = res.get_value(i, 2), res.get_value(i, 3)
+        out.append(
+            (
+                _record_json(res.get_value(i, 0)),
+                int(res.get_value(i, 1) or 0),
+                Snapshot(*json.loads(snap)) if snap is not None else None,
+                [Event(*e) for e in json.loads(events)] if events is not None else [],
+            )
+        )
+    return out
+
+
+def _after_claim(record: RunRecord, lease: Lease, now: float) -> RunRecord:
+    """The run's row as the claim left it (claim_fast returns it as it was before)."""
+    return replace(
+        record,
+        status="running",
+        epoch=lease.epoch,
+        lease_owner=lease.owner,
+        lease_expires=lease.expires,
+        claimed_at=now,
+        updated_at=now,
+        waiting_for=None,
+    )
 
 
 def _record_json(text: bytes | None) -> RunRecord:
@@ -927,6 +997,22 @@ def _record_json(text: bytes | None) -> RunRecord:
         if type(row[name]) is str:
             row[name] = float(row[name])
     return RunRecord(**row)
+
+
+def _answer(p: Pending[_Statement], res: PGresult) -> None:
+    """Give a statement's reading of its result to its writer (a reading that raises fails
+    that writer alone, not the batch)."""
+    try:
+        p.succeed(p.item.read(res))
+    except Exception as e:
+        p.fail(e)
+
+
+def _fenced_or_raise(run_id: str, epoch: int, res: PGresult) -> tuple[bool, bool]:
+    """The reading of a posted append (nobody checks its outcome): a refusal is an error."""
+    if res.get_value(0, 0) == b"0" if res.nfields else res.command_tuples != 1:
+        raise LeaseLost(f"run {run_id}: the lease of epoch {epoch} was superseded")
+    return True, True
 
 
 def _fenced_by_rowcount(res: PGresult) -> tuple[bool, bool]:

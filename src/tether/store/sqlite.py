@@ -381,6 +381,7 @@ class SQLiteStore:
         snapshot: Snapshot | None = None,
         writes: Sequence[EffectWrite | SignalTake] = (),
         now: float,
+        wait: bool = True,  # SQLite commits at once: a commit here costs microseconds
     ) -> int:
         conn = self._conn()
         if len(events) == 1 and transition is None and snapshot is None and not writes:
@@ -438,6 +439,9 @@ class SQLiteStore:
         conn.execute(
             _Q["insert_snapshot"], (snapshot.run_id, snapshot.seq, snapshot.data, snapshot.at)
         )
+
+    def flush(self) -> None:
+        """Nothing to do: every append commits before it returns."""
 
     def save_snapshot(self, snapshot: Snapshot) -> None:
         """Cache a folded state (a snapshot at a seq is always the same state)."""

@@ -438,7 +438,8 @@ LIMIT %(scan)s::bigint;
 -- name: claim_fast
 -- One statement (one round trip) for a queue without limits: take the best claimable runs,
 -- skipping rows other workers are claiming; returns each row as it was before the claim, as
--- JSON text, with the new fencing token. (Sent through pgwire, which reads text: JSON is one
+-- JSON text, with the new fencing token, and the run's log as load_run reads it (its newest
+-- snapshot and the events after it: the worker loads the run next, so the claim brings it). (Sent through pgwire, which reads text: JSON is one
 -- cheap parse for a whole row.) Claimable: queued and due, waiting and due, or running under
 -- an expired lease; each kind is read in the claim's order from its own index (schema 6) and
 -- locked (FOR UPDATE SKIP LOCKED: rows another worker is claiming are passed over, a row
@@ -455,7 +456,15 @@ WITH {{_claimable}}, picked AS (
     FROM picked WHERE r.id = picked.id
     RETURNING r.id, r.epoch AS new_epoch
 )
-SELECT row_to_json(picked)::text, taken.new_epoch FROM picked JOIN taken ON taken.id = picked.id
+SELECT row_to_json(picked)::text, taken.new_epoch,
+       (SELECT json_build_array(s.run_id, s.seq, s.data, s.at)::text FROM snapshots AS s
+        WHERE s.run_id = picked.id ORDER BY s.seq DESC LIMIT 1),
+       (SELECT json_agg(json_build_array(e.run_id, e.seq, e.type, e.data, e.at, e.actor)
+                        ORDER BY e.seq)::text
+        FROM events AS e
+        WHERE e.run_id = picked.id
+          AND e.seq > COALESCE((SELECT max(seq) FROM snapshots WHERE run_id = picked.id), 0))
+FROM picked JOIN taken ON taken.id = picked.id
 ORDER BY picked.priority DESC, COALESCE(picked.available_at, picked.created_at),
          picked.created_at, picked.id;
 
