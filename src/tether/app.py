@@ -441,15 +441,23 @@ class App:
         return self._prepare_claimed(d, record, self._claim(record), retry=retry)
 
     def _prepare_claimed(
-        self, d: AgentDef, record: RunRecord, lease: Lease, *, retry: bool = False
+        self,
+        d: AgentDef,
+        record: RunRecord,
+        lease: Lease,
+        *,
+        retry: bool = False,
+        running: bool = False,
     ) -> RunHandle | tuple[AgentDef, Journal, Run | AsyncRun, tuple[Any, ...], dict[str, Any]]:
+        """``running``: the claim already made the run's status running (a worker's)."""
         state = self.load(record.id)
         if state.status in ("completed", "cancelled"):  # finished while we were claiming
             self.store.release(record.id, epoch=lease.epoch)
             return self._finished(record)
         journal, run = self._journal(d, state, lease)
         started = {"by": lease.owner, "epoch": lease.epoch, "retry": retry}
-        journal.defer([journal.event(ev.RUN_STARTED, started)], Transition("running"))
+        moved = None if running else Transition("running")
+        journal.defer([journal.event(ev.RUN_STARTED, started)], moved)
         args = tuple(state.input.get("args", ()))
         return d, journal, run, args, dict(state.input.get("kwargs", {}))
 
@@ -458,7 +466,7 @@ class App:
 
         Raises RunFailed when the run fails (the failure is recorded first).
         """
-        prepared = self._prepare_claimed(self._agent_for(record), record, lease)
+        prepared = self._prepare_claimed(self._agent_for(record), record, lease, running=True)
         if isinstance(prepared, RunHandle):
             return prepared
         if prepared[1].compensating is not None:

@@ -112,16 +112,14 @@ def _array_of(element: Encoder) -> Encoder:
 
 
 def _array(values: Sequence[Any], name: str, element: Encoder) -> bytes:
-    items = []
-    for v in values:
-        if v is None:
-            items.append("NULL")
-            continue
-        text = element(v, name)
-        assert text is not None
-        s = text.decode()
-        items.append('"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"')
-    return ("{" + ",".join(items) + "}").encode()
+    """An array literal: every element quoted (quotes and backslashes escaped), None NULL."""
+    items = [
+        b"NULL"
+        if v is None
+        else b'"' + (element(v, name) or b"").replace(b"\\", b"\\\\").replace(b'"', b'\\"') + b'"'
+        for v in values
+    ]
+    return b"{" + b",".join(items) + b"}"
 
 
 _ENCODERS: dict[str, Encoder] = {

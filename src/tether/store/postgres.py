@@ -90,6 +90,7 @@ _WIRE = {  # the hot statements, sent on the group commit's libpq connection (se
         "append_event",
         "append_event_effect",
         "append_event_transition",
+        "append_events_transition",
         "append_events",
         "load_run",
         "claim_fast",
@@ -925,6 +926,16 @@ def _append_statement(
         query, extra = "append_event_effect", _effect_params(writes[0])
     elif one and transition is not None and not writes:
         query, extra = "append_event_transition", _transition_params(transition)
+    elif snapshot is None and not writes and events:
+        params = {
+            "run_id": run_id,
+            "epoch": epoch,
+            "expected": expected,
+            "now": now,
+            **_columns(events),
+            **_transition_params(transition),
+        }
+        return _statement(run_id, "append_events_transition", params, _fenced_by_count)
     else:
         params = {
             "run_id": run_id,
