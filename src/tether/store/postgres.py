@@ -926,16 +926,6 @@ def _append_statement(
         query, extra = "append_event_effect", _effect_params(writes[0])
     elif one and transition is not None and not writes:
         query, extra = "append_event_transition", _transition_params(transition)
-    elif snapshot is None and not writes and events:
-        params = {
-            "run_id": run_id,
-            "epoch": epoch,
-            "expected": expected,
-            "now": now,
-            **_columns(events),
-            **_transition_params(transition),
-        }
-        return _statement(run_id, "append_events_transition", params, _fenced_by_count)
     else:
         params = {
             "run_id": run_id,
@@ -944,9 +934,11 @@ def _append_statement(
             "now": now,
             **_columns(events),
             **_transition_params(transition),
-            **_snapshot_params(snapshot),
-            **_writes_params(writes),
         }
+        if snapshot is None and not writes and events:
+            return _statement(run_id, "append_events_transition", params, _fenced_by_count)
+        params.update(_snapshot_params(snapshot))
+        params.update(_writes_params(writes))
         return _statement(run_id, "append_events", params, _fenced_and_taken)
     params = {**_event_params(run_id, epoch, expected, events[0]), "now": now, **extra}
     return _statement(run_id, query, params, _fenced_by_count)

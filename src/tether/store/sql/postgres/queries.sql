@@ -64,6 +64,21 @@ WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(agent)s::text IS NULL OR agent = %(agent)s::text)
 ORDER BY created_at DESC, id DESC LIMIT %(limit)s::bigint;
 
+-- name: _fenced
+-- Fragment of the appends: the run's row while the writer's fencing token is current, locked
+-- FOR NO KEY UPDATE (see append_event); no row: the lease was lost, or no such run.
+fenced AS (
+    SELECT id FROM runs WHERE id = %(run_id)s::text AND epoch = %(epoch)s::bigint
+    FOR NO KEY UPDATE
+)
+
+-- name: _transition
+-- Fragment of the appends: a status transition of the run (release: give the lease back).
+UPDATE runs SET status = %(status)s::text, updated_at = %(now)s::float8,
+           available_at = %(available_at)s::float8, waiting_for = %(waiting_for)s::text,
+           lease_owner = CASE WHEN %(release)s::bool THEN NULL ELSE lease_owner END,
+           lease_expires = CASE WHEN %(release)s::bool THEN NULL ELSE lease_expires END
+
 -- name: append_event
 -- The hot path: append one event, only while the writer's fencing token is current (0 rows:
 -- lease lost, or no such run). The SELECT locks the run row FOR NO KEY UPDATE, which conflicts
@@ -79,10 +94,7 @@ FOR NO KEY UPDATE;
 -- One event and one effects-table write (a tool call's intent or outcome), fenced as in
 -- append_event, as one statement; returns 1 when the fencing passed. (A statement touches only
 -- the tables it names: the general append_events costs about twice as much.)
-WITH fenced AS (
-    SELECT id FROM runs WHERE id = %(run_id)s::text AND epoch = %(epoch)s::bigint
-    FOR NO KEY UPDATE
-), logged AS (
+WITH {{_fenced}}, logged AS (
     INSERT INTO events (run_id, seq, type, data, at, actor)
     SELECT fenced.id, %(seq)s::bigint, %(type)s::text, %(data)s::text, %(at)s::float8,
            %(actor)s::text
@@ -102,20 +114,14 @@ SELECT count(*) FROM fenced;
 -- name: append_event_transition
 -- One event and a status transition (a run starts, waits, stops or ends), fenced as in
 -- append_event, as one statement; returns 1 when the fencing passed.
-WITH fenced AS (
-    SELECT id FROM runs WHERE id = %(run_id)s::text AND epoch = %(epoch)s::bigint
-    FOR NO KEY UPDATE
-), logged AS (
+WITH {{_fenced}}, logged AS (
     INSERT INTO events (run_id, seq, type, data, at, actor)
     SELECT fenced.id, %(seq)s::bigint, %(type)s::text, %(data)s::text, %(at)s::float8,
            %(actor)s::text
     FROM fenced
     RETURNING seq
 ), moved AS (
-    UPDATE runs SET status = %(status)s::text, updated_at = %(now)s::float8,
-           available_at = %(available_at)s::float8, waiting_for = %(waiting_for)s::text,
-           lease_owner = CASE WHEN %(release)s::bool THEN NULL ELSE lease_owner END,
-           lease_expires = CASE WHEN %(release)s::bool THEN NULL ELSE lease_expires END
+    {{_transition}}
     WHERE id = (SELECT id FROM fenced)
     RETURNING id
 )
@@ -126,20 +132,14 @@ SELECT count(*) FROM fenced;
 -- run's start riding with its first step), fenced as in append_event, as one statement;
 -- returns 1 when the fencing passed. The general append_events costs the server and the
 -- client about twice as much.
-WITH fenced AS (
-    SELECT id FROM runs WHERE id = %(run_id)s::text AND epoch = %(epoch)s::bigint
-    FOR NO KEY UPDATE
-), logged AS (
+WITH {{_fenced}}, logged AS (
     INSERT INTO events (run_id, seq, type, data, at, actor)
     SELECT fenced.id, %(expected)s::bigint + e.n, e.type, e.data, e.at, e.actor
     FROM fenced, unnest(%(types)s::text[], %(datas)s::text[], %(ats)s::float8[],
                         %(actors)s::text[]) WITH ORDINALITY AS e (type, data, at, actor, n)
     RETURNING seq
 ), moved AS (
-    UPDATE runs SET status = %(status)s::text, updated_at = %(now)s::float8,
-           available_at = %(available_at)s::float8, waiting_for = %(waiting_for)s::text,
-           lease_owner = CASE WHEN %(release)s::bool THEN NULL ELSE lease_owner END,
-           lease_expires = CASE WHEN %(release)s::bool THEN NULL ELSE lease_expires END
+    {{_transition}}
     WHERE id = (SELECT id FROM fenced) AND %(status)s::text IS NOT NULL
     RETURNING id
 )
@@ -153,10 +153,7 @@ SELECT count(*) FROM fenced;
 -- then finds it taken), so a refusal writes nothing. Returns (fenced, ok) as 0/1.
 -- FOR NO KEY UPDATE rather than FOR SHARE: two same-epoch writers that both held a share lock
 -- would deadlock when their transitions upgrade it.
-WITH fenced AS (
-    SELECT id FROM runs WHERE id = %(run_id)s::text AND epoch = %(epoch)s::bigint
-    FOR NO KEY UPDATE
-), takeable AS (
+WITH {{_fenced}}, takeable AS (
     SELECT s.id, t.seq FROM signals s
     JOIN unnest(%(take_ids)s::bigint[], %(take_seqs)s::bigint[]) AS t (id, seq) ON s.id = t.id
     WHERE s.taken_seq IS NULL
@@ -171,10 +168,7 @@ WITH fenced AS (
                     %(actors)s::text[]) WITH ORDINALITY AS e (type, data, at, actor, n)
     RETURNING seq
 ), moved AS (
-    UPDATE runs SET status = %(status)s::text, updated_at = %(now)s::float8,
-           available_at = %(available_at)s::float8, waiting_for = %(waiting_for)s::text,
-           lease_owner = CASE WHEN %(release)s::bool THEN NULL ELSE lease_owner END,
-           lease_expires = CASE WHEN %(release)s::bool THEN NULL ELSE lease_expires END
+    {{_transition}}
     WHERE id = (SELECT id FROM ok) AND %(status)s::text IS NOT NULL
     RETURNING id
 ), effected AS (
