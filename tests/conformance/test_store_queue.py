@@ -371,3 +371,18 @@ def test_a_claim_reads_the_queue_through_its_order_index(backend: Backend) -> No
         )
     assert "runs_queued_order" in plan, plan
     assert _claimed(store, QueueLimits("q"), now=T0 + 1000, capacity=2) == ["r002", "r005"]
+
+
+def test_the_load_after_a_claim_sees_the_claimed_run(store: Store) -> None:
+    """A claim reads the claimed runs' logs for the load that follows: that load must
+    show the run as the claim left it, and a second load reads the store again."""
+    _enqueue(store, "a")
+    [(record, lease)] = store.claim_next(
+        [QueueLimits("q")], owner="w1", ttl=30, now=T0 + 10, capacity=1
+    )
+    assert record.status == "queued"  # claim_next returns the row as it was before
+    first = store.load("a")
+    assert (first.run.status, first.run.epoch, first.run.lease_owner) == ("running", 1, "w1")
+    assert [e.seq for e in first.events] == [1]
+    store.append("a", [ev(2)], expected_seq=1, epoch=lease.epoch, now=T0 + 11)
+    assert [e.seq for e in store.load("a").events] == [1, 2]  # not the claim's copy again

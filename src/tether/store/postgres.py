@@ -5,10 +5,15 @@ their own PostgreSQL schema (``tether``, or ``?schema=name`` in the URL), found
 through the connections' ``search_path``, so a user's database is not
 polluted and tests can use throwaway schemas.
 
-Cost: pooled connections are in autocommit mode and each hot method is one
-statement, so an ``append`` (events, transition and snapshot together) is one
-round trip and one commit; ``load`` pipelines its consistent read (repeatable
-read) into one round trip. Statements are prepared on first use. Durability is
+Cost: each hot method is one statement. An ``append`` (events, transition and
+snapshot together), a ``load`` (one statement is one consistent read) and a
+queue claim go through the store's group commit (``groupcommit``): from one
+thread that is one round trip and one commit each; from a worker's many
+threads, the statements that arrive while a batch is in flight share the next
+one (one pipeline, one transaction, one WAL flush). They are sent on libpq
+connections of the group commit's own (``pgwire``: prepared once, parameters
+pre-encoded), not through psycopg's cursors; everything else uses the pool's
+autocommit connections, with statements prepared on first use. Durability is
 the server's ``synchronous_commit`` (``on`` by default: a commit survives a
 power loss), so ``tether.open``'s ``durability`` does not apply here.
 """
@@ -19,11 +24,9 @@ import json
 import logging
 import re
 import threading
-import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import replace
 from functools import partial
 from typing import Any, NamedTuple
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -70,6 +73,7 @@ from . import (
 )
 from .groupcommit import GroupCommit, Pending
 from .pgwire import Prepared, WireConnection
+from .prefetch import Prefetched
 from .queries import load_queries, migrations
 
 _Q = load_queries("postgres")
@@ -81,8 +85,6 @@ _LOCK_CLASS = 0x7465_7468  # "teth": the advisory-lock class of tether's migrati
 _QUEUE_LOCK_CLASS = 0x7465_7471  # "tetq": the advisory-lock class of queue claims
 _NO_LIMIT = 2**62
 _NEW_RUN_FIELDS = tuple(NewRun.__dataclass_fields__)
-_PREFETCH_LIMIT = 1024  # claimed runs' logs kept for their first load (see _claim_fast)
-_PREFETCH_FRESH = 2.0  # seconds: a worker loads a run it claimed at once
 _FLOAT_FIELDS = ("created_at", "updated_at", "lease_expires", "available_at", "claimed_at")
 _WIRE = {  # the hot statements, sent on the group commit's libpq connection (see pgwire)
     name: Prepared(name, _Q[name])
@@ -162,7 +164,14 @@ def _one(cur: psycopg.Cursor[Any]) -> Any:
 
 
 class PostgresStore:
-    """A :class:`tether.store.Store` on one schema of a PostgreSQL database."""
+    """A :class:`tether.store.Store` on one schema of a PostgreSQL database.
+
+    Options (``tether.open(url, **options)`` passes them on): ``min_size`` and
+    ``max_size`` of the connection pool, ``timeout`` (seconds to connect or borrow),
+    ``lanes``: how many batches the group commit keeps in flight at once, each on a
+    connection of its own (default 2; 1 makes the biggest batches, more let the
+    server work on several at once).
+    """
 
     dialect = "postgres"
 
@@ -201,7 +210,7 @@ class PostgresStore:
         self._closing = threading.Event()
         self._commits: GroupCommit[_Statement] = GroupCommit(self._flush, lanes=lanes)
         self._wires: list[WireConnection | None] = [None] * lanes  # one per group-commit lane
-        self._prefetched: dict[str, tuple[float, Loaded]] = {}  # run id -> (when, its log)
+        self._prefetched = Prefetched()  # claimed runs' logs, for the load that follows
         # JSON results carry floats as text: ask for the shortest exact digits whatever the
         # server's default (PostgreSQL < 12, or a database set to extra_float_digits <= 0)
         self._wire_conninfo = make_conninfo(
@@ -383,9 +392,9 @@ class PostgresStore:
 
     def load(self, run_id: str, *, upto: int | None = None) -> Loaded:
         if upto is None:
-            prefetched = self._prefetched.pop(run_id, None)
-            if prefetched is not None and time.monotonic() - prefetched[0] < _PREFETCH_FRESH:
-                return prefetched[1]
+            prefetched = self._prefetched.take(run_id)
+            if prefetched is not None:
+                return prefetched
         limit = upto if upto is not None else _NO_LIMIT
         params = {"id": run_id, "upto": limit}
         row, snap, events = self._commits.submit(_statement(run_id, "load_run", params, _loaded))
@@ -715,10 +724,7 @@ class PostgresStore:
         """Queues without limits: one statement per queue, riding the group commit.
 
         The statement also reads each claimed run's log, kept for the load that comes next
-        (the worker's): one round trip less per run. Only this process's next ``load`` of
-        the run with no ``upto``, within two seconds, takes it, once; the claim's lease keeps
-        other writers out in between (a same-epoch write, e.g. a decision, would make the
-        first append conflict, as it would after any load).
+        (the worker's): one round trip less per run (see ``prefetch``).
         """
         out: list[tuple[RunRecord, Lease]] = []
         for limits in queues:
@@ -732,13 +738,10 @@ class PostgresStore:
                 "expires": now + ttl,
             }
             rows = self._commits.submit(_statement("", "claim_fast", params, _claimed))
-            if len(self._prefetched) > _PREFETCH_LIMIT:  # claimed runs that were never loaded
-                self._prefetched.clear()
             for record, epoch, snap, events in rows:
                 lease = Lease(record.id, owner, epoch, now + ttl)
                 out.append((record, lease))
-                loaded = Loaded(_after_claim(record, lease, now), snap, events)
-                self._prefetched[record.id] = (time.monotonic(), loaded)
+                self._prefetched.put(Loaded(record, snap, events), lease, now)
         return out
 
     def _claim_from(
@@ -977,20 +980,6 @@ def _claimed(res: PGresult) -> list[tuple[RunRecord, int, Snapshot | None, list[
             )
         )
     return out
-
-
-def _after_claim(record: RunRecord, lease: Lease, now: float) -> RunRecord:
-    """The run's row as the claim left it (claim_fast returns it as it was before)."""
-    return replace(
-        record,
-        status="running",
-        epoch=lease.epoch,
-        lease_owner=lease.owner,
-        lease_expires=lease.expires,
-        claimed_at=now,
-        updated_at=now,
-        waiting_for=None,
-    )
 
 
 def _record_json(text: bytes | None) -> RunRecord:

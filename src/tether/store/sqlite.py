@@ -43,6 +43,7 @@ from . import (
     WorkerRecord,
     pick_within_limits,
 )
+from .prefetch import Prefetched
 from .queries import load_queries, migrations
 
 _Q = load_queries("sqlite")
@@ -87,6 +88,7 @@ class SQLiteStore:
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()  # guards only the list of connections, never a query
         self._writing = threading.RLock()  # one writing thread at a time (see _tx)
+        self._prefetched = Prefetched()  # claimed runs' logs, for the load that follows
         self._check_file()
         self._refuse_foreign()
         self._migrate()
@@ -352,17 +354,22 @@ class SQLiteStore:
     # -- the log ----------------------------------------------------------
 
     def load(self, run_id: str, *, upto: int | None = None) -> Loaded:
-        limit = upto if upto is not None else _MAX_SEQ
+        if upto is None:
+            prefetched = self._prefetched.take(run_id)
+            if prefetched is not None:
+                return prefetched
         with self._tx(immediate=False) as conn:
-            row = conn.execute(_Q["get_run"], (run_id,)).fetchone()
-            if row is None:
-                raise NotFound(f"no run {run_id!r} in {self.path}; `tether runs` lists the runs")
-            snap_row = conn.execute(_Q["latest_snapshot"], (run_id, limit)).fetchone()
-            snap = Snapshot(*snap_row) if snap_row else None
-            after = snap.seq if snap else 0
-            events = [
-                _event(r) for r in conn.execute(_Q["read_events"], _range(run_id, after, limit))
-            ]
+            return self._read(conn, run_id, upto)
+
+    def _read(self, conn: sqlite3.Connection, run_id: str, upto: int | None) -> Loaded:
+        limit = upto if upto is not None else _MAX_SEQ
+        row = conn.execute(_Q["get_run"], (run_id,)).fetchone()
+        if row is None:
+            raise NotFound(f"no run {run_id!r} in {self.path}; `tether runs` lists the runs")
+        snap_row = conn.execute(_Q["latest_snapshot"], (run_id, limit)).fetchone()
+        snap = Snapshot(*snap_row) if snap_row else None
+        after = snap.seq if snap else 0
+        events = [_event(r) for r in conn.execute(_Q["read_events"], _range(run_id, after, limit))]
         return Loaded(_record(row), snap, events)
 
     def read_events(self, run_id: str, *, after: int = 0, upto: int | None = None) -> list[Event]:
@@ -637,19 +644,26 @@ class SQLiteStore:
                 if len(out) >= capacity:
                     break
                 for run_id in self._pick(conn, limits, now, capacity - len(out)):
-                    before = _record(conn.execute(_Q["get_run"], (run_id,)).fetchone())
+                    before = self._read(conn, run_id, None)  # the worker loads it next
                     row = conn.execute(
                         _Q["claim_run"],
                         {"id": run_id, "owner": owner, "expires": now + ttl, "now": now},
                     ).fetchone()
-                    out.append((before, Lease(run_id, owner, int(row["epoch"]), now + ttl)))
+                    lease = Lease(run_id, owner, int(row["epoch"]), now + ttl)
+                    out.append((before.run, lease))
+                    self._prefetched.put(before, lease, now)
         return out
 
     def _pick(
         self, conn: sqlite3.Connection, limits: QueueLimits, now: float, capacity: int
     ) -> list[str]:
         """Which candidates of one queue this claim may take, within the queue's limits."""
-        running = dict(conn.execute(_Q["running_in_queue"], {"queue": limits.name, "now": now}))
+        limited = limits.concurrency is not None or limits.per_key is not None
+        running = (
+            dict(conn.execute(_Q["running_in_queue"], {"queue": limits.name, "now": now}))
+            if limited
+            else {}
+        )
         budget = capacity
         if limits.concurrency is not None:
             budget = min(budget, limits.concurrency - sum(running.values()))
