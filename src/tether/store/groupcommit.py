@@ -85,8 +85,16 @@ class GroupCommit(Generic[T]):
         """
         pending = Pending(item)
         with self._cv:
-            self._queue.append(pending)
-            self._waiting += 1
+            if self._free and not self._queue:  # nothing queued, a lane free: lead at once
+                pending.taken = True
+                lane = self._free.pop()
+            else:
+                lane = -1
+                self._queue.append(pending)
+                self._waiting += 1
+        if lane >= 0:
+            self._lead([pending], lane)
+            return pending.outcome()
         while True:
             with self._cv:
                 while not pending.done and (pending.taken or not self._free):
