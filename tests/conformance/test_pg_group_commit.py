@@ -224,3 +224,18 @@ def test_close_commits_what_was_posted(pg_backend: Backend) -> None:
     store.append("a", [_event(0)], expected_seq=0, epoch=1, now=NOW, wait=False)
     store.close()
     assert pg_backend.sql("SELECT seq FROM events WHERE run_id = 'a'") == [(1,)]
+
+
+@pytest.mark.parametrize("lanes", [0, -1, 1.5, True, "2"])
+def test_bad_lanes_are_refused_before_connecting(lanes: object) -> None:
+    with pytest.raises(ValueError, match=r"lanes .* must be an int >= 1"):
+        PostgresStore("postgresql://nobody@127.0.0.1:1/none", lanes=lanes)  # type: ignore[arg-type]
+
+
+def test_lanes_open_their_connections_on_first_use(pg_backend: Backend) -> None:
+    store = pg_backend.open(lanes=3)
+    assert isinstance(store, PostgresStore)
+    assert store._wires == [None, None, None]
+    _run(store, "a")
+    store.append("a", [_event(0)], expected_seq=0, epoch=1, now=NOW)
+    assert sum(w is not None for w in store._wires) == 1

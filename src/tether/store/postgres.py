@@ -185,6 +185,11 @@ class PostgresStore:
         timeout: float = 10.0,
         lanes: int = 2,
     ) -> None:
+        if isinstance(lanes, bool) or not isinstance(lanes, int) or lanes < 1:
+            raise ValueError(
+                f"lanes (batches the group commit keeps in flight, one connection each) must "
+                f"be an int >= 1, not {lanes!r}; e.g. tether.open(url, lanes=2)"
+            )
         base, url_schema = split_url(url)
         self.schema = _check_schema(schema or url_schema or DEFAULT_SCHEMA)
         try:
