@@ -9,14 +9,17 @@ work; in W1 and W2 it does nothing.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
 import sqlite3
+import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import closing, suppress
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 # One realistic step result: an LLM-ish message with text, usage and a tool call.
@@ -152,3 +155,21 @@ def _sizes(path: str) -> Iterator[int]:
     for suffix in ("", "-wal", "-journal"):
         if os.path.exists(path + suffix):
             yield os.path.getsize(path + suffix)
+
+
+def git_state() -> dict[str, Any]:
+    """The repository's commit, whether src/ has uncommitted changes, and where the
+    benchmark imported tether from (results name the code they measured)."""
+    repo = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=repo, capture_output=True, text=True, check=False
+        ).stdout.strip()
+
+    spec = importlib.util.find_spec("tether")
+    return {
+        "commit": git("rev-parse", "--short", "HEAD"),
+        "src_dirty": bool(git("status", "--porcelain", "--", "src")),
+        "tether_imported_from": str(Path(spec.origin).parent) if spec and spec.origin else None,
+    }

@@ -41,6 +41,7 @@ from typing import Any
 import psycopg
 from psycopg import pq, sql
 
+import queue_tether
 import tether
 from common import body
 from pg_append_floor import floor_writer, per_op_us, tether_writer
@@ -50,16 +51,8 @@ ADMIN_URL = os.environ.get("TETHER_PG_URL", "postgresql://postgres@127.0.0.1:543
 
 
 def open_app(url: str, schema: str) -> tuple[tether.App, Any]:
-    app = tether.open(f"{url}?schema={schema}")
-
-    @app.agent(name="bench")
-    def agent(run: tether.Run, steps: int) -> int:
-        total = 0
-        for k in range(1, steps + 1):
-            total += run.step("work", body, k)["step"]
-        return total
-
-    return app, agent
+    """The benchmark agent (queue_tether's: 1 KB steps) on ``schema`` of ``url``."""
+    return queue_tether.open_app(f"{url}?schema={schema}")
 
 
 # -- latency -------------------------------------------------------------------

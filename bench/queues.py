@@ -56,10 +56,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from common import PAYLOAD_BYTES, remove_db
+from common import PAYLOAD_BYTES, git_state, remove_db
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
 ADMIN_URL = os.environ.get("TETHER_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 SYSTEMS = ("floor", "tether", "dbos")
 BACKENDS = ("postgres", "sqlite")
@@ -671,18 +670,6 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             out[dist] = "not installed"
     return out
-
-
-def git_state() -> dict[str, Any]:
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=REPO, capture_output=True, text=True, check=False
-        ).stdout.strip()
-
-    return {
-        "commit": git("rev-parse", "--short", "HEAD"),
-        "src_dirty": bool(git("status", "--porcelain", "--", "src")),
-    }
 
 
 def main(argv: list[str] | None = None) -> int:

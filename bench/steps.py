@@ -21,7 +21,6 @@ Results go to bench/results/steps.json.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
@@ -38,7 +37,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from common import PAYLOAD_BYTES, remove_db
+from common import PAYLOAD_BYTES, git_state, remove_db
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -276,20 +275,6 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             out[dist] = "not installed"
     return out
-
-
-def git_state() -> dict[str, Any]:
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=REPO, capture_output=True, text=True, check=False
-        ).stdout.strip()
-
-    spec = importlib.util.find_spec("tether")
-    return {
-        "commit": git("rev-parse", "--short", "HEAD"),
-        "src_dirty": bool(git("status", "--porcelain", "--", "src")),
-        "tether_imported_from": str(Path(spec.origin).parent) if spec and spec.origin else None,
-    }
 
 
 # -- reporting ---------------------------------------------------------------

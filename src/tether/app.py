@@ -447,16 +447,19 @@ class App:
         lease: Lease,
         *,
         retry: bool = False,
-        running: bool = False,
+        worker: bool = False,
     ) -> RunHandle | tuple[AgentDef, Journal, Run | AsyncRun, tuple[Any, ...], dict[str, Any]]:
-        """``running``: the claim already made the run's status running (a worker's)."""
+        """``worker``: a worker's claim, which already made the run's status running; and
+        nothing waits for the run's end, so its final event need not wait for the commit
+        (the worker goes on to its next run at once)."""
         state = self.load(record.id)
         if state.status in ("completed", "cancelled"):  # finished while we were claiming
             self.store.release(record.id, epoch=lease.epoch)
             return self._finished(record)
         journal, run = self._journal(d, state, lease)
+        journal.detached_end = worker
         started = {"by": lease.owner, "epoch": lease.epoch, "retry": retry}
-        moved = None if running else Transition("running")
+        moved = None if worker else Transition("running")
         journal.defer([journal.event(ev.RUN_STARTED, started)], moved)
         args = tuple(state.input.get("args", ()))
         return d, journal, run, args, dict(state.input.get("kwargs", {}))
@@ -466,12 +469,11 @@ class App:
 
         Raises RunFailed when the run fails (the failure is recorded first).
         """
-        prepared = self._prepare_claimed(self._agent_for(record), record, lease, running=True)
+        prepared = self._prepare_claimed(self._agent_for(record), record, lease, worker=True)
         if isinstance(prepared, RunHandle):
             return prepared
         if prepared[1].compensating is not None:
             return self._end_compensation(prepared[1])
-        prepared[1].detached_end = True  # the worker goes on to its next run at once
         return self._execute(*prepared)
 
     def _check_retryable(self, state: RunState) -> None:

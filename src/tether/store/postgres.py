@@ -429,7 +429,9 @@ class PostgresStore:
         extras = (transition, snapshot, writes)
         statement = _append_statement(run_id, events, expected_seq, epoch, now, extras)
         if not wait:
-            posted = statement._replace(read=partial(_fenced_or_raise, run_id, epoch))
+            posted = statement._replace(
+                read=partial(_refusal_raises, statement.read, run_id, epoch)
+            )
             self._commits.post(posted, partial(self._posted_failed, statement))
             return expected_seq + len(events)
         try:
@@ -482,7 +484,7 @@ class PostgresStore:
             try:
                 results = wire.pipeline([(p.item.query, p.item.values) for p in ordered])
             except psycopg.Error as e:
-                if wire.broken or not isinstance(e, psycopg.DatabaseError):
+                if _lost(wire, e):
                     error = self._wire_lost(e, lane)
                     for p in batch:
                         p.fail(error)
@@ -491,20 +493,18 @@ class PostgresStore:
                 for p, res in zip(ordered, results, strict=True):
                     _answer(p, res)
                 return
-        for p in batch:
+        for i, p in enumerate(batch):
             try:
                 res = wire.execute(p.item.query, p.item.values)
             except pg_errors.UniqueViolation as e:
                 p.fail(e)  # append() says which conflict it was
             except psycopg.Error as e:
-                if wire.broken or not isinstance(e, psycopg.DatabaseError):
-                    p.fail(self._wire_lost(e, lane))
-                    fresh = self._wire_connection_or(lane, p, batch)
-                    if fresh is None:
-                        return
-                    wire = fresh
-                else:
-                    p.fail(StoreError(f"PostgreSQL at {self.where}: {_first_line(e)}"))
+                if _lost(wire, e):  # the rest cannot be sent either; the next flush reconnects
+                    error = self._wire_lost(e, lane)
+                    for q in batch[i:]:
+                        q.fail(error)
+                    return
+                p.fail(StoreError(f"PostgreSQL at {self.where}: {_first_line(e)}"))
             else:
                 _answer(p, res)
 
@@ -520,18 +520,6 @@ class PostgresStore:
                     f"that the server is running and accepts connections"
                 ) from None
         return wire
-
-    def _wire_connection_or(
-        self, lane: int, failed: Pending[_Statement], batch: list[Pending[_Statement]]
-    ) -> WireConnection | None:
-        """A fresh connection for the rest of a batch after a loss (None: every write
-        after ``failed`` fails too)."""
-        try:
-            return self._wire_connection(lane)
-        except StoreError as e:
-            for p in batch[batch.index(failed) + 1 :]:
-                p.fail(e)
-            return None
 
     def _wire_lost(self, e: BaseException, lane: int) -> StoreError:
         """Drop a connection that failed outside a statement; the error to report."""
@@ -1005,11 +993,19 @@ def _answer(p: Pending[_Statement], res: PGresult) -> None:
         p.fail(e)
 
 
-def _fenced_or_raise(run_id: str, epoch: int, res: PGresult) -> tuple[bool, bool]:
-    """The reading of a posted append (nobody checks its outcome): a refusal is an error."""
-    if res.get_value(0, 0) == b"0" if res.nfields else res.command_tuples != 1:
+def _lost(wire: WireConnection, e: psycopg.Error) -> bool:
+    """The connection failed, not the statement (nothing more can be sent on it)."""
+    return wire.broken or not isinstance(e, psycopg.DatabaseError)
+
+
+def _refusal_raises(
+    read: Callable[[PGresult], tuple[bool, bool]], run_id: str, epoch: int, res: PGresult
+) -> tuple[bool, bool]:
+    """A posted append's reading (nobody checks its outcome): a refusal is an error."""
+    fenced, ok = read(res)
+    if not fenced:
         raise LeaseLost(f"run {run_id}: the lease of epoch {epoch} was superseded")
-    return True, True
+    return fenced, ok
 
 
 def _fenced_by_rowcount(res: PGresult) -> tuple[bool, bool]:

@@ -127,22 +127,29 @@ WITH {{_fenced}}, logged AS (
 )
 SELECT count(*) FROM fenced;
 
+-- name: _logged_moved
+-- Fragment of the appends of several events: insert them as seq expected+1… and make the
+-- optional status transition (status NULL: none), both only when `ok` holds the run's id.
+logged AS (
+    INSERT INTO events (run_id, seq, type, data, at, actor)
+    SELECT ok.id, %(expected)s::bigint + e.n, e.type, e.data, e.at, e.actor
+    FROM ok, unnest(%(types)s::text[], %(datas)s::text[], %(ats)s::float8[],
+                    %(actors)s::text[]) WITH ORDINALITY AS e (type, data, at, actor, n)
+    RETURNING seq
+), moved AS (
+    {{_transition}}
+    WHERE id = (SELECT id FROM ok) AND %(status)s::text IS NOT NULL
+    RETURNING id
+)
+
 -- name: append_events_transition
 -- Several events and an optional status transition (status NULL: none), nothing else (a
 -- run's start riding with its first step), fenced as in append_event, as one statement;
 -- returns 1 when the fencing passed. The general append_events costs the server and the
 -- client about twice as much.
-WITH {{_fenced}}, logged AS (
-    INSERT INTO events (run_id, seq, type, data, at, actor)
-    SELECT fenced.id, %(expected)s::bigint + e.n, e.type, e.data, e.at, e.actor
-    FROM fenced, unnest(%(types)s::text[], %(datas)s::text[], %(ats)s::float8[],
-                        %(actors)s::text[]) WITH ORDINALITY AS e (type, data, at, actor, n)
-    RETURNING seq
-), moved AS (
-    {{_transition}}
-    WHERE id = (SELECT id FROM fenced) AND %(status)s::text IS NOT NULL
-    RETURNING id
-)
+WITH {{_fenced}}, ok AS (
+    SELECT id FROM fenced
+), {{_logged_moved}}
 SELECT count(*) FROM fenced;
 
 -- name: append_events
@@ -161,17 +168,7 @@ WITH {{_fenced}}, takeable AS (
 ), ok AS (
     SELECT id FROM fenced
     WHERE (SELECT count(DISTINCT id) FROM takeable) = cardinality(%(take_ids)s::bigint[])
-), logged AS (
-    INSERT INTO events (run_id, seq, type, data, at, actor)
-    SELECT ok.id, %(expected)s::bigint + e.n, e.type, e.data, e.at, e.actor
-    FROM ok, unnest(%(types)s::text[], %(datas)s::text[], %(ats)s::float8[],
-                    %(actors)s::text[]) WITH ORDINALITY AS e (type, data, at, actor, n)
-    RETURNING seq
-), moved AS (
-    {{_transition}}
-    WHERE id = (SELECT id FROM ok) AND %(status)s::text IS NOT NULL
-    RETURNING id
-), effected AS (
+), {{_logged_moved}}, effected AS (
     INSERT INTO effects (key, run_id, position, tool, status, result, created_at, updated_at)
     SELECT w.key, w.run_id, w.position, w.tool, w.status, w.result,
            %(now)s::float8, %(now)s::float8
