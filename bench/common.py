@@ -137,8 +137,8 @@ SYNC_NAMES = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
 
 
 def remove_db(path: str) -> None:
-    """Delete a SQLite file and its companions (-wal, -shm, -journal)."""
-    for suffix in ("", "-wal", "-shm", "-journal"):
+    """Delete a SQLite file and its companions (-wal, -shm, -journal, tether's -lock)."""
+    for suffix in ("", "-wal", "-shm", "-journal", "-lock"):
         with suppress(FileNotFoundError):
             os.remove(path + suffix)
 

@@ -204,7 +204,7 @@ def main() -> None:
     if args.keep:
         print(f"kept: {path}")
     else:
-        for p in (path, path + "-wal", path + "-shm"):
+        for p in (path, path + "-wal", path + "-shm", path + "-lock"):
             if os.path.exists(p):
                 os.remove(p)
         os.rmdir(folder)

@@ -264,7 +264,7 @@ def _approve_elsewhere(db: str, run_id: str) -> None:
 
 
 def fresh_database(db: str) -> None:
-    """Remove ``db`` (and its -wal/-shm files) if it is absent or holds only demo runs."""
+    """Remove ``db`` (and its -wal/-shm/-lock files) if it is absent or holds only demo runs."""
     if db.startswith(("postgres://", "postgresql://")):
         raise tether.InvalidState("the demo overwrites its database: give it a SQLite file")
     path = db.removeprefix("sqlite:///")  # sqlite:///rel.db and sqlite:////abs.db
@@ -276,7 +276,7 @@ def fresh_database(db: str) -> None:
                 f"{db} holds runs of other agents ({', '.join(sorted(others))}); the demo "
                 f"overwrites its database, so give it its own file (default {DEFAULT_DB})"
             )
-    for suffix in ("", "-wal", "-shm", "-journal"):
+    for suffix in ("", "-wal", "-shm", "-journal", "-lock"):
         if os.path.exists(path + suffix):
             os.remove(path + suffix)
 

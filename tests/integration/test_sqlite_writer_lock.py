@@ -1,0 +1,139 @@
+"""SQLite writers take turns on ``flock(2)`` of ``<db>-lock`` (threads on a lock), so a
+waiting writer is handed the turn at once instead of sleeping in SQLite's busy handler;
+without the file, writes fall back to the busy handler and stay correct."""
+
+from __future__ import annotations
+
+import fcntl
+import multiprocessing
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether.events import NewEvent
+from tether.store import NewRun
+from tether.store.sqlite import SQLiteStore
+
+T0 = 1_700_000_000.0
+
+
+def _new_run(store: SQLiteStore, run_id: str = "run-1") -> None:
+    run = NewRun(run_id, "agent", None, "running")
+    events = [NewEvent("run.started", "{}", T0, "test")]
+    store.create_run(run, events, lease_owner="w1", now=T0, ttl=3600.0)
+
+
+def _append(store: SQLiteStore, seq: int, run_id: str = "run-1") -> int:
+    event = NewEvent("note", f'{{"n":{seq}}}', T0, "test")
+    return store.append(run_id, [event], expected_seq=seq - 1, epoch=1, now=T0)
+
+
+@contextmanager
+def _held_elsewhere(db: str) -> Iterator[None]:
+    """Hold the writer lock as another process would: another open file description."""
+    holder = os.open(db + "-lock", os.O_RDWR)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(holder, fcntl.LOCK_UN)
+        os.close(holder)
+
+
+def _seqs(store: SQLiteStore, run_id: str = "run-1") -> list[int]:
+    return [e.seq for e in store.read_events(run_id)]
+
+
+def test_a_write_waits_for_the_holder_of_the_lock_file_then_goes_through(tmp_path: Path) -> None:
+    db = str(tmp_path / "t.db")
+    store = SQLiteStore(db)
+    _new_run(store)
+    assert os.path.exists(db + "-lock")
+    done = threading.Event()
+    result: list[Any] = []
+
+    def write() -> None:
+        try:
+            result.append(_append(store, 2))
+        except Exception as e:  # the assertion below shows it
+            result.append(e)
+        done.set()
+
+    with _held_elsewhere(db):
+        writer = threading.Thread(target=write)
+        writer.start()
+        assert not done.wait(0.3), f"the write did not wait for the lock's holder: {result}"
+    assert done.wait(10), "the write did not go through once the lock was released"
+    writer.join()
+    assert result == [2]
+    assert _seqs(store) == [1, 2]
+    store.close()
+
+
+def test_reads_do_not_wait_for_the_writer_lock(tmp_path: Path) -> None:
+    db = str(tmp_path / "t.db")
+    store = SQLiteStore(db)
+    _new_run(store)
+    with _held_elsewhere(db):
+        assert _seqs(store) == [1]
+        assert store.get_run("run-1").status == "running"
+    store.close()
+
+
+def test_without_a_lock_file_writes_fall_back_to_the_busy_handler(tmp_path: Path) -> None:
+    db = str(tmp_path / "t.db")
+    os.mkdir(db + "-lock")  # cannot be opened as a file: no file lock for this store
+    store = SQLiteStore(db)
+    _new_run(store)
+    for seq in range(2, 6):
+        assert _append(store, seq) == seq
+    assert _seqs(store) == [1, 2, 3, 4, 5]
+    store.close()
+
+
+def test_nested_writes_keep_the_lock_until_the_outermost_ends(tmp_path: Path) -> None:
+    db = str(tmp_path / "t.db")
+    store = SQLiteStore(db)
+    _new_run(store)
+    probe = os.open(db + "-lock", os.O_RDWR)
+    try:
+        with store.transaction():
+            with store._writing:  # reentered, as a write inside a transaction does
+                pass
+            # still held: another holder cannot take it
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released now
+        fcntl.flock(probe, fcntl.LOCK_UN)
+    finally:
+        os.close(probe)
+    store.close()
+
+
+def _writer_process(db: str, run_id: str, n: int) -> None:
+    store = SQLiteStore(db)
+    for seq in range(2, n + 2):
+        _append(store, seq, run_id)
+    store.close()
+
+
+def test_processes_writing_at_once_lose_nothing(tmp_path: Path) -> None:
+    db = str(tmp_path / "t.db")
+    store = SQLiteStore(db)
+    for i in range(3):
+        _new_run(store, f"run-{i}")
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_writer_process, args=(db, f"run-{i}", 200)) for i in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    for i in range(3):
+        assert _seqs(store, f"run-{i}") == list(range(1, 202))
+    store.close()
