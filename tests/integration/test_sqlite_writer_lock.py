@@ -137,3 +137,22 @@ def test_processes_writing_at_once_lose_nothing(tmp_path: Path) -> None:
     for i in range(3):
         assert _seqs(store, f"run-{i}") == list(range(1, 202))
     store.close()
+
+
+def test_the_writes_of_all_threads_go_through_one_connection(tmp_path: Path) -> None:
+    # one writer keeps its page cache valid; a connection per writing thread would make
+    # each re-read the pages the others wrote
+    store = SQLiteStore(str(tmp_path / "t.db"))
+    for i in range(4):
+        _new_run(store, f"run-{i}")
+    threads = [
+        threading.Thread(target=lambda i=i: [_append(store, s, f"run-{i}") for s in range(2, 12)])
+        for i in range(4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [_seqs(store, f"run-{i}") for i in range(4)] == [list(range(1, 12))] * 4
+    assert len(store._all) == 2  # the writer, and the reading main thread's own
+    store.close()
