@@ -61,6 +61,18 @@ class AgentDef:
 
 
 @dataclass(frozen=True, slots=True)
+class _StartOptions:
+    """Where and when a queued run goes (the options of App.start)."""
+
+    queue: str
+    priority: int
+    run_id: str | None
+    dedup_key: str | None
+    delay: str | float | None
+    concurrency_key: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class RunHandle:
     """What ``app.run``/``app.resume`` return: the run's id, status and output.
 
@@ -217,33 +229,62 @@ class App:
         (seconds or ``"10m"``) makes it claimable later; higher ``priority`` first.
         Raises QueueFull when the queue is at its ``max_depth``.
         """
-        d = self._resolve(agent)
+        options = _StartOptions(queue, priority, run_id, dedup_key, delay, concurrency_key)
+        return self._enqueue(self._resolve(agent), args, kwargs, options, None)
+
+    def start_in(
+        self,
+        session: Session | str,
+        agent: Callable[..., Any] | str,
+        *args: Any,
+        queue: str = "default",
+        priority: int = 0,
+        run_id: str | None = None,
+        dedup_key: str | None = None,
+        delay: str | float | None = None,
+        concurrency_key: str | None = None,
+        **kwargs: Any,
+    ) -> str:
+        """``start`` in a conversation: the queued run belongs to ``session`` (a Session or
+        its id, created if new), as with :meth:`run_in`, and the worker that executes it
+        finds it as ``run.session``. The other arguments are :meth:`start`'s."""
+        options = _StartOptions(queue, priority, run_id, dedup_key, delay, concurrency_key)
+        return self._enqueue(self._resolve(agent), args, kwargs, options, session)
+
+    def _enqueue(
+        self,
+        d: AgentDef,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        o: _StartOptions,
+        within: Session | str | None,
+    ) -> str:
         now = self.clock.now()
         payload = self._input(d, args, kwargs)
-        seconds = waits.parse_duration(delay, what="delay") or 0.0
+        seconds = waits.parse_duration(o.delay, what="delay") or 0.0
+        queue = o.queue
+        # the session last: bad input creates no session either
+        session = self.session(within) if isinstance(within, str) else within
+        sid, owner = (session.id, session.owner) if session is not None else (None, None)
         new = NewRun(
-            run_id or new_run_id(now),
+            o.run_id or new_run_id(now),
             d.name,
             d.version,
             "queued",
             code=d.code,
+            session_id=sid,
+            owner=owner,
             queue=queue,
-            priority=priority,
+            priority=o.priority,
             available_at=now + seconds,
-            dedup_key=dedup_key,
-            concurrency_key=concurrency_key,
+            dedup_key=o.dedup_key,
+            concurrency_key=o.concurrency_key,
         )
-        created = ev.new(
-            ev.RUN_CREATED,
-            {
-                "agent": d.name,
-                "version": d.version,
-                "input": payload,
-                "code": d.code,
-                "queue": queue,
-            },
-            now,
-        )
+        data = {"agent": d.name, "version": d.version, "input": payload, "code": d.code}
+        data["queue"] = queue
+        if session is not None:
+            data["session"] = session.id
+        created = ev.new(ev.RUN_CREATED, data, now)
         rid, _ = self.store.enqueue(
             new, [created], now=now, max_depth=self.queue_config(queue).max_depth
         )

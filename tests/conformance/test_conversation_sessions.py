@@ -10,7 +10,7 @@ import pytest
 from _conformance import Backend
 
 import tether
-from tether.conversation import Message, Session, pack
+from tether.conversation import Message, Session, load_session, pack
 
 pytestmark = pytest.mark.conformance
 
@@ -354,3 +354,65 @@ def test_a_fork_of_a_session_run_does_not_add_the_parents_messages_again(
     assert [m.run_id for m in s.messages()[-2:]] == [child, child]
     app.resume(grandchild)  # a fork of a fork: its prefix is its grandparent's
     assert len(s.messages()) == 9 and s.messages()[-1].run_id == grandchild
+
+
+def test_a_queued_run_in_a_session_is_executed_by_a_worker_in_it(
+    app: tether.App, backend: Backend
+) -> None:
+    s = app.session("s-q", owner="u-3")
+    s.add("user", "what broke?")
+    crash = [True]
+
+    @app.agent
+    def reply(run: tether.Run, tone: str) -> str:
+        assert run.session is not None and run.session.id == "s-q"
+        out = run.llm("reply", model, messages=run.session.prompt_view())
+        run.session.add("assistant", f"{tone}: {out['content']}")
+        if crash and crash.pop():  # the first worker dies after the add
+            raise tether.LeaseLost("this worker lost its lease")
+        return str(out["content"])
+
+    run_id = app.start_in(s, reply, "brief", queue="chat", priority=2)
+    row = app.store.get_run(run_id)
+    assert (row.status, row.session_id, row.owner, row.queue) == ("queued", "s-q", "u-3", "chat")
+    assert app.events(run_id)[0].payload()["session"] == "s-q"
+    assert s.runs() == [run_id]
+    assert app.start_in("s-q", reply, "brief", queue="chat", run_id=run_id) == run_id
+
+    first = app.worker(queues=["chat"], concurrency=1)
+    assert first.run(until_idle=True).completed == 0  # it stopped after adding its reply
+    app.store.remove_worker(first.id, expire_leases=True)  # as when a dead worker's expires
+    other = tether.open(backend.url)  # another worker process
+    other.agent(reply)
+    try:
+        stats = other.worker(queues=["chat"], concurrency=1).run(until_idle=True)
+    finally:
+        other.close()
+    assert stats.completed == 1
+    done = app.get(run_id)
+    assert done.status == "completed" and done.output == "reply to 1 messages"
+    # the reply recorded by the first worker is not added again by the second
+    assert [(m.role, m.content, m.run_id) for m in s.messages()] == [
+        ("user", "what broke?", None),
+        ("assistant", "brief: reply to 1 messages", run_id),
+    ]
+
+
+def test_a_queued_run_in_a_session_refuses_bad_input_and_creates_nothing(
+    app: tether.App,
+) -> None:
+    @app.agent
+    def noop(run: tether.Run) -> None:
+        return None
+
+    with pytest.raises(tether.NotFound, match="no agent named 'nope'"):
+        app.start_in("s-new", "nope")
+    with pytest.raises(ValueError, match="session id"):
+        app.start_in("", noop)
+    with pytest.raises(tether.EncodeError, match=r"kwargs\.client"):
+        app.start_in("s-new", noop, client=object())
+    with pytest.raises(ValueError, match="delay"):
+        app.start_in("s-new", noop, delay="soon")
+    assert app.runs(limit=10) == []
+    with pytest.raises(tether.NotFound):
+        load_session(app.store, app.clock, "s-new")  # no session was created either
