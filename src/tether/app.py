@@ -902,10 +902,13 @@ class App:
         keep_last: int | None = None,
         dry_run: bool = False,
         vacuum: bool = True,
+        blob_grace: float | str = retention.BLOB_GRACE,
     ) -> retention.GcResult:
         """Delete finished runs by age (seconds or ``"30d"``), status and keep-last-N per
-        agent, then give the space back. See :mod:`tether.retention`."""
+        agent, sweep the snapshot pages no snapshot references and nothing wrote for
+        ``blob_grace``, then give the space back. See :mod:`tether.retention`."""
         age = retention.parse_age(older_than) if isinstance(older_than, str) else older_than
+        grace = retention.parse_age(blob_grace) if isinstance(blob_grace, str) else blob_grace
         statuses = (status,) if isinstance(status, str) else tuple(status)
         return retention.gc(
             self,
@@ -914,6 +917,7 @@ class App:
             keep_last=keep_last,
             dry_run=dry_run,
             vacuum=vacuum,
+            blob_grace=grace,
         )
 
     # -- memory and artifacts (tether.memory, tether.artifacts) ----------------

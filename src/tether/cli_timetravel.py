@@ -34,7 +34,7 @@ from .cli import (
     table,
     when,
 )
-from .retention import STATUSES, parse_age
+from .retention import BLOB_GRACE, STATUSES, parse_age
 from .state import RunState, to_data
 from .timetravel import Diff, History, StepRef
 
@@ -435,6 +435,13 @@ def _gc_arguments(parser: argparse.ArgumentParser) -> None:
         "--dry-run", action="store_true", help="list what would be deleted; delete nothing"
     )
     parser.add_argument(
+        "--blob-grace",
+        metavar="AGE",
+        type=_age,
+        default=BLOB_GRACE,
+        help="keep unreferenced snapshot pages written or reused within AGE (default 1h)",
+    )
+    parser.add_argument(
         "--no-vacuum",
         action="store_true",
         help="do not give the space back to the file system afterwards",
@@ -457,6 +464,7 @@ def _gc(args: argparse.Namespace, ctx: Context) -> int:
             keep_last=args.keep_last,
             dry_run=args.dry_run,
             vacuum=not args.no_vacuum,
+            blob_grace=args.blob_grace,
         )
     if args.json:
         _json_out(
@@ -468,6 +476,8 @@ def _gc(args: argparse.Namespace, ctx: Context) -> int:
                 "bytes_before": result.bytes_before,
                 "bytes_after": result.bytes_after,
                 "bytes_freed": result.freed,
+                "pages_swept": result.pages,
+                "page_bytes_swept": result.page_bytes,
             },
         )
         return 0
@@ -478,6 +488,12 @@ def _gc(args: argparse.Namespace, ctx: Context) -> int:
         + "".join(f"\n  {r}" for r in result.run_ids[:50])
         + (f"\n  … and {len(result.run_ids) - 50} more" if len(result.run_ids) > 50 else "")
     )
+    if result.pages or result.dry_run:
+        ctx.print(
+            f"{'would sweep' if result.dry_run else 'swept'} {result.pages} unreferenced "
+            f"snapshot page(s), {result.page_bytes} bytes"
+            + (" (pages of the runs above not counted)" if result.dry_run else "")
+        )
     if not result.dry_run and result.freed is not None:
         ctx.print(
             f"database: {result.bytes_before} -> {result.bytes_after} bytes ({result.freed} freed)"

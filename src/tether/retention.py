@@ -20,8 +20,16 @@ autovacuum makes the space reusable and ``VACUUM FULL`` would return it to the O
 Forks are self-contained (a fork copies its parent's prefix), so deleting a parent
 never breaks a fork: the fork stays readable and resumable; its ``parent_id`` then
 names a run that is gone. Audit records and a session's messages are kept (the audit
-trail outlives runs; messages belong to their session), and so are content-addressed
-blobs, which runs share.
+trail outlives runs; messages belong to their session).
+
+Snapshot pages are content-addressed blobs that snapshots (of one run, of its forks,
+of runs whose steps were the same) share, so deleting a run does not delete them;
+then gc sweeps the pages that no snapshot references any more
+(:meth:`tether.store.Store.sweep_blobs`). A page written or reused by a snapshot
+within ``blob_grace`` seconds (an hour by default) is left for the next gc: the
+snapshot that reuses it may not be committed yet. Artifacts (``app.artifacts``) are
+never swept; blobs written before schema 7 that no snapshot references are kept too,
+as they may be artifacts.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ if TYPE_CHECKING:
 FINISHED = ("completed", "failed", "cancelled")
 STATUSES = ("queued", "running", "waiting", *FINISHED)
 BATCH = 500
+BLOB_GRACE = 3600.0  # seconds a snapshot page is kept after it was last written or reused
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
 _ALL = 2**62  # list_runs' limit when every run is wanted
@@ -112,6 +121,8 @@ class GcResult:
     dry_run: bool
     bytes_before: int | None
     bytes_after: int | None
+    pages: int = 0  # snapshot pages swept (dry run: unreferenced already, so would be)
+    page_bytes: int = 0
 
     @property
     def freed(self) -> int | None:
@@ -129,11 +140,16 @@ def gc(
     keep_last: int | None = None,
     dry_run: bool = False,
     vacuum: bool = True,
+    blob_grace: float = BLOB_GRACE,
 ) -> GcResult:
-    """Delete the runs :func:`runs_to_collect` selects, then vacuum (unless ``dry_run``)."""
+    """Delete the runs :func:`runs_to_collect` selects, sweep the snapshot pages no
+    snapshot references any more, then vacuum (unless ``dry_run``)."""
+    if blob_grace < 0:
+        raise ValueError(f"blob_grace is an age in seconds (0 or more), not {blob_grace}")
+    now = app.clock.now()
     chosen = runs_to_collect(
         app.store.list_runs(limit=_ALL),
-        now=app.clock.now(),
+        now=now,
         older_than=older_than,
         statuses=statuses,
         keep_last=keep_last,
@@ -141,11 +157,13 @@ def gc(
     ids = tuple(r.id for r in chosen)
     before = store_bytes(app.store)
     if dry_run:
-        return GcResult(ids, 0, True, before, before)
+        pages, page_bytes = app.store.sweep_blobs(before=now - blob_grace, dry_run=True)
+        return GcResult(ids, 0, True, before, before, pages, page_bytes)
     deleted = sum(app.store.delete_runs(ids[i : i + BATCH]) for i in range(0, len(ids), BATCH))
-    if vacuum and deleted:
+    pages, page_bytes = app.store.sweep_blobs(before=now - blob_grace)
+    if vacuum and (deleted or pages):
         app.store.vacuum()
-    return GcResult(ids, deleted, False, before, store_bytes(app.store))
+    return GcResult(ids, deleted, False, before, store_bytes(app.store), pages, page_bytes)
 
 
 def store_bytes(store: Store) -> int | None:

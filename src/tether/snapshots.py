@@ -38,11 +38,12 @@ PAGE_SIZE = 256  # positions per page
 
 @dataclass(frozen=True, slots=True)
 class Encoded:
-    """A state encoded as format 2: the root's text and the pages it needs that may
-    not be stored yet (digest -> bytes)."""
+    """A state encoded as format 2: the root's text, the pages it needs that may not be
+    stored yet (digest -> bytes), and the digests of the stored pages it reuses."""
 
     root: str
     pages: dict[str, bytes]
+    reused: tuple[str, ...] = ()
 
 
 def encode(state: RunState, page_size: int = PAGE_SIZE) -> Encoded:
@@ -72,7 +73,8 @@ def encode(state: RunState, page_size: int = PAGE_SIZE) -> Encoded:
         "pages": digests,
         "tail": [step_data(s) for s in steps[full * page_size :]],
     }
-    return Encoded(codec.encode(root), new)
+    reused = tuple(d for d in digests if d not in new)
+    return Encoded(codec.encode(root), new, reused)
 
 
 def decode(data: str, load_page: Callable[[str], bytes]) -> RunState:
@@ -90,10 +92,12 @@ def decode(data: str, load_page: Callable[[str], bytes]) -> RunState:
 
 def save(store: Store, state: RunState, now: float) -> None:
     """Store ``state`` as a format 2 snapshot: its new pages, then its root (a crash in
-    between leaves unreferenced pages, never a root without its pages)."""
+    between leaves unreferenced pages, never a root without its pages). The stored pages
+    it reuses are dated ``now`` with the new ones, so that gc, which sweeps the pages no
+    snapshot references, leaves them alone until the root is committed."""
     encoded = encode(state)
-    if encoded.pages:
-        store.put_blobs(encoded.pages, now=now)
+    if encoded.pages or encoded.reused:
+        store.put_blobs(encoded.pages, now=now, touch=encoded.reused)
     store.save_snapshot(Snapshot(state.run_id, state.seq, encoded.root, now))
 
 

@@ -219,3 +219,26 @@ def test_gc_on_the_command_line(gapp: tether.App, db_path: str) -> None:
     assert refused.returncode == 1 and "gc needs a criterion" in refused.stderr
     bad = _cli(db_path, "gc", "--older-than", "3x")
     assert bad.returncode == 2 and "a number and a unit" in bad.stderr
+    bad_grace = _cli(db_path, "gc", "--status", "completed", "--blob-grace", "soon")
+    assert bad_grace.returncode == 2 and "a number and a unit" in bad_grace.stderr
+
+
+def test_gc_on_the_command_line_sweeps_unreferenced_snapshot_pages(tmp_path: Any) -> None:
+    db = str(tmp_path / "pages.db")
+    app = tether.open(db, snapshot_every=50)
+
+    @app.agent(name="long")
+    def long(run: tether.Run, n: int) -> int:
+        for i in range(n):
+            run.step(f"s{i}", lambda i=i: {"i": i})
+        return n
+
+    run_id = app.run(long, 300).id
+    app.load(run_id)  # caches a snapshot with one full page
+    app.close()
+    kept = _cli(db, "gc", "--status", "completed", "--json")  # the page is minutes old
+    assert json.loads(kept.stdout)["pages_swept"] == 0
+    out = _cli(db, "gc", "--status", "completed", "--blob-grace", "0s").stdout
+    assert "deleted 0 run(s)" in out and "swept 1 unreferenced snapshot page(s)" in out
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM blobs").fetchone() == (0,)

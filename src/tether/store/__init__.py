@@ -16,6 +16,8 @@ from typing import Any, Protocol
 
 from ..events import Event, NewEvent
 
+TOUCH_AFTER = 60.0  # seconds: a snapshot page dated this recently is not dated again
+
 
 @dataclass(frozen=True, slots=True)
 class RunRecord:
@@ -281,10 +283,21 @@ class Store(Protocol):
         """Cache a folded state at its seq (idempotent: the same seq is the same state)."""
         ...
 
-    def put_blobs(self, blobs: Mapping[str, bytes], *, now: float) -> None:
-        """Store each ``sha256 -> bytes`` of ``blobs`` in the blobs table unless that
-        digest is stored already (its bytes are then left as they are). Atomic: all or
-        nothing. The caller computes the digests; they are not checked here."""
+    def put_blobs(
+        self, blobs: Mapping[str, bytes], *, now: float, touch: Sequence[str] = ()
+    ) -> None:
+        """Store each ``sha256 -> bytes`` of ``blobs`` in the blobs table as a snapshot
+        page unless that digest is stored already (its bytes are then left as they are).
+        Every page written, and each stored page of ``touch``, is dated ``now``, so that
+        :meth:`sweep_blobs` leaves it for its grace period (a snapshot about to reference
+        it is not committed yet). Atomic: all or nothing. The caller computes the
+        digests; they are not checked here."""
+        ...
+
+    def sweep_blobs(self, *, before: float, dry_run: bool = False) -> tuple[int, int]:
+        """Delete the snapshot pages that no snapshot references and that were written
+        or touched before ``before``; ``(pages, bytes)`` deleted (``dry_run``: that would
+        be). Artifacts and blobs of unknown kind are never deleted."""
         ...
 
     def get_blobs(self, digests: Sequence[str]) -> dict[str, bytes]:

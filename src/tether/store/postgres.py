@@ -56,6 +56,7 @@ from ..errors import (
 )
 from ..events import Event, NewEvent
 from . import (
+    TOUCH_AFTER,
     AuditRecord,
     Effect,
     EffectWrite,
@@ -542,11 +543,27 @@ class PostgresStore:
         with self._borrow() as conn:
             conn.execute(_Q["insert_snapshot"], params)
 
-    def put_blobs(self, blobs: Mapping[str, bytes], *, now: float) -> None:
-        """Store the blobs whose digest is not stored yet, in one transaction."""
+    def put_blobs(
+        self, blobs: Mapping[str, bytes], *, now: float, touch: Sequence[str] = ()
+    ) -> None:
+        """Store the pages whose digest is not stored yet, and date the others given,
+        in one transaction (see Store.put_blobs)."""
         rows = [(digest, len(data), data, now) for digest, data in blobs.items()]
+        touched = [(now, d, now - TOUCH_AFTER) for d in touch]
         with self._borrow() as conn, conn.transaction(), conn.cursor() as cur:
-            cur.executemany(_Q["put_blob"], rows)
+            if rows:
+                cur.executemany(_Q["put_blob"], rows)
+            if touched:
+                cur.executemany(_Q["touch_blob"], touched)
+
+    def sweep_blobs(self, *, before: float, dry_run: bool = False) -> tuple[int, int]:
+        """Delete the unreferenced snapshot pages dated before ``before`` (see Store)."""
+        with self._borrow() as conn:
+            if dry_run:
+                row = _one(conn.execute(_Q["count_sweepable_blobs"], {"before": before}))
+                return int(row[0]), int(row[1])
+            sizes = [r[0] for r in conn.execute(_Q["sweep_blobs"], {"before": before})]
+        return len(sizes), sum(sizes)
 
     def get_blobs(self, digests: Sequence[str]) -> dict[str, bytes]:
         """The stored bytes of these digests (absent ones left out)."""

@@ -34,6 +34,7 @@ from ..errors import (
 )
 from ..events import Event, NewEvent
 from . import (
+    TOUCH_AFTER,
     AuditRecord,
     Effect,
     EffectWrite,
@@ -531,11 +532,21 @@ class SQLiteStore:
         with self._tx() as conn:
             self._put_snapshot(conn, snapshot)
 
-    def put_blobs(self, blobs: Mapping[str, bytes], *, now: float) -> None:
-        """Store the blobs whose digest is not stored yet, in one transaction."""
+    def put_blobs(
+        self, blobs: Mapping[str, bytes], *, now: float, touch: Sequence[str] = ()
+    ) -> None:
         rows = [(digest, len(data), data, now) for digest, data in blobs.items()]
         with self.transaction() as conn:
             conn.executemany(_Q["put_blob"], rows)
+            conn.executemany(_Q["touch_blob"], [(now, d, now - TOUCH_AFTER) for d in touch])
+
+    def sweep_blobs(self, *, before: float, dry_run: bool = False) -> tuple[int, int]:
+        with self.transaction() as conn:
+            if dry_run:
+                row = conn.execute(_Q["count_sweepable_blobs"], {"before": before}).fetchone()
+                return int(row[0]), int(row[1])
+            sizes = [r[0] for r in conn.execute(_Q["sweep_blobs"], {"before": before})]
+        return len(sizes), sum(sizes)
 
     def get_blobs(self, digests: Sequence[str]) -> dict[str, bytes]:
         """The stored bytes of these digests (absent ones left out)."""

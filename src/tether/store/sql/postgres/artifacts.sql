@@ -3,10 +3,11 @@
 -- <name>", then a one-line purpose, then the statement.
 
 -- name: put_blob
--- Store bytes under their SHA-256 once; an existing digest is left as it is.
+-- Store bytes under their SHA-256 once; an existing digest is kept, and never swept by gc
+-- again (an artifact, even if a snapshot page had the same bytes).
 INSERT INTO blobs (sha256, size, data, created_at)
 VALUES (%(sha256)s, %(size)s, %(data)s, %(now)s)
-ON CONFLICT (sha256) DO NOTHING;
+ON CONFLICT (sha256) DO UPDATE SET kind = NULL WHERE blobs.kind IS NOT NULL;
 
 -- name: get_blob
 -- The stored size and bytes of a digest.

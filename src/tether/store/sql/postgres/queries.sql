@@ -518,10 +518,35 @@ VALUES (%s::text, %s::bigint, %s::text, %s::float8)
 ON CONFLICT (run_id, seq) DO NOTHING;
 
 -- name: put_blob
--- Store bytes under their SHA-256 once (a snapshot page); an existing digest is kept.
-INSERT INTO blobs (sha256, size, data, created_at)
-VALUES (%s::text, %s::bigint, %s::bytea, %s::float8)
-ON CONFLICT (sha256) DO NOTHING;
+-- Store a snapshot page under its SHA-256 once; an existing page is touched (see sweep_blobs).
+INSERT INTO blobs (sha256, size, data, created_at, kind)
+VALUES (%s::text, %s::bigint, %s::bytea, %s::float8, 'page')
+ON CONFLICT (sha256) DO UPDATE SET created_at = excluded.created_at WHERE blobs.kind = 'page';
+
+-- name: touch_blob
+-- A snapshot about to reference a stored page: gc's sweep leaves it for its grace period.
+UPDATE blobs SET created_at = %s::float8
+WHERE sha256 = %s::text AND kind = 'page' AND created_at < %s::float8;
+
+-- name: _referenced_pages
+-- Fragment: the digests of the pages that the snapshots reference.
+SELECT p.digest FROM snapshots AS s
+CROSS JOIN LATERAL jsonb_array_elements_text(
+    CASE WHEN jsonb_typeof(s.data::jsonb -> 'pages') = 'array'
+         THEN s.data::jsonb -> 'pages' ELSE '[]'::jsonb END) AS p(digest)
+
+-- name: sweep_blobs
+-- gc: delete the snapshot pages that no snapshot references and nothing touched since before.
+DELETE FROM blobs
+WHERE kind = 'page' AND created_at < %(before)s::float8
+  AND sha256 NOT IN ({{_referenced_pages}})
+RETURNING size;
+
+-- name: count_sweepable_blobs
+-- gc --dry-run: the pages sweep_blobs would delete, and their bytes.
+SELECT COUNT(*), COALESCE(SUM(size), 0) FROM blobs
+WHERE kind = 'page' AND created_at < %(before)s::float8
+  AND sha256 NOT IN ({{_referenced_pages}});
 
 -- name: get_blob
 -- The stored bytes of a digest.

@@ -70,9 +70,30 @@ WHERE run_id = ? AND seq <= ? ORDER BY seq DESC LIMIT 1;
 INSERT OR IGNORE INTO snapshots (run_id, seq, data, at) VALUES (?, ?, ?, ?);
 
 -- name: put_blob
--- Store bytes under their SHA-256 once (a snapshot page); an existing digest is kept.
-INSERT INTO blobs (sha256, size, data, created_at) VALUES (?, ?, ?, ?)
-ON CONFLICT (sha256) DO NOTHING;
+-- Store a snapshot page under its SHA-256 once; an existing page is touched (see sweep_blobs).
+INSERT INTO blobs (sha256, size, data, created_at, kind) VALUES (?, ?, ?, ?, 'page')
+ON CONFLICT (sha256) DO UPDATE SET created_at = excluded.created_at WHERE blobs.kind = 'page';
+
+-- name: touch_blob
+-- A snapshot about to reference a stored page: gc's sweep leaves it for its grace period.
+UPDATE blobs SET created_at = ? WHERE sha256 = ? AND kind = 'page' AND created_at < ?;
+
+-- name: sweep_blobs
+-- gc: delete the snapshot pages that no snapshot references and nothing touched since :before.
+DELETE FROM blobs
+WHERE kind = 'page' AND created_at < :before
+  AND sha256 NOT IN (
+    SELECT j.value FROM snapshots, json_each(snapshots.data, '$.pages') AS j
+    WHERE json_valid(snapshots.data) AND json_type(snapshots.data, '$.pages') = 'array')
+RETURNING size;
+
+-- name: count_sweepable_blobs
+-- gc --dry-run: the pages sweep_blobs would delete, and their bytes.
+SELECT COUNT(*), COALESCE(SUM(size), 0) FROM blobs
+WHERE kind = 'page' AND created_at < :before
+  AND sha256 NOT IN (
+    SELECT j.value FROM snapshots, json_each(snapshots.data, '$.pages') AS j
+    WHERE json_valid(snapshots.data) AND json_type(snapshots.data, '$.pages') = 'array');
 
 -- name: get_blob
 -- The stored bytes of a digest.
