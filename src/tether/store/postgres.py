@@ -559,6 +559,8 @@ class PostgresStore:
     def sweep_blobs(self, *, before: float, dry_run: bool = False) -> tuple[int, int]:
         """Delete the unreferenced snapshot pages dated before ``before`` (see Store)."""
         with self._borrow() as conn:
+            if not _one(conn.execute(_Q["any_old_page"], {"before": before}))[0]:
+                return 0, 0  # reading every snapshot to find none: skipped
             if dry_run:
                 row = _one(conn.execute(_Q["count_sweepable_blobs"], {"before": before}))
                 return int(row[0]), int(row[1])

@@ -542,6 +542,8 @@ class SQLiteStore:
 
     def sweep_blobs(self, *, before: float, dry_run: bool = False) -> tuple[int, int]:
         with self.transaction() as conn:
+            if not conn.execute(_Q["any_old_page"], {"before": before}).fetchone()[0]:
+                return 0, 0  # reading every snapshot to find none: skipped
             if dry_run:
                 row = conn.execute(_Q["count_sweepable_blobs"], {"before": before}).fetchone()
                 return int(row[0]), int(row[1])

@@ -535,6 +535,10 @@ CROSS JOIN LATERAL jsonb_array_elements_text(
     CASE WHEN jsonb_typeof(s.data::jsonb -> 'pages') = 'array'
          THEN s.data::jsonb -> 'pages' ELSE '[]'::jsonb END) AS p(digest)
 
+-- name: any_old_page
+-- gc: whether any snapshot page is old enough to sweep (else the snapshots need no reading).
+SELECT EXISTS (SELECT 1 FROM blobs WHERE kind = 'page' AND created_at < %(before)s::float8);
+
 -- name: sweep_blobs
 -- gc: delete the snapshot pages that no snapshot references and nothing touched since before.
 DELETE FROM blobs

@@ -78,6 +78,10 @@ ON CONFLICT (sha256) DO UPDATE SET created_at = excluded.created_at WHERE blobs.
 -- A snapshot about to reference a stored page: gc's sweep leaves it for its grace period.
 UPDATE blobs SET created_at = ? WHERE sha256 = ? AND kind = 'page' AND created_at < ?;
 
+-- name: any_old_page
+-- gc: whether any snapshot page is old enough to sweep (else the snapshots need no reading).
+SELECT EXISTS (SELECT 1 FROM blobs WHERE kind = 'page' AND created_at < :before);
+
 -- name: sweep_blobs
 -- gc: delete the snapshot pages that no snapshot references and nothing touched since :before.
 DELETE FROM blobs
