@@ -267,18 +267,40 @@ class Session:
         if llm is None or inspect.iscoroutinefunction(llm):
             raise TypeError(
                 f"session {self.id!r}: reply() journals a model call, so it needs a run; "
-                f"call it inside a def agent as run.session.reply(...) (async agents: "
-                f"run.llm, then run.session.add)"
+                f"call it inside a def agent as run.session.reply(...) (async def agents: "
+                f"await run.session.areply(...))"
             )
 
         def call(*a: Any, **kw: Any) -> Any:
-            out = fn(*a, **kw)
-            has_content = isinstance(out, Mapping) and "content" in out
-            message = self.add("assistant", out["content"] if has_content else out)
-            ref = {_REPLY: message.seq}
-            return {**out, "content": ref} if has_content else ref
+            return self._recorded_reply(fn(*a, **kw))
 
         return self._unref(llm(name, call, *args, **kwargs))
+
+    async def areply(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """:meth:`reply` for ``async def`` agents: ``await run.session.areply("answer",
+        model.acomplete, messages=view)``. ``fn`` may be a coroutine function or a plain
+        one; the reply is stored once, as with reply."""
+        llm = getattr(self._run, "llm", None)
+        if llm is None or not inspect.iscoroutinefunction(llm):
+            raise TypeError(
+                f"session {self.id!r}: areply() journals a model call, so it needs the run "
+                f"of an async def agent: await run.session.areply(...) there (def agents: "
+                f"run.session.reply(...))"
+            )
+
+        async def call(*a: Any, **kw: Any) -> Any:
+            out = fn(*a, **kw)
+            return self._recorded_reply(await out if inspect.isawaitable(out) else out)
+
+        return self._unref(await llm(name, call, *args, **kwargs))
+
+    def _recorded_reply(self, out: Any) -> Any:
+        """Add a model's reply to the conversation; what the journal keeps of it (the
+        result with its content replaced by a reference to the new message)."""
+        has_content = isinstance(out, Mapping) and "content" in out
+        message = self.add("assistant", out["content"] if has_content else out)
+        ref = {_REPLY: message.seq}
+        return {**out, "content": ref} if has_content else ref
 
     def _unref(self, recorded: Any) -> Any:
         """A journaled reply with its message reference replaced by the message's content."""

@@ -280,6 +280,22 @@ def test_each_turn_stores_what_it_adds_whatever_came_before(
     assert growth[-1] < 1800  # ~1 KB of user text, the reply once, the journal entry
 
 
+def _crash_then_resume(app: tether.App, s: Session, agent: Any) -> tether.RunHandle:
+    """Run ``agent`` in ``s`` until it raises Crash, resume it in another App (as another
+    process would), and check what the replied "hi" conversation holds afterwards."""
+    with pytest.raises(Crash):
+        app.run_in(s, agent)
+    again = tether.open(app.url)
+    again.agent(agent)
+    try:
+        handle = again.resume(s.runs()[0])
+    finally:
+        again.close()
+    assert handle.output == [model([{"role": "user", "content": "hi"}]), "just text"]
+    assert [m.content for m in s.messages()] == ["hi", "reply to 1 messages", "just text"]
+    return handle
+
+
 def test_reply_stores_the_reply_once_and_returns_it_on_replay(
     app: tether.App, backend: Backend
 ) -> None:
@@ -299,16 +315,7 @@ def test_reply_stores_the_reply_once_and_returns_it_on_replay(
             raise Crash
         return [out, text]
 
-    with pytest.raises(Crash):
-        app.run_in(s, chat)
-    again = tether.open(app.url)
-    again.agent(chat)
-    try:
-        handle = again.resume(s.runs()[0])
-    finally:
-        again.close()
-    assert handle.output == [model([{"role": "user", "content": "hi"}]), "just text"]
-    assert [m.content for m in s.messages()] == ["hi", "reply to 1 messages", "just text"]
+    handle = _crash_then_resume(app, s, chat)
     outputs = [e.payload()["output"] for e in app.events(handle.id) if e.type == "step.completed"]
     assert outputs[0]["content"] == {"$message": 2} and outputs[1] == {"$message": 3}
     assert outputs[0]["usage"] == model([{}])["usage"]
@@ -318,6 +325,44 @@ def test_reply_stores_the_reply_once_and_returns_it_on_replay(
     assert backend.sql(journal) == [(0,)]  # the reply is in the session only
     with pytest.raises(TypeError, match=r"reply\(\) journals a model call, so it needs a run"):
         s.reply("x", model, messages=[])
+
+
+def test_areply_in_an_async_agent_stores_the_reply_once_and_returns_it_on_replay(
+    app: tether.App,
+) -> None:
+    s = app.session("s-async")
+    s.add("user", "hi")
+    crash = [True]
+    calls: list[int] = []
+
+    async def amodel(messages: list[dict[str, Any]]) -> dict[str, Any]:
+        calls.append(len(messages))
+        return model(messages)
+
+    @app.agent
+    async def achat(run: tether.AsyncRun) -> list[Any]:
+        assert run.session is not None
+        out = await run.session.areply("reply", amodel, messages=run.session.prompt_view())
+        plain = await run.session.areply("plain", lambda messages: "just text", messages=[])
+        with pytest.raises(TypeError, match=r"await run.session.areply"):
+            run.session.reply("sync", model, messages=[])
+        if crash and crash.pop():
+            raise Crash
+        return [out, plain]
+
+    handle = _crash_then_resume(app, s, achat)
+    assert calls == [1]  # the model was called once; the replay read its reply back
+    outputs = [e.payload()["output"] for e in app.events(handle.id) if e.type == "step.completed"]
+    assert outputs[0]["content"] == {"$message": 2} and outputs[1] == {"$message": 3}
+
+    @app.agent
+    def sync_agent(run: tether.Run) -> None:
+        assert run.session is not None
+        coro = run.session.areply("x", model, messages=[])
+        with pytest.raises(TypeError, match=r"areply\(\) journals a model call.*async def"):
+            coro.send(None)
+
+    app.run_in(s, sync_agent)
 
 
 def test_a_fork_of_a_session_run_does_not_add_the_parents_messages_again(
