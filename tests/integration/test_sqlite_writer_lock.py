@@ -156,3 +156,14 @@ def test_the_writes_of_all_threads_go_through_one_connection(tmp_path: Path) -> 
     assert [_seqs(store, f"run-{i}") for i in range(4)] == [list(range(1, 12))] * 4
     assert len(store._all) == 2  # the writer, and the reading main thread's own
     store.close()
+
+
+def test_the_lock_file_gets_the_database_files_permissions(tmp_path: Path) -> None:
+    db = str(tmp_path / "t.db")
+    SQLiteStore(db).close()
+    os.remove(db + "-lock")
+    os.chmod(db, 0o660)  # a database that a group writes to
+    store = SQLiteStore(db)
+    _new_run(store)
+    assert os.stat(db + "-lock").st_mode & 0o777 == 0o660
+    store.close()

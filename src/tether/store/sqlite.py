@@ -15,7 +15,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 try:
@@ -92,6 +92,7 @@ class _WriterLock:
     """
 
     def __init__(self, db_path: str) -> None:
+        self._db = db_path
         self._path = f"{db_path}-lock"
         self._threads = threading.RLock()
         self._depth = 0
@@ -104,6 +105,11 @@ class _WriterLock:
                 self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             except OSError:
                 self._fd = -1
+            else:  # whoever may write the database may take turns: its mode, like -wal's
+                with suppress(OSError):
+                    db_mode = os.stat(self._db).st_mode & 0o666
+                    if os.fstat(self._fd).st_mode & 0o666 != db_mode:
+                        os.fchmod(self._fd, db_mode)
             self._pid = os.getpid()
         return self._fd
 
