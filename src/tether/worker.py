@@ -25,6 +25,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from .app import App
 
 log = logging.getLogger("tether.worker")
+SHARING_EVERY = 0.2  # seconds between two counts of the live workers (see _count_sharing)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,9 +152,13 @@ class Worker:
     # -- claiming ---------------------------------------------------------
 
     def _loop(self, pool: ThreadPoolExecutor, until_idle: bool, max_runs: int | None) -> None:
+        counted = -SHARING_EVERY
         while not self._stopping.is_set():
             if max_runs is not None and self.stats.claimed >= max_runs:
                 break
+            if time.monotonic() - counted >= SHARING_EVERY:
+                self._count_sharing()
+                counted = time.monotonic()
             claimed = self._claim(pool, max_runs)
             if claimed:
                 continue
@@ -162,6 +168,20 @@ class Worker:
                 break
             self.app.store.wait_for_work(self.queues, self.poll, self._wake)
             self._wake.clear()
+
+    def _count_sharing(self) -> None:
+        """Tell the store how many live workers share the database (it may size its
+        batching to it: PostgresStore.workers_sharing)."""
+        try:
+            now = self.app.clock.now()
+            live = [
+                w
+                for w in self.app.store.list_workers()
+                if now - w.heartbeat_at <= 3 * self.app.lease_ttl
+            ]
+            self.app.store.workers_sharing(max(1, len(live)))
+        except TetherError as e:  # only a hint: the next count retries
+            log.warning("worker %s could not count the live workers: %s", self.id, e)
 
     def _claim(self, pool: ThreadPoolExecutor, max_runs: int | None) -> int | None:
         """Claim what fits; the number claimed, or None when this worker had no room."""

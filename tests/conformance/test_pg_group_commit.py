@@ -16,9 +16,10 @@ import psycopg
 import pytest
 from _conformance import PG_URL, Backend
 
+import tether
 from tether.errors import Conflict, LeaseLost, StoreError
 from tether.events import NewEvent
-from tether.store import EffectWrite, NewRun
+from tether.store import EffectWrite, NewRun, WorkerRecord
 from tether.store.groupcommit import Pending
 from tether.store.pgwire import Prepared, WireConnection
 from tether.store.postgres import PostgresStore, _append_statement
@@ -239,3 +240,36 @@ def test_lanes_open_their_connections_on_first_use(pg_backend: Backend) -> None:
     _run(store, "a")
     store.append("a", [_event(0)], expected_seq=0, epoch=1, now=NOW)
     assert sum(w is not None for w in store._wires) == 1
+
+
+def test_a_lone_worker_keeps_two_lanes_and_each_of_several_one(pg_backend: Backend) -> None:
+    store = pg_backend.open()
+    assert isinstance(store, PostgresStore)
+    assert (store._commits.lanes, store._commits.active) == (2, 2)
+    store.workers_sharing(3)
+    assert store._commits.active == 1
+    store.workers_sharing(1)
+    assert store._commits.active == 2
+    fixed = pg_backend.open(lanes=3)  # lanes given: kept whatever the workers
+    assert isinstance(fixed, PostgresStore)
+    fixed.workers_sharing(5)
+    assert fixed._commits.active == 3
+
+
+def test_a_worker_tells_its_store_how_many_live_workers_share_the_database(
+    pg_backend: Backend,
+) -> None:
+    app = tether.open(pg_backend.url)
+    store = app.store
+    assert isinstance(store, PostgresStore)
+    now = app.clock.now()
+    other = WorkerRecord("worker:elsewhere:1:x", "elsewhere", 1, ["default"], 8, now, now)
+    app.store.register_worker(other, now=now)  # alive: it beat just now
+    try:
+        app.worker(poll=0.01).run(until_idle=True, install_signals=False)
+        assert store._commits.active == 1
+        app.store.remove_worker(other.id, expire_leases=False)
+        app.worker(poll=0.01).run(until_idle=True, install_signals=False)
+        assert store._commits.active == 2
+    finally:
+        app.close()

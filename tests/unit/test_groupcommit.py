@@ -164,3 +164,80 @@ def test_drain_flushes_what_was_posted() -> None:
     gc.drain()
     leader.join(5)
     assert [5] in flushed and gc._queue == []
+
+
+def _two_lanes() -> tuple[list[int], threading.Event, GroupCommit[int]]:
+    """A group commit of 2 lanes whose first flush holds its lane until released; the
+    lanes each flush used."""
+    lanes: list[int] = []
+    release = threading.Event()
+
+    def flush(batch: list[Pending[int]], lane: int) -> None:
+        lanes.append(lane)
+        if len(lanes) == 1:
+            release.wait(5)
+        for p in batch:
+            p.succeed(p.item)
+
+    return lanes, release, GroupCommit(flush, lanes=2)
+
+
+def _while_lane_0_is_held(gc: GroupCommit[int], lanes: list[int], release: threading.Event) -> None:
+    """Submit one write that holds lane 0, then another; release both."""
+    first = threading.Thread(target=gc.submit, args=(1,))
+    first.start()
+    while not lanes:
+        time.sleep(0.001)
+    second = threading.Thread(target=gc.submit, args=(2,))
+    second.start()
+    time.sleep(0.05)  # the second write leads lane 1 at once, or queues for lane 0
+    release.set()
+    first.join(5)
+    second.join(5)
+
+
+def test_a_second_lane_takes_a_write_while_the_first_is_busy() -> None:
+    lanes, release, gc = _two_lanes()
+    _while_lane_0_is_held(gc, lanes, release)
+    assert lanes == [0, 1]
+
+
+def test_set_active_narrows_the_lanes_and_widens_them_again() -> None:
+    lanes, release, gc = _two_lanes()
+    gc.set_active(1)
+    _while_lane_0_is_held(gc, lanes, release)
+    assert lanes == [0, 0] and gc.active == 1  # the second write waited for lane 0
+    gc.set_active(0)  # clamped to 1..lanes
+    assert gc.active == 1
+    gc.set_active(9)
+    assert gc.active == 2
+    lanes.clear()
+    release.clear()
+    _while_lane_0_is_held(gc, lanes, release)
+    assert lanes == [0, 1]
+
+
+def test_a_lane_narrowed_away_while_busy_finishes_its_batch_and_stays_unused() -> None:
+    used: list[int] = []
+    release = threading.Event()
+
+    def flush(batch: list[Pending[int]], lane: int) -> None:
+        used.append(lane)
+        if len(used) <= 2:
+            release.wait(5)  # the first two batches hold lanes 0 and 1
+        for p in batch:
+            p.succeed(p.item)
+
+    gc: GroupCommit[int] = GroupCommit(flush, lanes=2)
+    writers = [threading.Thread(target=gc.submit, args=(i,)) for i in (1, 2)]
+    for t in writers:
+        t.start()
+        while len(used) < writers.index(t) + 1:
+            time.sleep(0.001)
+    assert sorted(used) == [0, 1]
+    gc.set_active(1)  # lane 1 is busy: it finishes its batch, then stays unused
+    release.set()
+    for t in writers:
+        t.join(5)
+    assert gc._free == [0] and gc._busy == set()
+    assert gc.submit(3) == 3 and used[-1] == 0

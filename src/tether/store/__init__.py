@@ -400,6 +400,11 @@ class Store(Protocol):
         """Forget a worker; with ``expire_leases`` its runs become claimable at once."""
         ...
 
+    def workers_sharing(self, workers: int) -> None:
+        """A hint from a worker of this process: ``workers`` live workers share the
+        database (a store may size its batching to it; SQLite: no-op)."""
+        ...
+
     def notify_work(self, queue: str) -> None:
         """Tell waiting workers that ``queue`` has work (PostgreSQL NOTIFY; SQLite: no-op)."""
         ...

@@ -69,13 +69,26 @@ class GroupCommit(Generic[T]):
             raise ValueError(f"lanes must be >= 1, not {lanes}")
         self._flush = flush
         self.max_batch = max_batch
-        self.lanes = lanes
+        self.lanes = lanes  # at most; ``active`` of them are used (set_active)
+        self.active = lanes
         self._cv = threading.Condition(threading.Lock())
         self._queue: list[Pending[T]] = []
-        self._free = list(range(lanes - 1, -1, -1))  # lanes without a leader (lane 0 first)
+        self._free = list(range(lanes - 1, -1, -1))  # active lanes without a leader (0 first)
+        self._busy: set[int] = set()  # lanes with a leader
         self._waiting = 0  # queued writes whose thread waits (submit), not posted ones
         self.batches = 0  # flushes so far, and the writes they carried: for benchmarks
         self.writes = 0
+
+    def set_active(self, n: int) -> None:
+        """Use ``n`` of the lanes from now on (1 to ``lanes``); a busy lane above ``n``
+        finishes its batch first."""
+        n = max(1, min(n, self.lanes))
+        with self._cv:
+            if n == self.active:
+                return
+            self.active = n
+            self._free = [lane for lane in range(n - 1, -1, -1) if lane not in self._busy]
+            self._cv.notify_all()
 
     def submit(self, item: T) -> Any:
         """Queue ``item``, wait until a batch holding it is committed; its result.
@@ -88,6 +101,7 @@ class GroupCommit(Generic[T]):
             if self._free and not self._queue:  # nothing queued, a lane free: lead at once
                 pending.taken = True
                 lane = self._free.pop()
+                self._busy.add(lane)
             else:
                 lane = -1
                 self._queue.append(pending)
@@ -134,6 +148,7 @@ class GroupCommit(Generic[T]):
     def _take(self) -> tuple[int, list[Pending[T]]]:
         """Under the lock: a free lane and the oldest queued writes."""
         lane = self._free.pop()
+        self._busy.add(lane)
         batch = self._queue[: self.max_batch]  # oldest first: a write may wait a round
         del self._queue[: self.max_batch]
         for p in batch:
@@ -148,13 +163,19 @@ class GroupCommit(Generic[T]):
             with self._cv:
                 self.batches += 1
                 self.writes += len(batch)
-                if not self._queue or self._waiting:
-                    self._free.append(lane)
+                self._release(lane)
+                if not self._queue or self._waiting or not self._free:
                     self._cv.notify_all()
                     return
                 # only posted writes are queued and no thread waits to lead them: go on
-                self._free.append(lane)
                 lane, batch = self._take()
+
+    def _release(self, lane: int) -> None:
+        """Under the lock: ``lane`` has no leader any more (and stays unused if it is
+        above the active count)."""
+        self._busy.discard(lane)
+        if lane < self.active:
+            self._free.append(lane)
 
     def _flush_one(self, batch: list[Pending[T]], lane: int) -> None:
         try:

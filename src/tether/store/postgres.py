@@ -81,6 +81,7 @@ _Q = load_queries("postgres")
 _MIGRATIONS = migrations("postgres")
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
 DEFAULT_SCHEMA = "tether"
+AUTO_LANES = 2  # group-commit lanes of a lone worker (see PostgresStore.workers_sharing)
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _LOCK_CLASS = 0x7465_7468  # "teth": the advisory-lock class of tether's migrations
 _QUEUE_LOCK_CLASS = 0x7465_7471  # "tetq": the advisory-lock class of queue claims
@@ -170,8 +171,9 @@ class PostgresStore:
     Options (``tether.open(url, **options)`` passes them on): ``min_size`` and
     ``max_size`` of the connection pool, ``timeout`` (seconds to connect or borrow),
     ``lanes``: how many batches the group commit keeps in flight at once, each on a
-    connection of its own (default 2; 1 makes the biggest batches, more let the
-    server work on several at once).
+    connection of its own (1 makes the biggest batches, more let the server work on
+    several at once). By default 2 while this process's worker is the only one on
+    the database, and 1 when several workers share it (see :meth:`workers_sharing`).
     """
 
     dialect = "postgres"
@@ -184,8 +186,10 @@ class PostgresStore:
         min_size: int = 1,
         max_size: int = 10,
         timeout: float = 10.0,
-        lanes: int = 2,
+        lanes: int | None = None,
     ) -> None:
+        self._auto_lanes = lanes is None
+        lanes = AUTO_LANES if lanes is None else lanes
         if isinstance(lanes, bool) or not isinstance(lanes, int) or lanes < 1:
             raise ValueError(
                 f"lanes (batches the group commit keeps in flight, one connection each) must "
@@ -823,6 +827,14 @@ class PostgresStore:
     def remove_worker(self, worker_id: str, *, expire_leases: bool) -> None:
         with self._borrow() as conn:
             conn.execute(_Q["remove_worker"], {"id": worker_id, "expire": expire_leases})
+
+    def workers_sharing(self, workers: int) -> None:
+        """``workers`` live workers share this database. Unless ``lanes`` was given, a
+        lone worker keeps two batches in flight (its runs wait on commit latency), and
+        each of several keeps one: together they keep the server busy, with bigger
+        batches and fewer commits (bench/README.md has the measurements)."""
+        if self._auto_lanes:
+            self._commits.set_active(AUTO_LANES if workers <= 1 else 1)
 
     def notify_work(self, queue: str) -> None:
         with self._borrow() as conn:

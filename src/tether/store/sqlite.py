@@ -801,6 +801,9 @@ class SQLiteStore:
         rows = self._conn().execute(_Q["list_workers"]).fetchall()
         return [WorkerRecord(r[0], r[1], r[2], json.loads(r[3]), *r[4:]) for r in rows]
 
+    def workers_sharing(self, workers: int) -> None:
+        """SQLite has one writer whatever the number of workers: nothing to size."""
+
     def notify_work(self, queue: str) -> None:
         """SQLite has no notifications: workers poll."""
 
