@@ -180,7 +180,7 @@ class Worker:
                 if now - w.heartbeat_at <= 3 * self.app.lease_ttl
             ]
             self.app.store.workers_sharing(max(1, len(live)))
-        except TetherError as e:  # only a hint: the next count retries
+        except Exception as e:  # only a hint: the next count retries
             log.warning("worker %s could not count the live workers: %s", self.id, e)
 
     def _claim(self, pool: ThreadPoolExecutor, max_runs: int | None) -> int | None:
