@@ -167,3 +167,35 @@ def test_the_lock_file_gets_the_database_files_permissions(tmp_path: Path) -> No
     _new_run(store)
     assert os.stat(db + "-lock").st_mode & 0o777 == 0o660
     store.close()
+
+
+def _hold_forever(db: str, held: Any) -> None:
+    store = SQLiteStore(db)
+    with store._writing:  # the writer lock, as in the middle of a write
+        held.set()
+        threading.Event().wait(60)
+
+
+def test_a_writer_killed_while_it_holds_the_lock_does_not_block_the_others(
+    tmp_path: Path,
+) -> None:
+    db = str(tmp_path / "t.db")
+    store = SQLiteStore(db)
+    _new_run(store)
+    ctx = multiprocessing.get_context("spawn")
+    held = ctx.Event()
+    holder = ctx.Process(target=_hold_forever, args=(db, held))
+    holder.start()
+    try:
+        assert held.wait(30)
+        with pytest.raises(BlockingIOError):  # it holds the lock now
+            probe = os.open(db + "-lock", os.O_RDWR)
+            try:
+                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            finally:
+                os.close(probe)
+    finally:
+        holder.kill()  # SIGKILL: the kernel releases its lock
+        holder.join(10)
+    assert _append(store, 2) == 2
+    store.close()

@@ -89,6 +89,13 @@ class _WriterLock:
     Correctness never depends on it: without the file (a read-only directory, a system
     without ``flock``, the file deleted under a running process) writers fall back to the
     busy handler, slower but as safe. Reentrant, like the lock it wraps.
+
+    A writer waits for the lock as long as another tether process writes, with no
+    timeout: its holder only runs tether's own statements (a step's append, a claim, a
+    gc's VACUUM), so the wait ends when they do, where the busy handler would give up
+    after ``busy_timeout`` and fail the write. A process stopped while it writes (a
+    debugger, SIGSTOP) holds the other writers until it goes on or exits; the kernel
+    releases the lock of a process that exits, however it dies.
     """
 
     def __init__(self, db_path: str) -> None:
@@ -127,9 +134,11 @@ class _WriterLock:
 
     def __exit__(self, *exc: object) -> None:
         self._depth -= 1
-        if self._depth == 0 and fcntl is not None and self._fd is not None and self._fd >= 0:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-        self._threads.release()
+        try:
+            if self._depth == 0 and fcntl is not None and self._fd is not None and self._fd >= 0:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            self._threads.release()
 
     def close(self) -> None:
         with self._threads:
