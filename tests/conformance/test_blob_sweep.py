@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 from _conformance import Backend
 
 import tether
 from tether import events as ev
+from tether import snapshots
 from tether.clock import FakeClock
 from tether.snapshots import PAGE_SIZE
 from tether.state import fold
@@ -126,7 +128,7 @@ def test_pages_written_or_reused_within_the_grace_period_are_kept(
     digest = hashlib.sha256(data).hexdigest()
     t0 = clock.now()
     app.store.put_blobs({digest: data}, now=t0)
-    app.store.put_blobs({}, now=t0 + 500, touch=[digest, "no-such-digest"])
+    app.store.put_blobs({}, now=t0 + 500, touch=[digest])
     assert app.store.sweep_blobs(before=t0 + 400) == (0, 0)
     assert app.store.sweep_blobs(before=t0 + 600) == (1, len(data))
     assert digest not in _blobs(backend)
@@ -198,3 +200,17 @@ def test_schema_7_marks_the_pages_that_snapshots_reference(backend: Backend) -> 
         assert reopened.load(run_id) == fold(reopened.store.read_events(run_id))
     finally:
         reopened.close()
+
+
+def test_a_snapshot_whose_reused_page_was_swept_is_not_saved(
+    app: tether.App, backend: Backend, clock: FakeClock
+) -> None:
+    run_id = _run(app, "a")
+    state = app.load(run_id)  # its steps' first page is the stored one, by digest
+    saved = backend.sql("SELECT COUNT(*) FROM snapshots")
+    backend.sql("DELETE FROM blobs")  # as if a gc swept it meanwhile
+    with pytest.raises(tether.StoreError, match=r"1 snapshot page\(s\) this snapshot reuses"):
+        snapshots.save(app.store, replace(state, seq=state.seq + 1), clock.now())
+    assert backend.sql("SELECT COUNT(*) FROM snapshots") == saved  # no root without its page
+    with pytest.raises(tether.StoreError, match="reuses are gone"):
+        app.store.put_blobs({}, now=clock.now(), touch=["no-such-digest"])

@@ -14,6 +14,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..errors import StoreError
 from ..events import Event, NewEvent
 
 TOUCH_AFTER = 60.0  # seconds: a snapshot page dated this recently is not dated again
@@ -458,3 +459,12 @@ class Store(Protocol):
         pooled connection could wait on this one's locks).
         """
         ...
+
+
+def check_reused_pages(touch: Sequence[str], found: int) -> None:
+    """The pages a snapshot reuses must all be stored (gc may have swept one)."""
+    if found < len(set(touch)):
+        raise StoreError(
+            f"{len(set(touch)) - found} snapshot page(s) this snapshot reuses are gone (gc "
+            f"swept them); the snapshot is not saved, and the next load folds the run's events"
+        )

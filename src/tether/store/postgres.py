@@ -70,6 +70,7 @@ from . import (
     Snapshot,
     Transition,
     WorkerRecord,
+    check_reused_pages,
     pick_within_limits,
 )
 from .groupcommit import GroupCommit, Pending
@@ -559,6 +560,8 @@ class PostgresStore:
                 cur.executemany(_Q["put_blob"], rows)
             if touched:
                 cur.executemany(_Q["touch_blob"], touched)
+                found = _one(cur.execute(_Q["count_blobs"], {"digests": list(touch)}))[0]
+                check_reused_pages(touch, int(found))
 
     def sweep_blobs(self, *, before: float, dry_run: bool = False) -> tuple[int, int]:
         """Delete the unreferenced snapshot pages dated before ``before`` (see Store)."""

@@ -48,6 +48,7 @@ from . import (
     Snapshot,
     Transition,
     WorkerRecord,
+    check_reused_pages,
     pick_within_limits,
 )
 from .prefetch import Prefetched
@@ -554,6 +555,9 @@ class SQLiteStore:
         with self.transaction() as conn:
             conn.executemany(_Q["put_blob"], rows)
             conn.executemany(_Q["touch_blob"], [(now, d, now - TOUCH_AFTER) for d in touch])
+            if touch:
+                found = conn.execute(_Q["count_blobs"], {"digests": json.dumps(list(touch))})
+                check_reused_pages(touch, int(found.fetchone()[0]))
 
     def sweep_blobs(self, *, before: float, dry_run: bool = False) -> tuple[int, int]:
         with self.transaction() as conn:

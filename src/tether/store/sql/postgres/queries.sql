@@ -523,6 +523,10 @@ INSERT INTO blobs (sha256, size, data, created_at, kind)
 VALUES (%s::text, %s::bigint, %s::bytea, %s::float8, 'page')
 ON CONFLICT (sha256) DO UPDATE SET created_at = excluded.created_at WHERE blobs.kind = 'page';
 
+-- name: count_blobs
+-- How many of these digests are stored (a snapshot checks the pages it reuses are there).
+SELECT COUNT(*) FROM blobs WHERE sha256 = ANY(%(digests)s::text[]);
+
 -- name: touch_blob
 -- A snapshot about to reference a stored page: gc's sweep leaves it for its grace period.
 UPDATE blobs SET created_at = %s::float8

@@ -74,6 +74,10 @@ INSERT OR IGNORE INTO snapshots (run_id, seq, data, at) VALUES (?, ?, ?, ?);
 INSERT INTO blobs (sha256, size, data, created_at, kind) VALUES (?, ?, ?, ?, 'page')
 ON CONFLICT (sha256) DO UPDATE SET created_at = excluded.created_at WHERE blobs.kind = 'page';
 
+-- name: count_blobs
+-- How many of these digests are stored (a snapshot checks the pages it reuses are there).
+SELECT COUNT(*) FROM blobs WHERE sha256 IN (SELECT value FROM json_each(:digests));
+
 -- name: touch_blob
 -- A snapshot about to reference a stored page: gc's sweep leaves it for its grace period.
 UPDATE blobs SET created_at = ? WHERE sha256 = ? AND kind = 'page' AND created_at < ?;
