@@ -66,6 +66,14 @@ def _workers_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="one JSON object per worker")
 
 
+def _runs_cell(runs: list[str]) -> str:
+    """How many runs a worker holds, and the first few: ``0``, ``2: a b``, ``9: a b c d …``."""
+    if not runs:
+        return "0"
+    more = " …" if len(runs) > 4 else ""
+    return f"{len(runs)}: {' '.join(runs[:4])}{more}"
+
+
 def _workers(args: argparse.Namespace, ctx: Context) -> int:
     app = ctx.app()
     reap_dead_workers(app)
@@ -91,7 +99,7 @@ def _workers(args: argparse.Namespace, ctx: Context) -> int:
                     ",".join(r["queues"]),
                     r["concurrency"],
                     f"{r['heartbeat_age_s']:.1f}s ago",
-                    f"{len(r['runs'])}: {' '.join(r['runs'][:4])}",
+                    _runs_cell(r["runs"]),
                 ]
                 for r in rows
             ],
