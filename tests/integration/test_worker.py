@@ -6,13 +6,14 @@ Lease expiry and timers use an injected clock: nothing here sleeps to let time p
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 import tether
 from tether import events as ev
-from tether.cli import main
 from tether.store import QueueLimits, WorkerRecord
 
 pytestmark = pytest.mark.integration
@@ -214,9 +215,7 @@ def test_cancel_a_run_executing_elsewhere_stops_it_at_its_next_step(tmp_path: Pa
     assert state.committed == 2
 
 
-def test_tether_workers_shows_each_workers_runs(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_tether_workers_shows_each_workers_runs(tmp_path: Path) -> None:
     db = str(tmp_path / "w.db")
     app = tether.open(db)  # the real clock: the CLI reads heartbeats against it
 
@@ -225,14 +224,15 @@ def test_tether_workers_shows_each_workers_runs(
         return None
 
     now = app.clock.now()
-    host, pid = os.uname().nodename, os.getpid()  # alive: not reaped as dead
+    host, pid = os.uname().nodename, os.getpid()  # alive (this process): not reaped
     for wid in ("w-idle", "w-busy"):
         app.store.register_worker(WorkerRecord(wid, host, pid, ["default"], 8, now, now), now=now)
     ids = [app.start(job) for _ in range(5)]
     _claim(app, "w-busy")
     app.close()
-    assert main(["--db", db, "workers"]) == 0
-    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    cli = [sys.executable, "-m", "tether.cli", "--db", db, "workers"]
+    out = subprocess.run(cli, capture_output=True, text=True, timeout=60, check=True).stdout
+    lines = {line.split()[0]: line for line in out.splitlines()[1:]}
     assert lines["w-idle"].rstrip().endswith(" 0")
     busy = lines["w-busy"].split("5: ", 1)[1].split()
     assert busy[-1] == "…" and set(busy[:4]) < set(ids)
