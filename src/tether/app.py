@@ -61,18 +61,6 @@ class AgentDef:
 
 
 @dataclass(frozen=True, slots=True)
-class _StartOptions:
-    """Where and when a queued run goes (the options of App.start)."""
-
-    queue: str
-    priority: int
-    run_id: str | None
-    dedup_key: str | None
-    delay: str | float | None
-    concurrency_key: str | None
-
-
-@dataclass(frozen=True, slots=True)
 class RunHandle:
     """What ``app.run``/``app.resume`` return: the run's id, status and output.
 
@@ -229,12 +217,22 @@ class App:
         (seconds or ``"10m"``) makes it claimable later; higher ``priority`` first.
         Raises QueueFull when the queue is at its ``max_depth``.
         """
-        options = _StartOptions(queue, priority, run_id, dedup_key, delay, concurrency_key)
-        return self._enqueue(self._resolve(agent), args, kwargs, options, None)
+        return self.start_in(
+            None,
+            agent,
+            *args,
+            queue=queue,
+            priority=priority,
+            run_id=run_id,
+            dedup_key=dedup_key,
+            delay=delay,
+            concurrency_key=concurrency_key,
+            **kwargs,
+        )
 
     def start_in(
         self,
-        session: Session | str,
+        session: Session | str | None,
         agent: Callable[..., Any] | str,
         *args: Any,
         queue: str = "default",
@@ -246,28 +244,18 @@ class App:
         **kwargs: Any,
     ) -> str:
         """``start`` in a conversation: the queued run belongs to ``session`` (a Session or
-        its id, created if new), as with :meth:`run_in`, and the worker that executes it
-        finds it as ``run.session``. The other arguments are :meth:`start`'s."""
-        options = _StartOptions(queue, priority, run_id, dedup_key, delay, concurrency_key)
-        return self._enqueue(self._resolve(agent), args, kwargs, options, session)
-
-    def _enqueue(
-        self,
-        d: AgentDef,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        o: _StartOptions,
-        within: Session | str | None,
-    ) -> str:
+        its id, created if new; None: no session, as ``start``), as with :meth:`run_in`,
+        and the worker that executes it finds it as ``run.session``. The other arguments
+        are :meth:`start`'s."""
+        d = self._resolve(agent)
         now = self.clock.now()
         payload = self._input(d, args, kwargs)
-        seconds = waits.parse_duration(o.delay, what="delay") or 0.0
-        queue = o.queue
-        # the session last: bad input creates no session either
-        session = self.session(within) if isinstance(within, str) else within
+        seconds = waits.parse_duration(delay, what="delay") or 0.0
+        if isinstance(session, str):  # after the checks: bad input creates no session either
+            session = self.session(session)
         sid, owner = (session.id, session.owner) if session is not None else (None, None)
         new = NewRun(
-            o.run_id or new_run_id(now),
+            run_id or new_run_id(now),
             d.name,
             d.version,
             "queued",
@@ -275,13 +263,18 @@ class App:
             session_id=sid,
             owner=owner,
             queue=queue,
-            priority=o.priority,
+            priority=priority,
             available_at=now + seconds,
-            dedup_key=o.dedup_key,
-            concurrency_key=o.concurrency_key,
+            dedup_key=dedup_key,
+            concurrency_key=concurrency_key,
         )
-        data = {"agent": d.name, "version": d.version, "input": payload, "code": d.code}
-        data["queue"] = queue
+        data = {
+            "agent": d.name,
+            "version": d.version,
+            "input": payload,
+            "code": d.code,
+            "queue": queue,
+        }
         if session is not None:
             data["session"] = session.id
         created = ev.new(ev.RUN_CREATED, data, now)

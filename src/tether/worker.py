@@ -41,7 +41,9 @@ if TYPE_CHECKING:
     from .app import App
 
 log = logging.getLogger("tether.worker")
-SHARING_EVERY = 0.2  # seconds between two counts of the live workers (see _count_sharing)
+# When a starting worker counts the live workers (seconds after it starts), so that it
+# sees the others that start with it; afterwards each heartbeat counts them.
+SHARING_COUNTS = (0.0, 0.5, 2.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,13 +154,13 @@ class Worker:
     # -- claiming ---------------------------------------------------------
 
     def _loop(self, pool: ThreadPoolExecutor, until_idle: bool, max_runs: int | None) -> None:
-        counted = -SHARING_EVERY
+        started, counts = time.monotonic(), list(SHARING_COUNTS)
         while not self._stopping.is_set():
             if max_runs is not None and self.stats.claimed >= max_runs:
                 break
-            if time.monotonic() - counted >= SHARING_EVERY:
+            if counts and time.monotonic() - started >= counts[0]:
+                counts.pop(0)
                 self._count_sharing()
-                counted = time.monotonic()
             claimed = self._claim(pool, max_runs)
             if claimed:
                 continue
@@ -169,17 +171,14 @@ class Worker:
             self.app.store.wait_for_work(self.queues, self.poll, self._wake)
             self._wake.clear()
 
-    def _count_sharing(self) -> None:
+    def _count_sharing(self, workers: Iterable[WorkerRecord] | None = None) -> None:
         """Tell the store how many live workers share the database (it may size its
-        batching to it: PostgresStore.workers_sharing)."""
+        batching to it: PostgresStore.workers_sharing); ``workers``: as just listed."""
         try:
             now = self.app.clock.now()
-            live = [
-                w
-                for w in self.app.store.list_workers()
-                if now - w.heartbeat_at <= 3 * self.app.lease_ttl
-            ]
-            self.app.store.workers_sharing(max(1, len(live)))
+            listed = self.app.store.list_workers() if workers is None else workers
+            live = sum(now - w.heartbeat_at <= 3 * self.app.lease_ttl for w in listed)
+            self.app.store.workers_sharing(max(1, live))
         except Exception as e:  # only a hint: the next count retries
             log.warning("worker %s could not count the live workers: %s", self.id, e)
 
@@ -268,22 +267,21 @@ class Worker:
             self.stop()
         for run_id, flag in cancels.items():
             self.app.interrupt(run_id, Cancelling(compensate=flag == 2))
-        reap_dead_workers(self.app, exclude=self.id)
+        self._count_sharing(reap_dead_workers(self.app, exclude=self.id))
 
 
-def reap_dead_workers(app: App, *, exclude: str | None = None) -> list[str]:
+def reap_dead_workers(app: App, *, exclude: str | None = None) -> list[WorkerRecord]:
     """Forget workers whose process is gone (same host), or whose heartbeat is long
-    past; their leases become claimable at once. Returns the reaped worker ids."""
-    reaped = []
+    past; their leases become claimable at once. Returns the workers left."""
+    left = []
     now = app.clock.now()
     for w in app.store.list_workers():
-        if w.id == exclude:
-            continue
-        dead = owner_is_dead_local(f"{w.host}:{w.pid}:x")
-        if dead or now - w.heartbeat_at > 10 * app.lease_ttl:
+        gone = now - w.heartbeat_at > 10 * app.lease_ttl
+        if w.id != exclude and (gone or owner_is_dead_local(f"{w.host}:{w.pid}:x")):
             app.store.remove_worker(w.id, expire_leases=True)
-            reaped.append(w.id)
-    return reaped
+            continue
+        left.append(w)
+    return left
 
 
 def describe(

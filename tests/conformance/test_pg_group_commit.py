@@ -271,5 +271,13 @@ def test_a_worker_tells_its_store_how_many_live_workers_share_the_database(
         app.store.remove_worker(other.id, expire_leases=False)
         app.worker(poll=0.01).run(until_idle=True, install_signals=False)
         assert store._commits.active == 2
+        beating = app.worker()  # later, each heartbeat counts them again
+        beating._register()
+        app.store.register_worker(other, now=app.clock.now())
+        beating._beat()
+        assert store._commits.active == 1
+        app.store.remove_worker(other.id, expire_leases=False)
+        beating._beat()
+        assert store._commits.active == 2
     finally:
         app.close()

@@ -82,6 +82,11 @@ SELECT COUNT(*) FROM blobs WHERE sha256 IN (SELECT value FROM json_each(:digests
 -- A snapshot about to reference a stored page: gc's sweep leaves it for its grace period.
 UPDATE blobs SET created_at = ? WHERE sha256 = ? AND kind = 'page' AND created_at < ?;
 
+-- name: _referenced_pages
+-- Fragment: the digests of the pages that the snapshots reference.
+SELECT j.value FROM snapshots, json_each(snapshots.data, '$.pages') AS j
+WHERE json_valid(snapshots.data) AND json_type(snapshots.data, '$.pages') = 'array'
+
 -- name: any_old_page
 -- gc: whether any snapshot page is old enough to sweep (else the snapshots need no reading).
 SELECT EXISTS (SELECT 1 FROM blobs WHERE kind = 'page' AND created_at < :before);
@@ -90,18 +95,14 @@ SELECT EXISTS (SELECT 1 FROM blobs WHERE kind = 'page' AND created_at < :before)
 -- gc: delete the snapshot pages that no snapshot references and nothing touched since :before.
 DELETE FROM blobs
 WHERE kind = 'page' AND created_at < :before
-  AND sha256 NOT IN (
-    SELECT j.value FROM snapshots, json_each(snapshots.data, '$.pages') AS j
-    WHERE json_valid(snapshots.data) AND json_type(snapshots.data, '$.pages') = 'array')
+  AND sha256 NOT IN ({{_referenced_pages}})
 RETURNING size;
 
 -- name: count_sweepable_blobs
 -- gc --dry-run: the pages sweep_blobs would delete, and their bytes.
 SELECT COUNT(*), COALESCE(SUM(size), 0) FROM blobs
 WHERE kind = 'page' AND created_at < :before
-  AND sha256 NOT IN (
-    SELECT j.value FROM snapshots, json_each(snapshots.data, '$.pages') AS j
-    WHERE json_valid(snapshots.data) AND json_type(snapshots.data, '$.pages') = 'array');
+  AND sha256 NOT IN ({{_referenced_pages}});
 
 -- name: get_blob
 -- The stored bytes of a digest.
