@@ -8,12 +8,15 @@ with the time it got ``GO``, the time it finished and the CPU time it used in
 between (all its threads). A DBOS worker executes
 until ``STOP`` arrives on stdin (DBOS workers do not exit when the queue is
 empty); a tether worker stops by itself once the queue is empty.
+A worker whose params hold ``pin_cpu`` runs on that CPU alone (set before any of its
+threads starts); a tether worker pins itself instead (``cpu`` in its params).
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 import time
 import traceback
@@ -26,6 +29,8 @@ def _line() -> str:
 
 def main() -> int:
     system, role, params = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    if "pin_cpu" in params:  # before any thread starts: every thread inherits it
+        os.sched_setaffinity(0, {params["pin_cpu"]})
     module: Any = importlib.import_module(f"queue_{system}")
     try:
         if role == "enqueue":

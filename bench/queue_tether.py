@@ -52,6 +52,7 @@ def prepare_worker(p: dict[str, Any]) -> None:
 def run_worker(p: dict[str, Any], stop: Any) -> dict[str, Any]:
     """Claim and execute until the queue is empty; ``stop`` is not needed (until_idle)."""
     app: tether.App = _APP["app"]
-    stats = app.worker(queues=[QUEUE], concurrency=p["concurrency"]).run(until_idle=True)
+    worker = app.worker(queues=[QUEUE], concurrency=p["concurrency"], cpu=p.get("cpu"))
+    stats = worker.run(until_idle=True)
     app.close()
     return {"claimed": stats.claimed, "completed": stats.completed, "errors": stats.errors[:3]}

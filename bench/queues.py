@@ -21,6 +21,13 @@ step ran twice. Trials are interleaved (system, then worker count, then backend)
 the schedule repeats ``rounds`` times; the tables show medians. Commits per run (the
 database's ``xact_commit``) and the workers' CPU time per run are kept too.
 
+**Pinning.** Each worker process runs on one CPU, the same way for every system:
+tether's workers pin themselves (``cpu="auto"``, what ``tether worker --cpu auto``
+does: the CPU the fewest workers use), DBOS's and the floor's are pinned by
+``queue_proc.py`` round robin before they start (worker i on CPU i mod ncpu), so
+1, 2 and 4 processes on 2 cores get the same CPUs in every system. A process's
+threads then stop passing the GIL between cores. ``--no-pin`` leaves them free.
+
 DBOS polls its queues (default every 1 s; a worker then starts at most
 ``worker_concurrency`` workflows per poll, which caps it at 8 runs/s). Here it polls
 every 10 ms (``--dbos-poll``), which favours DBOS.
@@ -83,6 +90,7 @@ class Plan:
     concurrency: int = 8  # runs at once per worker process
     rounds: int = 3
     dbos_poll: float = 0.01
+    pin: bool = True  # each worker process on one CPU (tether: --cpu auto; others: the same)
     latency_steps: int = 1000
     latency_rounds: int = 15
     count_steps: tuple[int, int] = (200, 600)
@@ -262,6 +270,18 @@ def enqueue(system: str, params: dict[str, Any], timeout: float) -> dict[str, An
     return r
 
 
+def pinning(system: str, i: int, plan: Plan) -> dict[str, Any]:
+    """How worker process ``i`` is pinned to a CPU: tether pins itself (``cpu="auto"``,
+    what ``tether worker --cpu auto`` does: the CPU the fewest workers use), the others
+    are pinned by queue_proc.py to the same round-robin CPU before they start."""
+    if not plan.pin:
+        return {}
+    if system == "tether":
+        return {"cpu": "auto"}
+    cpus = sorted(os.sched_getaffinity(0))
+    return {"pin_cpu": cpus[i % len(cpus)]}
+
+
 def start_workers(system: str, each: list[dict[str, Any]], log: str) -> list[subprocess.Popen[str]]:
     """One worker process per params dict, each READY (prepared) on return. Their stderr
     goes to ``log`` (a pipe nobody reads could fill up and block a chatty worker)."""
@@ -342,9 +362,8 @@ def trial(system: str, backend: str, workers: int, plan: Plan, db: str, tmp: str
             return enq
         commits_before = xact_commit(db) if backend == "postgres" else None
         shares = [plan.runs // workers + (i < plan.runs % workers) for i in range(workers)]
-        procs = start_workers(
-            system, [{**params, "share": n} for n in shares], os.path.join(tmp, f"{name}.log")
-        )
+        each = [{**params, "share": n, **pinning(system, i, plan)} for i, n in enumerate(shares)]
+        procs = start_workers(system, each, os.path.join(tmp, f"{name}.log"))
         go = time.time()
         tell(procs, "GO")
         polls = wait_done(loc, procs, plan, go)
@@ -634,7 +653,9 @@ def report(results: dict[str, Any], plan: Plan) -> str:
         f"({meta['git']['commit']}{', src dirty' if meta['git']['src_dirty'] else ''}), "
         f"DBOS {v['dbos']}",
         f"{plan.runs} runs of {plan.steps} steps enqueued first, then 1/2/4 worker processes × "
-        f"{plan.concurrency} runs at a time; DBOS polls every {plan.dbos_poll} s; medians of "
+        f"{plan.concurrency} runs at a time, "
+        f"{'each process pinned to one CPU (tether: --cpu auto)' if plan.pin else 'not pinned'}; "
+        f"DBOS polls every {plan.dbos_poll} s; medians of "
         f"{plan.rounds} interleaved round(s); step result {meta['payload_bytes']} B of JSON",
         "",
         "runs per second (first claim → last completion, from the database):",
@@ -683,6 +704,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--throughput-only", action="store_true", help="skip the step latency and the counts"
     )
+    parser.add_argument(
+        "--no-pin", action="store_true", help="leave worker processes free to use every CPU"
+    )
     parser.add_argument("--out", default=str(HERE / "results" / "queue.json"))
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
@@ -693,6 +717,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("runs", "rounds", "dbos_poll"):
         if getattr(args, name) is not None:
             changes[name] = getattr(args, name)
+    if args.no_pin:
+        changes["pin"] = False
     plan = Plan(**{**asdict(plan), **changes})
     if "dbos" in plan.systems and not _installed("dbos"):
         print("note: DBOS is not installed here; measuring tether alone", file=sys.stderr)

@@ -284,10 +284,16 @@ class App:
         return rid  # the store told waiting workers (PostgreSQL: NOTIFY in the same commit)
 
     def worker(
-        self, *, queues: Sequence[str] = ("default",), concurrency: int = 8, poll: float = 0.2
+        self,
+        *,
+        queues: Sequence[str] = ("default",),
+        concurrency: int = 8,
+        poll: float = 0.2,
+        cpu: int | str | None = None,
     ) -> Worker:
-        """A worker that claims runs from ``queues`` on this app's store; call ``.run()``."""
-        return Worker(self, queues=queues, concurrency=concurrency, poll=poll)
+        """A worker that claims runs from ``queues`` on this app's store; call ``.run()``.
+        ``cpu``: pin the process to a CPU number, or ``"auto"`` (see :mod:`tether.cpus`)."""
+        return Worker(self, queues=queues, concurrency=concurrency, poll=poll, cpu=cpu)
 
     def interrupt(self, run_id: str, exc: BaseException) -> bool:
         """Stop a run executing in this process at its next position (``exc`` is raised

@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 
+from . import cpus
 from .cli import Command, CommandError, Context, Subparsers, add_command, table
 from .worker import describe, reap_dead_workers
 
@@ -31,6 +32,13 @@ def _worker_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds between claims when idle, on SQLite (default 0.2)",
     )
     parser.add_argument(
+        "--cpu",
+        metavar="N|auto",
+        help="pin this worker process to CPU N, or with auto to the CPU the fewest other "
+        "auto-pinned workers on this host use (one worker per core: its threads stop "
+        "passing the GIL between cores; Linux)",
+    )
+    parser.add_argument(
         "--until-idle", action="store_true", help="exit once no run is claimable and none executes"
     )
     parser.add_argument("--max-runs", type=int, help="exit after claiming this many runs")
@@ -44,14 +52,25 @@ def _worker(args: argparse.Namespace, ctx: Context) -> int:
         level=logging.WARNING if args.quiet else logging.INFO,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
+    try:
+        cpu = cpus.check(args.cpu)
+        if cpu is not None:
+            cpus.allowed()  # Linux only: say so before opening anything
+    except (ValueError, OSError) as e:
+        raise CommandError(f"--cpu: {e}", 2) from None
     app = ctx.app(create=True)
     worker = app.worker(
-        queues=args.queues or ["default"], concurrency=args.concurrency, poll=args.poll
+        queues=args.queues or ["default"], concurrency=args.concurrency, poll=args.poll, cpu=cpu
     )
+    try:
+        pinned = worker.pin()
+    except ValueError as e:  # a CPU this process may not run on
+        raise CommandError(f"--cpu: {e}", 2) from None
     if not args.quiet:
+        on_cpu = "" if pinned is None else f", pinned to CPU {pinned}"
         ctx.print(
             f"worker {worker.id} claims from {', '.join(worker.queues)} "
-            f"(concurrency {worker.concurrency}) on {app.url}; SIGTERM stops it"
+            f"(concurrency {worker.concurrency}{on_cpu}) on {app.url}; SIGTERM stops it"
         )
     stats = worker.run(until_idle=args.until_idle, max_runs=args.max_runs)
     ctx.print(

@@ -27,16 +27,17 @@ import signal
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from . import cpus
 from .clock import owner_is_dead_local, process_owner
 from .errors import Conflict, LeaseLost, RunFailed, TetherError
 from .journal import Cancelling, Stopping
 from .store import Lease, QueueLimits, RunRecord, WorkerRecord
 
 if TYPE_CHECKING:
-    from concurrent.futures import Future, ThreadPoolExecutor
+    from concurrent.futures import ThreadPoolExecutor
 
     from .app import App
 
@@ -97,6 +98,7 @@ class Worker:
         concurrency: int = 8,
         poll: float = 0.2,
         worker_id: str | None = None,
+        cpu: int | str | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, not {concurrency}")
@@ -106,11 +108,16 @@ class Worker:
         self.queues = list(queues)
         self.concurrency = concurrency
         self.poll = poll
+        self.cpu = cpus.check(cpu)  # None, a CPU number, or "auto" (see tether.cpus)
+        self.pinned: int | None = None  # the CPU run() pinned this process to
         self.id = worker_id or f"worker:{process_owner()}"
         self.stats = WorkerStats()
         self._stopping = threading.Event()
-        self._active: dict[str, tuple[str, Future[Any]]] = {}  # run id -> (queue, future)
+        self._active: dict[str, str] = {}  # run id -> its queue
         self._lock = threading.Lock()
+        self._claiming = threading.Lock()  # one claim at a time: none overshoots the room
+        self._pool: ThreadPoolExecutor | None = None
+        self._max_runs: int | None = None
         self._wake = threading.Event()  # set when a run ends here: capacity came back
 
     # -- lifecycle --------------------------------------------------------
@@ -120,6 +127,8 @@ class Worker:
     ) -> WorkerStats:
         """Claim and execute until stopped (SIGTERM, :meth:`stop`), or until no run is
         claimable and none executes (``until_idle``), or after ``max_runs`` claims."""
+        self._max_runs = max_runs
+        self.pin()
         if install_signals and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, lambda *_: self.stop())
         self._register()
@@ -127,7 +136,7 @@ class Worker:
         beat.start()
         from concurrent.futures import ThreadPoolExecutor  # lazily: only workers need it
 
-        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="tether-run")
+        pool = self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="tether-run")
         try:
             self._loop(pool, until_idle, max_runs)
         finally:
@@ -137,7 +146,16 @@ class Worker:
             beat.join(timeout=5)
             self.app.store.flush()  # the runs' final events, posted without waiting
             self.app.store.remove_worker(self.id, expire_leases=False)
+            if self.cpu == cpus.AUTO:
+                cpus.unpin()
         return self.stats
+
+    def pin(self) -> int | None:
+        """Pin this process to the worker's ``cpu`` (once; run() does it): the CPU, or None
+        when the worker has no ``cpu``. ValueError for a CPU the process may not use."""
+        if self.cpu is not None and self.pinned is None:
+            self.pinned = cpus.pin(self.cpu)
+        return self.pinned
 
     def stop(self) -> None:
         """Stop claiming; running runs finish their current step and go back to the queue."""
@@ -161,13 +179,14 @@ class Worker:
             if counts and time.monotonic() - started >= counts[0]:
                 counts.pop(0)
                 self._count_sharing()
-            claimed = self._claim(pool, max_runs)
+            claimed = self._claim_and_submit(max_runs)
             if claimed:
                 continue
             with self._lock:
                 idle = not self._active
             if until_idle and idle and claimed == 0:
                 break
+            self.app.store.flush()  # runs' final events posted without waiting (no claim took them)
             self.app.store.wait_for_work(self.queues, self.poll, self._wake)
             self._wake.clear()
 
@@ -182,44 +201,76 @@ class Worker:
         except Exception as e:  # only a hint: the next count retries
             log.warning("worker %s could not count the live workers: %s", self.id, e)
 
-    def _claim(self, pool: ThreadPoolExecutor, max_runs: int | None) -> int | None:
-        """Claim what fits; the number claimed, or None when this worker had no room."""
-        limits = self._limits()
-        with self._lock:
-            free = self.concurrency - len(self._active)
-        if max_runs is not None:
-            free = min(free, max_runs - self.stats.claimed)
-        if not limits or free <= 0:
+    def _claim_and_submit(self, max_runs: int | None) -> int | None:
+        """Claim what fits and hand it to the pool; the number claimed, or None when this
+        worker had no room."""
+        claims = self._claim(max_runs)
+        if claims is None:
             return None
-        now = self.app.clock.now()
-        claims = self.app.store.claim_next(
-            limits, owner=self.id, ttl=self.app.lease_ttl, now=now, capacity=free
-        )
+        assert self._pool is not None
         for record, lease in claims:
-            self.stats.claimed += 1
-            with self._lock:
-                self._active[record.id] = (
-                    record.queue or "",
-                    pool.submit(self._execute, record, lease),
-                )
+            self._pool.submit(self._execute, record, lease)
         return len(claims)
 
+    def _claim(self, max_runs: int | None) -> list[tuple[RunRecord, Lease]] | None:
+        """Claim what fits (each claimed run counts as active at once), or None when this
+        worker had no room."""
+        with self._claiming:
+            if self._stopping.is_set():
+                return None
+            limits = self._limits()
+            with self._lock:
+                free = self.concurrency - len(self._active)
+            if max_runs is not None:
+                free = min(free, max_runs - self.stats.claimed)
+            if not limits or free <= 0:
+                return None
+            now = self.app.clock.now()
+            claims = self.app.store.claim_next(
+                limits, owner=self.id, ttl=self.app.lease_ttl, now=now, capacity=free
+            )
+            with self._lock:
+                for record, _ in claims:
+                    self._active[record.id] = record.queue or ""
+            self.stats.claimed += len(claims)
+        return claims
+
     def _limits(self) -> list[QueueLimits]:
-        """The queues that still have room in this worker, with their global limits."""
+        """The queues that still have room in this worker, with their global limits and
+        the room left in this worker (``worker_concurrency``)."""
         with self._lock:
             busy: dict[str, int] = {}
-            for queue, _ in self._active.values():
+            for queue in self._active.values():
                 busy[queue] = busy.get(queue, 0) + 1
         out = []
         for name in self.queues:
             config = self.app.queue_config(name)
-            if config.worker_concurrency is None or busy.get(name, 0) < config.worker_concurrency:
-                out.append(config.limits())
+            limits = config.limits()
+            if config.worker_concurrency is not None:
+                room = config.worker_concurrency - busy.get(name, 0)
+                if room <= 0:
+                    continue
+                limits = replace(limits, room=room)
+            out.append(limits)
         return out
 
     # -- executing --------------------------------------------------------
 
     def _execute(self, record: RunRecord, lease: Lease) -> None:
+        """Execute a claimed run, then claim and execute the next ones in this thread while
+        there are any: a run that ends hands its slot on without waking the claiming loop
+        (two thread hand-offs less per run)."""
+        claimed: list[tuple[RunRecord, Lease]] | None = [(record, lease)]
+        while claimed:
+            (record, lease), *more = claimed
+            for other in more:  # more room than this thread: the pool takes the rest
+                assert self._pool is not None
+                self._pool.submit(self._execute, *other)
+            self._execute_one(record, lease)
+            claimed = self._claim(self._max_runs)
+        self._wake.set()  # nothing to claim here: the loop waits for work
+
+    def _execute_one(self, record: RunRecord, lease: Lease) -> None:
         try:
             handle = self.app.execute_claimed(record, lease)
         except RunFailed:
@@ -242,7 +293,6 @@ class Worker:
         finally:
             with self._lock:
                 self._active.pop(record.id, None)
-            self._wake.set()
 
     def _interrupt_all(self) -> None:
         with self._lock:

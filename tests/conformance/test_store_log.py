@@ -67,11 +67,22 @@ def test_append_after_a_newer_claim_is_lease_lost_and_writes_nothing(store: Stor
     assert "epoch 2" in str(caught.value)
     with pytest.raises(LeaseLost):  # the single-event path, too
         store.append("run-1", [ev(3)], expected_seq=2, epoch=1, now=T0 + 12)
+    with pytest.raises(LeaseLost):  # and several events with nothing else
+        store.append("run-1", [ev(3), ev(4)], expected_seq=2, epoch=1, now=T0 + 12)
     rec = store.get_run("run-1")
     assert (rec.status, rec.lease_owner, rec.epoch) == ("running", "w2", 2)
     assert seqs(store) == [1, 2]
     assert store.load("run-1").snapshot is None and store.get_effect("k") is None
     assert store.append("run-1", [ev(3)], expected_seq=2, epoch=2, now=T0 + 12) == 3
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_an_append_past_the_end_of_the_log_is_a_conflict(store: Store, n: int) -> None:
+    new_run(store, events=2)
+    with pytest.raises(Conflict) as caught:  # seq 6 would leave a gap after seq 2
+        store.append("run-1", [ev(6 + i) for i in range(n)], expected_seq=5, epoch=1, now=T0)
+    assert not isinstance(caught.value, LeaseLost)
+    assert seqs(store) == [1, 2]
 
 
 def test_a_stale_epoch_wins_over_a_taken_seq(store: Store) -> None:

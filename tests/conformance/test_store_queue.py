@@ -98,8 +98,8 @@ def test_claim_next_takes_the_best_claimable_runs_first(store: Store) -> None:
     _enqueue(store, "elsewhere", queue="other")
     claims = store.claim_next([QueueLimits("q")], owner="w1", ttl=30, now=T0 + 10, capacity=2)
     assert [(r.id, r.status, r.epoch) for r, _ in claims] == [
-        ("high", "queued", 0),
-        ("old", "queued", 0),
+        ("high", "running", 1),
+        ("old", "running", 1),
     ]
     assert [(lease.owner, lease.epoch, lease.expires) for _, lease in claims] == [
         ("w1", 1, T0 + 40),
@@ -134,9 +134,9 @@ def test_claim_next_takes_due_waits_and_expired_leases(store: Store) -> None:
     new_run(store, "dead", owner="w0", ttl=30, queue="q")
     assert _claimed(store, QueueLimits("q"), now=T0 + 20) == []
     claims = store.claim_next([QueueLimits("q")], owner="w1", ttl=30, now=T0 + 60, capacity=9)
-    assert sorted((r.id, r.status) for r, _ in claims) == [
-        ("dead", "running"),
-        ("timer", "waiting"),
+    assert sorted((r.id, r.status, r.epoch, r.lease_owner) for r, _ in claims) == [
+        ("dead", "running", 2, "w1"),
+        ("timer", "running", 2, "w1"),
     ]
     assert all(lease.epoch == 2 for _, lease in claims)
     assert store.get_run("timer").waiting_for is None
@@ -380,9 +380,22 @@ def test_the_load_after_a_claim_sees_the_claimed_run(store: Store) -> None:
     [(record, lease)] = store.claim_next(
         [QueueLimits("q")], owner="w1", ttl=30, now=T0 + 10, capacity=1
     )
-    assert record.status == "queued"  # claim_next returns the row as it was before
+    assert (record.status, record.epoch) == ("running", lease.epoch)  # as the claim left it
     first = store.load("a")
     assert (first.run.status, first.run.epoch, first.run.lease_owner) == ("running", 1, "w1")
     assert [e.seq for e in first.events] == [1]
     store.append("a", [ev(2)], expected_seq=1, epoch=lease.epoch, now=T0 + 11)
     assert [e.seq for e in store.load("a").events] == [1, 2]  # not the claim's copy again
+
+
+@pytest.mark.parametrize("limited", [False, True])
+def test_a_claim_takes_at_most_a_queues_room(store: Store, limited: bool) -> None:
+    """``room``: what one worker may still take from a queue (its worker_concurrency),
+    with or without global limits (PostgreSQL claims those under the queue's lock)."""
+    for i in range(4):
+        _enqueue(store, f"a{i}", queue="a", now=T0 + i)
+        _enqueue(store, f"b{i}", queue="b", now=T0 + i)
+    a = QueueLimits("a", concurrency=9 if limited else None, room=2)
+    got = _claimed(store, a, QueueLimits("b"), capacity=5)
+    assert got == ["a0", "a1", "b0", "b1", "b2"]
+    assert QueueLimits("a", room=2).most(5) == 2 and QueueLimits("a").most(5) == 5

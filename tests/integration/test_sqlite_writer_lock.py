@@ -1,6 +1,7 @@
 """SQLite writers take turns on ``flock(2)`` of ``<db>-lock`` (threads on a lock), so a
 waiting writer is handed the turn at once instead of sleeping in SQLite's busy handler;
-without the file, writes fall back to the busy handler and stay correct."""
+without the file, writes fall back to the busy handler and stay correct. Appends that
+queue meanwhile are committed together (group commit), each refused or not on its own."""
 
 from __future__ import annotations
 
@@ -8,15 +9,17 @@ import fcntl
 import multiprocessing
 import os
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tether.errors import LeaseLost
 from tether.events import NewEvent
-from tether.store import NewRun
+from tether.store import NewRun, Transition
 from tether.store.sqlite import SQLiteStore
 
 T0 = 1_700_000_000.0
@@ -199,3 +202,90 @@ def test_a_writer_killed_while_it_holds_the_lock_does_not_block_the_others(
         holder.join(10)
     assert _append(store, 2) == 2
     store.close()
+
+
+# -- group commit: appends queued behind another writer share one commit -------------
+
+
+def _store(tmp_path: Path, runs: int) -> SQLiteStore:
+    store = SQLiteStore(str(tmp_path / "g.db"))
+    for i in range(runs):
+        run = NewRun(f"r{i}", "agent", None, "running")
+        events = [NewEvent("run.started", "{}", T0, "test")]
+        store.create_run(run, events, lease_owner="w1", now=T0, ttl=3600.0)
+    return store
+
+
+def _commits(store: SQLiteStore) -> list[str]:
+    seen: list[str] = []
+    store._writer().set_trace_callback(
+        lambda sql: seen.append(sql) if sql.split()[0] in ("COMMIT", "INSERT") else None
+    )
+    return seen
+
+
+def _together(store: SQLiteStore, appends: list[Callable[[], int]]) -> list[object]:
+    """Run ``appends`` in threads while another process holds the writer lock, release it
+    once all of them queued, and return what each returned or raised."""
+    out: list[object] = [None] * len(appends)
+
+    def call(i: int) -> None:
+        try:
+            out[i] = appends[i]()
+        except Exception as e:
+            out[i] = e
+
+    with _held_elsewhere(store.path):
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(len(appends))]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 10
+        while len(store._queued) < len(appends) - 1:  # the leader's job left the queue
+            assert time.monotonic() < deadline, "the appends did not queue"
+            time.sleep(0.005)
+        time.sleep(0.05)  # the leader waits on the file lock with the others' jobs queued
+    for t in threads:
+        t.join(10)
+    return out
+
+
+def _appender(store: SQLiteStore, run: str, epoch: int = 1, **kw: object) -> Callable[[], int]:
+    event = NewEvent("note", '{"n": 2}', T0, "test")
+    return lambda: store.append(run, [event], expected_seq=1, epoch=epoch, now=T0, **kw)  # type: ignore[arg-type]
+
+
+def test_appends_queued_behind_another_writer_share_one_commit(tmp_path: Path) -> None:
+    store = _store(tmp_path, 4)
+    seen = _commits(store)
+    got = _together(store, [_appender(store, f"r{i}") for i in range(4)])
+    assert got == [2, 2, 2, 2]
+    assert [s.split()[0] for s in seen].count("COMMIT") == 1
+    for i in range(4):
+        assert [e.seq for e in store.read_events(f"r{i}")] == [1, 2]
+
+
+def test_a_refused_append_in_a_batch_fails_alone(tmp_path: Path) -> None:
+    store = _store(tmp_path, 3)
+    store.claim("r1", owner="w2", ttl=60, now=T0 + 1, takeover="w1")  # r1: epoch 2 now
+    done = Transition("completed", release=True)
+    got = _together(
+        store,
+        [
+            _appender(store, "r0"),
+            _appender(store, "r1", transition=done),  # stale: LeaseLost, its transition too
+            _appender(store, "r2", transition=done),
+        ],
+    )
+    assert got[0] == 2 and got[2] == 2
+    assert isinstance(got[1], LeaseLost)
+    assert [e.seq for e in store.read_events("r1")] == [1]
+    r1 = store.get_run("r1")
+    assert (r1.status, r1.lease_owner) == ("running", "w2")
+    assert store.get_run("r2").status == "completed"
+
+
+def test_an_append_alone_is_one_statement(tmp_path: Path) -> None:
+    store = _store(tmp_path, 1)
+    seen = _commits(store)
+    assert _appender(store, "r0")() == 2
+    assert [s.split()[0] for s in seen] == ["INSERT"]  # autocommit: no BEGIN, no COMMIT

@@ -236,3 +236,43 @@ def test_tether_workers_shows_each_workers_runs(tmp_path: Path) -> None:
     assert lines["w-idle"].rstrip().endswith(" 0")
     busy = lines["w-busy"].split("5: ", 1)[1].split()
     assert busy[-1] == "…" and set(busy[:4]) < set(ids)
+
+
+def test_a_worker_keeps_its_queue_limits_while_its_threads_claim_the_next_runs(
+    tmp_path: Path,
+) -> None:
+    """A thread whose run ends claims the next run itself: the worker's limits (per
+    queue in this worker, and all workers together) still hold, and every run runs once."""
+    import threading
+    import time
+
+    app = tether.open(str(tmp_path / "lim.db"))
+    app.queue("narrow", worker_concurrency=2)
+    app.queue("shared", concurrency=3)
+    lock = threading.Lock()
+    now: dict[str, int] = {"narrow": 0, "shared": 0}
+    peak: dict[str, int] = {"narrow": 0, "shared": 0}
+    ran: list[int] = []
+
+    @app.agent
+    def hold(run: tether.Run, queue: str, n: int) -> int:
+        def body() -> int:
+            with lock:
+                now[queue] += 1
+                peak[queue] = max(peak[queue], now[queue])
+                ran.append(n)
+            time.sleep(0.01)
+            with lock:
+                now[queue] -= 1
+            return n
+
+        return run.step("hold", body)
+
+    ids = [app.start(hold, q, n, queue=q) for n in range(24) for q in ("narrow", "shared")]
+    stats = app.worker(queues=["narrow", "shared"], concurrency=8).run(
+        until_idle=True, install_signals=False
+    )
+    assert stats.completed == len(ids) and stats.claimed == len(ids)
+    assert all(app.get(i).status == "completed" for i in ids)
+    assert sorted(ran) == sorted(list(range(24)) * 2)  # each run's body once
+    assert peak["narrow"] == 2 and peak["shared"] == 3

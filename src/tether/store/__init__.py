@@ -14,7 +14,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..errors import StoreError
+from ..errors import Conflict, StoreError
 from ..events import Event, NewEvent
 
 TOUCH_AFTER = 60.0  # seconds: a snapshot page dated this recently is not dated again
@@ -76,6 +76,11 @@ class QueueLimits:
     concurrency: int | None = None  # runs executing at once, all workers together
     per_key: int | None = None  # runs executing at once per concurrency_key
     rate: tuple[int, float] | None = None  # at most N claims per period (seconds)
+    room: int | None = None  # at most this many from this queue in one claim (one worker's)
+
+    def most(self, capacity: int) -> int:
+        """How many runs one claim may take from this queue, with ``capacity`` left."""
+        return capacity if self.room is None else min(capacity, self.room)
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,8 +382,8 @@ class Store(Protocol):
         queued and due, waiting and due (timer, timeout) or running under an expired lease.
 
         Each claim bumps the fencing token. Never exceeds a queue's limits, whatever
-        other workers claim concurrently. Returns the rows as they were before the claim
-        (status included) with the new leases.
+        other workers claim concurrently. Returns the rows as the claim left them
+        (``running``, the new epoch) with the new leases.
         """
         ...
 
@@ -468,3 +473,11 @@ def check_reused_pages(touch: Sequence[str], found: int) -> None:
             f"{len(set(touch)) - found} snapshot page(s) this snapshot reuses are gone (gc "
             f"swept them); the snapshot is not saved, and the next load folds the run's events"
         )
+
+
+def gap_conflict(run_id: str, seq: int) -> Conflict:
+    """An append of ``seq`` under the current lease to a log that does not reach ``seq - 1``."""
+    return Conflict(
+        f"run {run_id}: cannot append seq {seq}: the log does not end at seq "
+        f"{seq - 1} (a log has no gaps); reload the run and try again"
+    )

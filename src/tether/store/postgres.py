@@ -71,11 +71,12 @@ from . import (
     Transition,
     WorkerRecord,
     check_reused_pages,
+    gap_conflict,
     pick_within_limits,
 )
 from .groupcommit import GroupCommit, Pending
 from .pgwire import Prepared, WireConnection
-from .prefetch import Prefetched
+from .prefetch import Prefetched, as_claimed
 from .queries import load_queries, migrations
 
 _Q = load_queries("postgres")
@@ -451,7 +452,7 @@ class PostgresStore:
             ) from None
         if not fenced:
             with self._borrow() as conn:
-                raise self._refused(conn, run_id, epoch)
+                raise self._refused(conn, run_id, epoch, expected_seq + 1 if events else None)
         if not ok:
             raise Conflict(
                 f"run {run_id}: a signal this append takes was already taken by another wait; "
@@ -584,10 +585,12 @@ class PostgresStore:
                     out[digest] = bytes(row[0])
         return out
 
-    def _refused(self, conn: Conn, run_id: str, epoch: int) -> Exception:
+    def _refused(self, conn: Conn, run_id: str, epoch: int, seq: int | None = None) -> Exception:
         row = conn.cursor(row_factory=dict_row).execute(_Q["get_run"], (run_id,)).fetchone()
         if row is None:
             return self._not_found(run_id)
+        if row["epoch"] == epoch and seq is not None:
+            return gap_conflict(run_id, seq)
         return LeaseLost(
             f"run {run_id}: this writer's lease (epoch {epoch}) was superseded by "
             f"{row['lease_owner'] or 'another claim'} (epoch {row['epoch']}); it must stop. "
@@ -734,7 +737,9 @@ class PostgresStore:
             for limits in queues:
                 if len(out) >= capacity:
                     break
-                out += self._claim_from(conn, limits, owner, ttl, now, capacity - len(out))
+                out += self._claim_from(
+                    conn, limits, owner, ttl, now, limits.most(capacity - len(out))
+                )
         return out
 
     def _claim_fast(
@@ -752,15 +757,16 @@ class PostgresStore:
             params = {
                 "queue": limits.name,
                 "now": now,
-                "scan": capacity - len(out),
+                "scan": limits.most(capacity - len(out)),
                 "owner": owner,
                 "expires": now + ttl,
             }
             rows = self._commits.submit(_statement("", "claim_fast", params, _claimed))
-            for record, epoch, snap, events in rows:
-                lease = Lease(record.id, owner, epoch, now + ttl)
+            for before, epoch, snap, events in rows:
+                lease = Lease(before.id, owner, epoch, now + ttl)
+                record = as_claimed(before, lease, now)
                 out.append((record, lease))
-                self._prefetched.put(Loaded(record, snap, events), lease, now)
+                self._prefetched.put(Loaded(record, snap, events))
         return out
 
     def _claim_from(
@@ -782,7 +788,11 @@ class PostgresStore:
             return []
         params = {"ids": ids, "owner": owner, "expires": now + ttl, "now": now}
         epochs = dict(conn.execute(_Q["claim_runs"], params).fetchall())
-        return [(_record(by_id[i]), Lease(i, owner, int(epochs[i]), now + ttl)) for i in ids]
+        out = []
+        for i in ids:
+            lease = Lease(i, owner, int(epochs[i]), now + ttl)
+            out.append((as_claimed(_record(by_id[i]), lease, now), lease))
+        return out
 
     def _budget(
         self, conn: Conn, limits: QueueLimits, now: float, capacity: int
@@ -961,6 +971,7 @@ def _append_statement(
             "run_id": run_id,
             "epoch": epoch,
             "expected": expected,
+            "after": expected if events else 0,  # no events: no seq to check
             "now": now,
             **_columns(events),
             **_transition_params(transition),
@@ -1038,7 +1049,10 @@ def _refusal_raises(
     """A posted append's reading (nobody checks its outcome): a refusal is an error."""
     fenced, ok = read(res)
     if not fenced:
-        raise LeaseLost(f"run {run_id}: the lease of epoch {epoch} was superseded")
+        raise LeaseLost(
+            f"run {run_id}: the lease of epoch {epoch} was superseded (or the log does not "
+            f"reach the seq this append follows)"
+        )
     return fenced, ok
 
 
@@ -1059,6 +1073,7 @@ def _event_params(run_id: str, epoch: int, expected: int, e: NewEvent) -> dict[s
         "run_id": run_id,
         "epoch": epoch,
         "seq": expected + 1,
+        "after": expected,
         "type": e.type,
         "data": e.data,
         "at": e.at,

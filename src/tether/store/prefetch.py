@@ -19,7 +19,7 @@ import threading
 import time
 from dataclasses import replace
 
-from . import Lease, Loaded
+from . import Lease, Loaded, RunRecord
 
 FRESH = 2.0  # seconds
 LIMIT = 1024  # entries
@@ -32,23 +32,12 @@ class Prefetched:
         self._entries: dict[str, tuple[float, Loaded]] = {}
         self._lock = threading.Lock()
 
-    def put(self, loaded: Loaded, lease: Lease, now: float) -> None:
-        """Keep a claimed run's log; ``loaded.run`` is the row as it was before the
-        claim, and is kept as the claim left it."""
-        record = replace(
-            loaded.run,
-            status="running",
-            epoch=lease.epoch,
-            lease_owner=lease.owner,
-            lease_expires=lease.expires,
-            claimed_at=now,
-            updated_at=now,
-            waiting_for=None,
-        )
+    def put(self, loaded: Loaded) -> None:
+        """Keep a claimed run's log (``loaded.run``: the row as the claim left it)."""
         with self._lock:
             if len(self._entries) >= LIMIT:
                 self._entries.clear()
-            self._entries[record.id] = (time.monotonic(), replace(loaded, run=record))
+            self._entries[loaded.run.id] = (time.monotonic(), loaded)
 
     def take(self, run_id: str) -> Loaded | None:
         with self._lock:
@@ -56,3 +45,17 @@ class Prefetched:
         if entry is None or time.monotonic() - entry[0] >= FRESH:
             return None
         return entry[1]
+
+
+def as_claimed(record: RunRecord, lease: Lease, now: float) -> RunRecord:
+    """A run's row as read before its claim, as the claim (``lease``, at ``now``) left it."""
+    return replace(
+        record,
+        status="running",
+        epoch=lease.epoch,
+        lease_owner=lease.owner,
+        lease_expires=lease.expires,
+        claimed_at=now,
+        updated_at=now,
+        waiting_for=None,
+    )

@@ -9,7 +9,9 @@ SQLite's busy timeout behind it. Safe for several processes on one machine.
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -31,6 +33,7 @@ from ..errors import (
     QueueFull,
     SchemaTooNew,
     StoreError,
+    TetherError,
 )
 from ..events import Event, NewEvent
 from . import (
@@ -49,6 +52,7 @@ from . import (
     Transition,
     WorkerRecord,
     check_reused_pages,
+    gap_conflict,
     pick_within_limits,
 )
 from .prefetch import Prefetched
@@ -59,6 +63,35 @@ _MIGRATIONS = migrations("sqlite")
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
 _HEADER = b"SQLite format 3\x00"
 _RUN_FIELDS = frozenset(RunRecord.__dataclass_fields__)
+log = logging.getLogger("tether.sqlite")
+# An append's arguments: (run_id, events, expected_seq, epoch, transition, snapshot,
+# writes, now).
+_Args = tuple[
+    str,
+    Sequence[NewEvent],
+    int,
+    int,
+    "Transition | None",
+    "Snapshot | None",
+    Sequence["EffectWrite | SignalTake"],
+    float,
+]
+
+
+class _Job:
+    """An append queued for a write transaction of this process."""
+
+    __slots__ = ("args", "done", "error", "seq", "single", "waiting")
+
+    def __init__(self, args: _Args, waiting: bool) -> None:
+        self.args = args
+        self.waiting = waiting  # a thread waits for its commit (else: posted)
+        _, events, _, _, transition, snapshot, writes, _ = args
+        # only events: one statement, which fails whole before writing anything
+        self.single = bool(events) and transition is None and snapshot is None and not writes
+        self.seq = 0
+        self.error: Exception | None = None
+        self.done = False
 
 
 def _record(row: sqlite3.Row) -> RunRecord:
@@ -133,6 +166,11 @@ class _WriterLock:
                     raise
         self._depth += 1
 
+    @property
+    def threads(self) -> threading.RLock:
+        """The lock this process's threads take turns on (without the file lock)."""
+        return self._threads
+
     def __exit__(self, *exc: object) -> None:
         self._depth -= 1
         try:
@@ -168,6 +206,9 @@ class SQLiteStore:
         self._wconn: sqlite3.Connection | None = None  # the writer's, under _writing
         self._wpid = 0
         self._prefetched = Prefetched()  # claimed runs' logs, for the load that follows
+        self._queued: list[_Job] = []  # appends waiting for a transaction (group commit)
+        self._posted: list[_Job] = []  # appends made with wait=False, not yet written
+        self._queueing = threading.Lock()  # guards both lists
         self._check_file()
         self._refuse_foreign()
         self._migrate()
@@ -295,19 +336,103 @@ class SQLiteStore:
             conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
         except sqlite3.Error as e:
             raise self._translate(e) from None
+        jobs = self._write_jobs(conn) if immediate and (self._queued or self._posted) else []
         try:
             yield conn
         except BaseException:
             conn.execute("ROLLBACK")
+            self._requeue(jobs)
             raise
         try:
             conn.execute("COMMIT")
         except sqlite3.Error as e:
             conn.execute("ROLLBACK")
-            raise self._translate(e) from None
+            err = self._translate(e)
+            self._requeue(jobs, failed=err)
+            raise err from None
+        self._finish(jobs)
+
+    # -- group commit: appends that wait for a transaction of this process ------
+
+    def _append_waiting(self, job: _Job) -> int:
+        """Commit an append, with every other append of this process that queued while
+        another thread or process wrote: a leader (whoever gets the writer lock first)
+        commits the queue in one transaction, and its followers, when they get the
+        lock, find theirs committed. Alone, an append of events is one statement."""
+        with self._queueing:
+            self._queued.append(job)
+        with self._writing.threads:
+            if not job.done:
+                self._commit_queued()
+        if job.error is not None:
+            raise job.error
+        return job.seq
+
+    def _commit_queued(self) -> None:
+        with self._writing:
+            with self._queueing:
+                alone = len(self._queued) == 1 and self._queued[0].single
+                if alone:
+                    job = self._queued.pop()
+            if not alone:
+                with self._tx():
+                    return
+            try:  # autocommit: one statement, its own transaction
+                job.seq = self._append_rows(self._writer(), *job.args[:4])
+            except TetherError as e:
+                job.error = e
+            job.done = True
+
+    def _write_jobs(self, conn: sqlite3.Connection) -> list[_Job]:
+        """Write the queued appends into this transaction. One refused (a lost lease, a
+        taken seq) gets its error and writes nothing (in a savepoint when it has more
+        than its events' one statement), and the others go on."""
+        with self._queueing:
+            jobs, self._queued, self._posted = [*self._queued, *self._posted], [], []
+        for job in jobs:
+            if not job.single:
+                conn.execute("SAVEPOINT job")
+            try:
+                job.seq = self._write(conn, job.args)
+            except (Conflict, LeaseLost, NotFound) as e:
+                if not job.single:
+                    conn.execute("ROLLBACK TO job")
+                job.error = e
+            if not job.single:
+                conn.execute("RELEASE job")
+        return jobs
+
+    def _finish(self, jobs: list[_Job]) -> None:
+        """The transaction that wrote ``jobs`` committed."""
+        for job in jobs:
+            job.done = True
+            if job.error is not None and not job.waiting:
+                log.warning(  # as on PostgreSQL (see PostgresStore._posted_failed)
+                    "run %s: its final event was not committed (%s); it will be written "
+                    "again when the run is claimed after its lease expires",
+                    job.args[0],
+                    str(job.error).splitlines()[0],
+                )
+
+    def _requeue(self, jobs: list[_Job], failed: Exception | None = None) -> None:
+        """The transaction that wrote ``jobs`` rolled back: the refused ones are done, the
+        others queue again — or, when its commit ``failed``, the waiting ones fail."""
+        again = [j for j in jobs if j.error is None and not (failed and j.waiting)]
+        for job in jobs:
+            if job not in again:
+                job.error = job.error or failed
+        self._finish([j for j in jobs if j not in again])
+        with self._queueing:
+            self._queued[:0] = [j for j in again if j.waiting]
+            self._posted[:0] = [j for j in again if not j.waiting]
 
     def close(self) -> None:
-        """Close every connection this store opened."""
+        """Close every connection this store opened (after committing the appends posted
+        without waiting)."""
+        try:
+            self.flush()
+        except TetherError as e:  # each posted append is written again when its run resumes
+            log.warning("%s: posted appends not committed at close: %s", self.path, e)
         with self._lock:
             conns, self._all = self._all, []
         for c in conns:
@@ -460,11 +585,16 @@ class SQLiteStore:
         row = conn.execute(_Q["get_run"], (run_id,)).fetchone()
         if row is None:
             raise NotFound(f"no run {run_id!r} in {self.path}; `tether runs` lists the runs")
+        return self._log(conn, _record(row), limit)
+
+    def _log(self, conn: sqlite3.Connection, record: RunRecord, limit: int) -> Loaded:
+        """A run's log up to seq ``limit``: its latest snapshot there and the events after."""
+        run_id = record.id
         snap_row = conn.execute(_Q["latest_snapshot"], (run_id, limit)).fetchone()
         snap = Snapshot(*snap_row) if snap_row else None
         after = snap.seq if snap else 0
         events = [_event(r) for r in conn.execute(_Q["read_events"], _range(run_id, after, limit))]
-        return Loaded(_record(row), snap, events)
+        return Loaded(record, snap, events)
 
     def read_events(self, run_id: str, *, after: int = 0, upto: int | None = None) -> list[Event]:
         limit = upto if upto is not None else _MAX_SEQ
@@ -482,43 +612,81 @@ class SQLiteStore:
         snapshot: Snapshot | None = None,
         writes: Sequence[EffectWrite | SignalTake] = (),
         now: float,
-        wait: bool = True,  # SQLite commits at once: a commit here costs microseconds
+        wait: bool = True,
     ) -> int:
-        if len(events) == 1 and transition is None and snapshot is None and not writes:
-            # The hot path: one statement in autocommit is its own transaction (one
-            # round trip, one commit), and it checks the fencing token as it inserts.
-            with self._writing:
-                return self._append_one(self._writer(), run_id, events[0], expected_seq + 1, epoch)
+        job = _Job((run_id, events, expected_seq, epoch, transition, snapshot, writes, now), wait)
+        if wait:
+            return self._append_waiting(job)
+        # Posted: written by this process's next write transaction (a worker's next claim),
+        # saving a commit per run; flush() writes it at once.
+        with self._queueing:
+            self._posted.append(job)
+        return expected_seq + len(events)
+
+    def _write(self, conn: sqlite3.Connection, args: _Args) -> int:
+        """An append's statements, in the caller's transaction."""
+        run_id, events, expected_seq, epoch, transition, snapshot, writes, now = args
         seq = expected_seq
-        with self._tx() as conn:
-            if not events:
-                self._check_epoch(conn, run_id, epoch)
-            for e in events:
-                seq = self._append_one(conn, run_id, e, seq + 1, epoch)
-            if transition is not None:
-                self._transition(conn, run_id, transition, now)
-            for w in writes:
-                self._side_write(conn, w, now)
-            if snapshot is not None:
-                self._put_snapshot(conn, snapshot)
+        if events:
+            seq = self._append_rows(conn, run_id, events, expected_seq, epoch)
+        else:
+            self._check_epoch(conn, run_id, epoch)
+        if transition is not None:
+            self._transition(conn, run_id, transition, now)
+        for w in writes:
+            self._side_write(conn, w, now)
+        if snapshot is not None:
+            self._put_snapshot(conn, snapshot)
         return seq
+
+    def _append_rows(
+        self,
+        conn: sqlite3.Connection,
+        run_id: str,
+        events: Sequence[NewEvent],
+        expected_seq: int,
+        epoch: int,
+    ) -> int:
+        """Append ``events`` in one statement: all of them or none (autocommit: one
+        commit). Each statement a thread runs hands the GIL to another, so fewer is
+        faster with several runs in flight."""
+        if len(events) == 1:
+            return self._append_one(conn, run_id, events[0], expected_seq + 1, epoch)
+        params: list[Any] = []
+        for n, e in enumerate(events, expected_seq + 1):
+            params += (n, e.type, e.data, e.at, e.actor)
+        params += (run_id, epoch, expected_seq + 1, expected_seq + 1)
+        last = expected_seq + len(events)
+        return self._insert(
+            conn, _append_many(len(events)), params, run_id, expected_seq + 1, epoch, last
+        )
 
     def _append_one(
         self, conn: sqlite3.Connection, run_id: str, e: NewEvent, seq: int, epoch: int
     ) -> int:
+        params = {
+            "id": run_id,
+            "seq": seq,
+            "type": e.type,
+            "data": e.data,
+            "at": e.at,
+            "actor": e.actor,
+            "epoch": epoch,
+        }
+        return self._insert(conn, _Q["append_event"], params, run_id, seq, epoch, seq)
+
+    def _insert(
+        self,
+        conn: sqlite3.Connection,
+        sql: str,
+        params: Any,
+        run_id: str,
+        seq: int,
+        epoch: int,
+        last: int,
+    ) -> int:
         try:
-            cur = conn.execute(
-                _Q["append_event"],
-                {
-                    "id": run_id,
-                    "seq": seq,
-                    "type": e.type,
-                    "data": e.data,
-                    "at": e.at,
-                    "actor": e.actor,
-                    "epoch": epoch,
-                },
-            )
+            cur = conn.execute(sql, params)
         except sqlite3.IntegrityError:
             raise Conflict(
                 f"run {run_id}: seq {seq} was already appended by another writer; "
@@ -528,7 +696,7 @@ class SQLiteStore:
             raise self._translate(err) from None
         if cur.rowcount == 0:
             raise self._refused(conn, run_id, epoch, seq)
-        return seq
+        return last
 
     def _check_epoch(self, conn: sqlite3.Connection, run_id: str, epoch: int) -> None:
         row = conn.execute(_Q["get_run"], (run_id,)).fetchone()
@@ -541,7 +709,10 @@ class SQLiteStore:
         )
 
     def flush(self) -> None:
-        """Nothing to do: every append commits before it returns."""
+        """Commit the appends posted without waiting (a worker run's final events)."""
+        if self._posted:
+            with self._tx():
+                pass
 
     def save_snapshot(self, snapshot: Snapshot) -> None:
         """Cache a folded state (a snapshot at a seq is always the same state)."""
@@ -632,10 +803,7 @@ class SQLiteStore:
         if row is None:
             return NotFound(f"no run {run_id!r} in {self.path}")
         if row["epoch"] == epoch and seq is not None:
-            return Conflict(
-                f"run {run_id}: cannot append seq {seq}: the log does not end at seq "
-                f"{seq - 1} (a log has no gaps); reload the run and try again"
-            )
+            return gap_conflict(run_id, seq)
         return LeaseLost(
             f"run {run_id}: this writer's lease (epoch {epoch}) was superseded by "
             f"{row['lease_owner'] or 'another claim'} (epoch {row['epoch']}); it must stop. "
@@ -751,15 +919,15 @@ class SQLiteStore:
             for limits in queues:
                 if len(out) >= capacity:
                     break
-                for run_id in self._pick(conn, limits, now, capacity - len(out)):
-                    before = self._read(conn, run_id, None)  # the worker loads it next
+                for run_id in self._pick(conn, limits, now, limits.most(capacity - len(out))):
                     row = conn.execute(
                         _Q["claim_run"],
                         {"id": run_id, "owner": owner, "expires": now + ttl, "now": now},
                     ).fetchone()
-                    lease = Lease(run_id, owner, int(row["epoch"]), now + ttl)
-                    out.append((before.run, lease))
-                    self._prefetched.put(before, lease, now)
+                    claimed = self._log(conn, _record(row), _MAX_SEQ)  # the worker loads it next
+                    lease = Lease(run_id, owner, claimed.run.epoch, now + ttl)
+                    out.append((claimed.run, lease))
+                    self._prefetched.put(claimed)
         return out
 
     def _pick(
@@ -864,6 +1032,21 @@ class SQLiteStore:
                 yield conn
         except sqlite3.Error as e:
             raise self._translate(e) from None
+
+
+@functools.cache
+def _append_many(n: int) -> str:
+    """append_event for ``n`` events in one statement (the same fencing and gap checks,
+    on the first seq): VALUES rows joined to the run's row, so either every row is
+    inserted or, when the token is stale, none."""
+    rows = ", ".join(["(?, ?, ?, ?, ?)"] * n)
+    return (
+        "INSERT INTO events (key, type, data, at, actor) "
+        "SELECT (runs.rk << 32) | v.column1, v.column2, v.column3, v.column4, v.column5 "
+        f"FROM (VALUES {rows}) AS v, runs "
+        "WHERE runs.id = ? AND runs.epoch = ? AND (? = 1 OR EXISTS "
+        "(SELECT 1 FROM events WHERE key = (runs.rk << 32) | (? - 1)))"
+    )
 
 
 def _statements(sql: str) -> list[str]:

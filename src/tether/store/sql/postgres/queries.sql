@@ -65,10 +65,13 @@ WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
 ORDER BY created_at DESC, id DESC LIMIT %(limit)s::bigint;
 
 -- name: _fenced
--- Fragment of the appends: the run's row while the writer's fencing token is current, locked
--- FOR NO KEY UPDATE (see append_event); no row: the lease was lost, or no such run.
+-- Fragment of the appends: the run's row while the writer's fencing token is current and its
+-- log reaches seq `after` (see append_event), locked FOR NO KEY UPDATE; no row: the lease was
+-- lost, the log ends before `after`, or no such run.
 fenced AS (
     SELECT id FROM runs WHERE id = %(run_id)s::text AND epoch = %(epoch)s::bigint
+      AND (%(after)s::bigint = 0 OR EXISTS (
+          SELECT 1 FROM events WHERE run_id = %(run_id)s::text AND seq = %(after)s::bigint))
     FOR NO KEY UPDATE
 )
 
@@ -84,10 +87,14 @@ UPDATE runs SET status = %(status)s::text, updated_at = %(now)s::float8,
 -- lease lost, or no such run). The SELECT locks the run row FOR NO KEY UPDATE, which conflicts
 -- with a claim's UPDATE of the epoch: a claim that commits first makes this statement re-read
 -- the row, see the new epoch and insert nothing; an append that locks first commits before the
--- claim can. A taken seq fails on the primary key. One statement: one round trip, one commit.
+-- claim can. A taken seq fails on the primary key; a seq past the log's end inserts nothing
+-- (the log has no gaps: seq `after` must exist, one probe of the primary key). One statement:
+-- one round trip, one commit.
 INSERT INTO events (run_id, seq, type, data, at, actor)
 SELECT id, %(seq)s::bigint, %(type)s::text, %(data)s::text, %(at)s::float8, %(actor)s::text
 FROM runs WHERE id = %(run_id)s::text AND epoch = %(epoch)s::bigint
+  AND (%(after)s::bigint = 0 OR EXISTS (
+      SELECT 1 FROM events WHERE run_id = %(run_id)s::text AND seq = %(after)s::bigint))
 FOR NO KEY UPDATE;
 
 -- name: append_event_effect
