@@ -614,6 +614,17 @@ class SQLiteStore:
         now: float,
         wait: bool = True,
     ) -> int:
+        if wait and events and transition is None and snapshot is None and not writes:
+            threads = self._writing.threads
+            if threads.acquire(blocking=False):  # no writer in this process: no queue
+                try:
+                    if not self._queued:
+                        with self._writing:  # autocommit: one statement, one commit
+                            return self._append_rows(
+                                self._writer(), run_id, events, expected_seq, epoch
+                            )
+                finally:
+                    threads.release()
         job = _Job((run_id, events, expected_seq, epoch, transition, snapshot, writes, now), wait)
         if wait:
             return self._append_waiting(job)
