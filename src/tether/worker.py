@@ -115,7 +115,7 @@ class Worker:
         self._stopping = threading.Event()
         self._active: dict[str, str] = {}  # run id -> its queue
         self._lock = threading.Lock()
-        self._claiming = threading.Lock()  # one claim at a time: none overshoots the room
+        self._reserved = 0  # slots that claims in flight may fill (under _lock)
         self._pool: ThreadPoolExecutor | None = None
         self._max_runs: int | None = None
         self._wake = threading.Event()  # set when a run ends here: capacity came back
@@ -214,40 +214,50 @@ class Worker:
 
     def _claim(self, max_runs: int | None) -> list[tuple[RunRecord, Lease]] | None:
         """Claim what fits (each claimed run counts as active at once), or None when this
-        worker had no room."""
-        with self._claiming:
+        worker had no room.
+
+        Threads claim at once, each for the room it reserved: a claim is a write that
+        waits for a commit, and one claim at a time capped a worker at one run per commit
+        latency (their statements share the group commit's batches instead). The
+        database keeps the queues' global limits; the reservations keep this worker's.
+        """
+        with self._lock:
             if self._stopping.is_set():
                 return None
-            limits = self._limits()
-            with self._lock:
-                free = self.concurrency - len(self._active)
+            free = self.concurrency - len(self._active) - self._reserved
             if max_runs is not None:
-                free = min(free, max_runs - self.stats.claimed)
+                free = min(free, max_runs - self.stats.claimed - self._reserved)
+            limits = self._limits()
             if not limits or free <= 0:
                 return None
+            self._reserved += free
+        claims: list[tuple[RunRecord, Lease]] = []
+        try:
             now = self.app.clock.now()
             claims = self.app.store.claim_next(
                 limits, owner=self.id, ttl=self.app.lease_ttl, now=now, capacity=free
             )
+        finally:
             with self._lock:
+                self._reserved -= free
                 for record, _ in claims:
                     self._active[record.id] = record.queue or ""
-            self.stats.claimed += len(claims)
+                self.stats.claimed += len(claims)
         return claims
 
     def _limits(self) -> list[QueueLimits]:
-        """The queues that still have room in this worker, with their global limits and
-        the room left in this worker (``worker_concurrency``)."""
-        with self._lock:
-            busy: dict[str, int] = {}
-            for queue in self._active.values():
-                busy[queue] = busy.get(queue, 0) + 1
+        """Under ``_lock``: the queues that still have room in this worker, with their
+        global limits and the room left in this worker (``worker_concurrency``; a claim in
+        flight may fill its whole reservation from any queue)."""
+        busy: dict[str, int] = {}
+        for queue in self._active.values():
+            busy[queue] = busy.get(queue, 0) + 1
         out = []
         for name in self.queues:
             config = self.app.queue_config(name)
             limits = config.limits()
             if config.worker_concurrency is not None:
-                room = config.worker_concurrency - busy.get(name, 0)
+                room = config.worker_concurrency - busy.get(name, 0) - self._reserved
                 if room <= 0:
                     continue
                 limits = replace(limits, room=room)

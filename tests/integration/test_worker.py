@@ -276,3 +276,51 @@ def test_a_worker_keeps_its_queue_limits_while_its_threads_claim_the_next_runs(
     assert all(app.get(i).status == "completed" for i in ids)
     assert sorted(ran) == sorted(list(range(24)) * 2)  # each run's body once
     assert peak["narrow"] == 2 and peak["shared"] == 3
+
+
+def test_a_workers_threads_claim_at_once_within_its_room(tmp_path: Path) -> None:
+    """A claim waits for a commit: a worker's threads make theirs at the same time (one at
+    a time capped a worker at one run per commit latency), each for the room it reserved,
+    so the worker never holds more claimed runs than its concurrency."""
+    import threading
+    import time
+
+    app = tether.open(str(tmp_path / "claims.db"))
+
+    @app.agent
+    def quick(run: tether.Run, n: int) -> int:
+        return int(run.step("s", lambda: n))
+
+    ids = [app.start(quick, n) for n in range(40)]
+    worker = app.worker(concurrency=4)
+    lock = threading.Lock()
+    seen = {"claiming": 0, "peak_claiming": 0, "held": 0, "peak_held": 0}
+    claim_next, execute_claimed = app.store.claim_next, app.execute_claimed
+
+    def slow_claim(*args: object, **kwargs: object) -> object:
+        with lock:
+            seen["claiming"] += 1
+            seen["peak_claiming"] = max(seen["peak_claiming"], seen["claiming"])
+        time.sleep(0.02)  # a commit's latency, long enough for the other threads to claim
+        got = claim_next(*args, **kwargs)  # type: ignore[arg-type]
+        with lock:
+            seen["claiming"] -= 1
+            seen["held"] += len(got)
+            seen["peak_held"] = max(seen["peak_held"], seen["held"])
+        return got
+
+    def counted(*args: object, **kwargs: object) -> object:
+        try:
+            return execute_claimed(*args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            with lock:
+                seen["held"] -= 1
+
+    app.store.claim_next = slow_claim  # type: ignore[method-assign]
+    app.execute_claimed = counted  # type: ignore[method-assign]
+    stats = worker.run(until_idle=True, install_signals=False)
+    assert stats.completed == len(ids) == stats.claimed
+    assert all(app.get(i).status == "completed" for i in ids)
+    assert seen["peak_claiming"] >= 2  # claims overlapped
+    assert seen["peak_held"] <= 4  # and never claimed past the worker's room
+    assert seen["held"] == 0

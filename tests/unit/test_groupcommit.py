@@ -241,3 +241,53 @@ def test_a_lane_narrowed_away_while_busy_finishes_its_batch_and_stays_unused() -
         t.join(5)
     assert gc._free == [0] and gc._busy == set()
     assert gc.submit(3) == 3 and used[-1] == 0
+
+
+def test_many_threads_lanes_changing_and_posted_writes_lose_no_wakeup() -> None:
+    """Each waiting thread sleeps on its own write's gate: a batch wakes its writers and
+    one leader per free lane. Under load, with lanes narrowed and widened and posted
+    writes mixed in, every write gets its own outcome and no thread is left asleep."""
+    import random
+
+    posted: list[int] = []
+    lock = threading.Lock()
+
+    def flush(batch: list[Pending[int]], lane: int) -> None:
+        time.sleep(random.random() / 5000)  # 0-200 µs: writes queue behind the flush
+        for p in batch:
+            if p.item < 0:
+                with lock:
+                    posted.append(p.item)
+            p.succeed(p.item * 2)
+
+    gc: GroupCommit[int] = GroupCommit(flush, lanes=3, max_batch=4)
+    results: dict[int, int] = {}
+    stop = threading.Event()
+
+    def writer(t: int) -> None:
+        for i in range(150):
+            item = t * 1000 + i
+            if i % 10 == 0:
+                gc.post(-item - 1, lambda e: None)
+            results[item] = gc.submit(item)
+
+    def steer() -> None:
+        while not stop.is_set():
+            gc.set_active(random.choice([1, 2, 3]))
+            time.sleep(0.001)
+
+    steering = threading.Thread(target=steer, daemon=True)
+    steering.start()
+    threads = [threading.Thread(target=writer, args=(t,), daemon=True) for t in range(12)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 20  # a lost wake-up leaves a thread asleep for good
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    stop.set()
+    steering.join(5)
+    assert not any(t.is_alive() for t in threads), "a waiting thread was never woken"
+    gc.drain()
+    assert results == {t * 1000 + i: (t * 1000 + i) * 2 for t in range(12) for i in range(150)}
+    every_tenth = [t * 1000 + i for t in range(12) for i in range(0, 150, 10)]
+    assert sorted(posted) == sorted(-item - 1 for item in every_tenth)

@@ -35,7 +35,7 @@ log = logging.getLogger("tether.store")
 class Pending(Generic[T]):
     """One queued write and, once its batch is flushed, its outcome."""
 
-    __slots__ = ("done", "error", "item", "on_error", "result", "taken")
+    __slots__ = ("done", "error", "gate", "item", "on_error", "result", "signalled", "taken")
 
     def __init__(self, item: T, on_error: Callable[[BaseException], None] | None = None) -> None:
         self.item = item
@@ -44,6 +44,10 @@ class Pending(Generic[T]):
         self.done = False
         self.taken = False  # in a batch that a leader is flushing
         self.on_error = on_error  # set for a posted write: nobody waits for it
+        # The thread that waits for this write sleeps on its own gate, a lock held until
+        # the write is done or the thread should lead: a batch wakes only its own writers.
+        self.gate: threading.Lock | None = None
+        self.signalled = False  # the gate was opened and its thread has not woken yet
 
     def succeed(self, result: Any) -> None:
         self.result, self.done = result, True
@@ -88,6 +92,7 @@ class GroupCommit(Generic[T]):
                 return
             self.active = n
             self._free = [lane for lane in range(n - 1, -1, -1) if lane not in self._busy]
+            self._wake_leaders()
             self._cv.notify_all()
 
     def submit(self, item: T) -> Any:
@@ -104,17 +109,23 @@ class GroupCommit(Generic[T]):
                 self._busy.add(lane)
             else:
                 lane = -1
+                pending.gate = threading.Lock()
+                pending.gate.acquire()
                 self._queue.append(pending)
                 self._waiting += 1
         if lane >= 0:
             self._lead([pending], lane)
             return pending.outcome()
         while True:
+            gate = pending.gate
+            assert gate is not None
+            gate.acquire()  # until a leader opens it: this write is done, or lead
             with self._cv:
-                while not pending.done and (pending.taken or not self._free):
-                    self._cv.wait()
+                pending.signalled = False
                 if pending.done:
                     return pending.outcome()
+                if pending.taken or not self._free:
+                    continue  # another thread took the lane or the write: wait again
                 lane, batch = self._take()
             self._lead(batch, lane)
 
@@ -164,11 +175,32 @@ class GroupCommit(Generic[T]):
                 self.batches += 1
                 self.writes += len(batch)
                 self._release(lane)
+                for p in batch:
+                    self._open(p)
                 if not self._queue or self._waiting or not self._free:
-                    self._cv.notify_all()
+                    self._wake_leaders()
+                    self._cv.notify_all()  # drain() waits here (submit waits on gates)
                     return
                 # only posted writes are queued and no thread waits to lead them: go on
                 lane, batch = self._take()
+
+    @staticmethod
+    def _open(p: Pending[T]) -> None:
+        """Under the lock: wake the thread waiting on ``p`` (once until it wakes)."""
+        if p.gate is not None and not p.signalled:
+            p.signalled = True
+            p.gate.release()
+
+    def _wake_leaders(self) -> None:
+        """Under the lock: one waiting thread per free lane leads the queued writes (the
+        oldest waiting writes' threads; one already woken counts)."""
+        room = len(self._free)
+        for p in self._queue:
+            if room <= 0:
+                return
+            if p.gate is not None and not p.taken:
+                self._open(p)
+                room -= 1
 
     def _release(self, lane: int) -> None:
         """Under the lock: ``lane`` has no leader any more (and stays unused if it is
