@@ -27,6 +27,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -116,6 +117,10 @@ class Worker:
         self._active: dict[str, str] = {}  # run id -> its queue
         self._lock = threading.Lock()
         self._reserved = 0  # slots that claims in flight may fill (under _lock)
+        # one claim at a time, unless claims share commits (Store.concurrent_claims)
+        self._claiming: AbstractContextManager[Any] = (
+            nullcontext() if app.store.concurrent_claims else threading.Lock()
+        )
         self._pool: ThreadPoolExecutor | None = None
         self._max_runs: int | None = None
         self._wake = threading.Event()  # set when a run ends here: capacity came back
@@ -216,11 +221,16 @@ class Worker:
         """Claim what fits (each claimed run counts as active at once), or None when this
         worker had no room.
 
-        Threads claim at once, each for the room it reserved: a claim is a write that
-        waits for a commit, and one claim at a time capped a worker at one run per commit
-        latency (their statements share the group commit's batches instead). The
-        database keeps the queues' global limits; the reservations keep this worker's.
+        Where claims share commits (``Store.concurrent_claims``), threads claim at once,
+        each for the room it reserved: a claim waits for a commit, and one claim at a
+        time capped a worker at one claim per commit latency. Elsewhere one claim at a
+        time takes every slot that came free meanwhile. The database keeps the queues'
+        global limits; the reservations keep this worker's.
         """
+        with self._claiming:
+            return self._claim_room(max_runs)
+
+    def _claim_room(self, max_runs: int | None) -> list[tuple[RunRecord, Lease]] | None:
         with self._lock:
             if self._stopping.is_set():
                 return None

@@ -127,3 +127,57 @@ def test_a_worker_executes_queued_runs(app: tether.App) -> None:
     )
     assert stats.claimed == 6 and sorted(seen) == list(range(6))
     assert [app.get(i).output for i in ids] == [n * n for n in range(6)]
+
+
+def test_a_workers_claims_stay_within_its_room_at_once_where_they_share_commits(
+    app: tether.App, backend: Backend
+) -> None:
+    """A claim waits for a commit. On PostgreSQL a worker's threads claim at the same
+    time (their claims ride the group commit with the appends; one at a time capped a
+    worker at one claim per commit latency); on SQLite, where each claim is a write
+    transaction of its own, one at a time. Either way each claims only the room it
+    reserved: the worker never holds more claimed runs than its concurrency."""
+    import threading
+    import time
+
+    @app.agent
+    def quick(run: tether.Run, n: int) -> int:
+        return int(run.step("s", lambda: n))
+
+    ids = [app.start(quick, n) for n in range(40)]
+    worker = app.worker(concurrency=4)
+    lock = threading.Lock()
+    seen = {"claiming": 0, "peak_claiming": 0, "held": 0, "peak_held": 0}
+    claim_next, execute_claimed = app.store.claim_next, app.execute_claimed
+
+    def slow_claim(*args: Any, **kwargs: Any) -> Any:
+        with lock:
+            seen["claiming"] += 1
+            seen["peak_claiming"] = max(seen["peak_claiming"], seen["claiming"])
+        time.sleep(0.02)  # a commit's latency, long enough for the other threads to claim
+        got = claim_next(*args, **kwargs)
+        with lock:
+            seen["claiming"] -= 1
+            seen["held"] += len(got)
+            seen["peak_held"] = max(seen["peak_held"], seen["held"])
+        return got
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return execute_claimed(*args, **kwargs)
+        finally:
+            with lock:
+                seen["held"] -= 1
+
+    app.store.claim_next = slow_claim  # type: ignore[method-assign]
+    app.execute_claimed = counted  # type: ignore[method-assign]
+    stats = worker.run(until_idle=True, install_signals=False)
+    assert stats.completed == len(ids) == stats.claimed
+    assert all(app.get(i).status == "completed" for i in ids)
+    assert app.store.concurrent_claims == (backend.name == "postgres")
+    if app.store.concurrent_claims:
+        assert seen["peak_claiming"] >= 2  # claims overlapped
+    else:
+        assert seen["peak_claiming"] == 1
+    assert seen["peak_held"] <= 4  # never claimed past the worker's room
+    assert seen["held"] == 0

@@ -375,6 +375,12 @@ class Store(Protocol):
         """
         ...
 
+    # Whether a worker's threads should claim at the same time: True where a claim can
+    # share a commit with the other writes in flight (PostgreSQL's group commit), False
+    # where each claim is a write transaction of its own that would only queue behind the
+    # others (SQLite), so that one claim at a time takes every slot that came free.
+    concurrent_claims: bool
+
     def claim_next(
         self, queues: Sequence[QueueLimits], *, owner: str, ttl: float, now: float, capacity: int
     ) -> list[tuple[RunRecord, Lease]]:

@@ -179,6 +179,7 @@ class PostgresStore:
     """
 
     dialect = "postgres"
+    concurrent_claims = True  # claims ride the group commit with the appends (see Store)
 
     def __init__(
         self,

@@ -190,6 +190,7 @@ class SQLiteStore:
     """A :class:`tether.store.Store` on one SQLite file."""
 
     dialect = "sqlite"
+    concurrent_claims = False  # a claim is a write transaction of its own (see Store)
 
     def __init__(
         self, path: str, *, synchronous: str = "normal", busy_timeout: float = 10.0
