@@ -188,7 +188,7 @@ class Worker:
             if claimed:
                 continue
             with self._lock:
-                idle = not self._active
+                idle = not self._active and not self._reserved  # no run, no claim in flight
             if until_idle and idle and claimed == 0:
                 break
             self.app.store.flush()  # runs' final events posted without waiting (no claim took them)
@@ -284,11 +284,19 @@ class Worker:
         while claimed:
             (record, lease), *more = claimed
             for other in more:  # more room than this thread: the pool takes the rest
-                assert self._pool is not None
-                self._pool.submit(self._execute, *other)
+                self._hand_off(other)
             self._execute_one(record, lease)
             claimed = self._claim(self._max_runs)
         self._wake.set()  # nothing to claim here: the loop waits for work
+
+    def _hand_off(self, claimed: tuple[RunRecord, Lease]) -> None:
+        """Give a claimed run to the pool, or execute it in this thread when the pool is
+        shutting down (a claim that was in flight when the worker stopped)."""
+        assert self._pool is not None
+        try:
+            self._pool.submit(self._execute, *claimed)
+        except RuntimeError:  # "cannot schedule new futures after shutdown"
+            self._execute_one(*claimed)
 
     def _execute_one(self, record: RunRecord, lease: Lease) -> None:
         try:

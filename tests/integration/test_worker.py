@@ -276,3 +276,71 @@ def test_a_worker_keeps_its_queue_limits_while_its_threads_claim_the_next_runs(
     assert all(app.get(i).status == "completed" for i in ids)
     assert sorted(ran) == sorted(list(range(24)) * 2)  # each run's body once
     assert peak["narrow"] == 2 and peak["shared"] == 3
+
+
+def test_until_idle_waits_for_a_claim_in_flight(tmp_path: Path) -> None:
+    """Where a worker's threads claim at once (Store.concurrent_claims), the claiming loop
+    may find nothing and no run executing while a thread's claim is still in flight:
+    the worker is not idle until that claim has returned, and it executes every run."""
+    import threading
+    import time
+
+    app = tether.open(str(tmp_path / "inflight.db"), clock=tether.FakeClock())
+    app.store.concurrent_claims = True  # as on PostgreSQL: claims do not wait for each other
+
+    @app.agent
+    def nap(run: tether.Run, seconds: float) -> float:
+        return float(run.step("nap", lambda: time.sleep(seconds) or seconds))
+
+    first = [app.start(nap, 0.0), app.start(nap, 0.15)]
+    late: list[str] = []
+    claim_next = app.store.claim_next
+
+    def claim(*args: object, **kwargs: object) -> object:
+        if threading.current_thread() is not threading.main_thread() and not late:
+            # the quick run's thread claims its next run while the slow run holds the
+            # other slot; the slow run ends meanwhile, and the loop finds nothing to claim
+            late.append("")
+            time.sleep(0.4)
+            late[:] = [app.start(nap, 0.0), app.start(nap, 0.0)]
+        return claim_next(*args, **kwargs)  # type: ignore[arg-type]
+
+    app.store.claim_next = claim  # type: ignore[method-assign]
+    stats = app.worker(concurrency=2, poll=0.02).run(until_idle=True, install_signals=False)
+    assert len(late) == 2
+    assert [app.get(i).status for i in [*first, *late]] == ["completed"] * 4
+    assert stats.completed == 4
+
+
+def test_runs_a_claim_brings_after_stop_are_executed_not_stranded(tmp_path: Path) -> None:
+    """A claim in flight when the worker stops may return after its pool began shutting
+    down: the claiming thread executes those runs itself (as the pool executes the runs
+    it was already given), instead of leaving them leased to a stopped worker."""
+    import threading
+    import time
+
+    app = tether.open(str(tmp_path / "stop.db"), clock=tether.FakeClock())  # the late runs
+    app.store.concurrent_claims = True  # are due for the claim that started before them
+
+    @app.agent
+    def quick(run: tether.Run, n: int) -> int:
+        return int(run.step("s", lambda: n))
+
+    first = app.start(quick, 0)
+    worker = app.worker(concurrency=2, poll=0.02)
+    late: list[str] = []
+    claim_next = app.store.claim_next
+
+    def claim(*args: object, **kwargs: object) -> object:
+        if threading.current_thread() is not threading.main_thread() and not late:
+            late.append("")
+            worker.stop()
+            time.sleep(0.3)  # the loop ends and the pool starts shutting down
+            late[:] = [app.start(quick, 1), app.start(quick, 2)]
+        return claim_next(*args, **kwargs)  # type: ignore[arg-type]
+
+    app.store.claim_next = claim  # type: ignore[method-assign]
+    stats = worker.run(install_signals=False)
+    assert len(late) == 2
+    assert [app.get(i).status for i in [first, *late]] == ["completed"] * 3
+    assert stats.completed == 3
