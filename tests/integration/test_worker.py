@@ -323,11 +323,13 @@ def test_runs_a_claim_brings_after_stop_are_executed_not_stranded(tmp_path: Path
     app.store.concurrent_claims = True  # are due for the claim that started before them
 
     @app.agent
-    def quick(run: tether.Run, n: int) -> int:
-        return int(run.step("s", lambda: n))
+    def nap(run: tether.Run, seconds: float) -> float:
+        return float(run.step("nap", lambda: time.sleep(seconds) or seconds))
 
-    first = app.start(quick, 0)
-    worker = app.worker(concurrency=2, poll=0.02)
+    # The first run outlasts the loop's next (empty) claim, so the loop is parked in
+    # its 60 s poll, holding no room, when the run's thread claims for both slots.
+    first = app.start(nap, 0.5)
+    worker = app.worker(concurrency=2, poll=60)
     late: list[str] = []
     claim_next = app.store.claim_next
 
@@ -336,11 +338,11 @@ def test_runs_a_claim_brings_after_stop_are_executed_not_stranded(tmp_path: Path
             late.append("")
             worker.stop()
             time.sleep(0.3)  # the loop ends and the pool starts shutting down
-            late[:] = [app.start(quick, 1), app.start(quick, 2)]
+            late[:] = [app.start(nap, 0.0), app.start(nap, 0.0)]
         return claim_next(*args, **kwargs)  # type: ignore[arg-type]
 
     app.store.claim_next = claim  # type: ignore[method-assign]
-    stats = worker.run(install_signals=False)
+    stats = worker.run(install_signals=False)  # stop() wakes the parked loop
     assert len(late) == 2
     assert [app.get(i).status for i in [first, *late]] == ["completed"] * 3
     assert stats.completed == 3
