@@ -30,6 +30,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, TextIO
 
+from . import codec
 from .clock import new_run_id
 from .errors import Conflict
 from .events import Event, NewEvent
@@ -44,9 +45,8 @@ FORMAT = "tether-run"
 FORMAT_VERSION = 1
 _LEASE_FIELDS = ("epoch", "lease_owner", "lease_expires")
 _ACTIVE = ("running", "waiting")
-# Event data is stored as the codec writes it (compact, non-ASCII kept); an export line is
-# ASCII-only, so that no transport or line splitter (U+2028, U+0085…) can break a line.
-_compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+# Event data is stored as the codec writes it (codec.dumps); an export line is ASCII-only,
+# so that no transport or line splitter (U+2028, U+0085…) can break a line.
 _line = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode
 
 
@@ -127,12 +127,16 @@ def _header(source: str, numbered: tuple[int, str]) -> dict[str, Any]:
 
 def _json(source: str, n: int, line: str) -> dict[str, Any]:
     try:
-        value = json.loads(line)
+        value = json.loads(line, parse_constant=_no_constant)
     except ValueError as e:
         raise ValueError(f"{source} line {n}: not JSON ({e})") from None
     if not isinstance(value, dict):
         raise ValueError(f"{source} line {n}: expected a JSON object, found {line[:60]!r}")
     return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number (an export never holds one)")
 
 
 def _event(source: str, n: int, line: str, expected: int) -> NewEvent:
@@ -155,7 +159,7 @@ def _event(source: str, n: int, line: str, expected: int) -> NewEvent:
             f"{source} line {n}: an event needs seq (int), type (str), data "
             f"(object), at (number) and actor (str or null)"
         )
-    return NewEvent(d["type"], _compact(d["data"]), float(d["at"]), d.get("actor"))
+    return NewEvent(d["type"], codec.dumps(d["data"]), float(d["at"]), d.get("actor"))
 
 
 def _new_run(source: str, row: dict[str, Any], new_id: bool, now: float) -> NewRun:

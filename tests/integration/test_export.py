@@ -147,6 +147,10 @@ def test_a_duplicate_id_is_refused_with_a_way_out(app: tether.App, exported: lis
         (lambda ls: [*ls[:2], '{"seq": 2, "type": "x"}', *ls[3:]], "line 3: an event needs seq"),
         (lambda ls: [*ls[:2], "[1, 2]", *ls[3:]], "line 3: expected a JSON object"),
         (
+            lambda ls: [*ls[:2], ls[2].replace('"data":{', '"data":{"x":NaN,'), *ls[3:]],
+            "line 3: not JSON .NaN is not a JSON number",
+        ),
+        (
             lambda ls: [ls[0].replace('"run":', '"row":'), *ls[1:]],
             'line 1: the header has no "run" object',
         ),
