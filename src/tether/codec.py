@@ -34,7 +34,6 @@ from .errors import EncodeError
 TAG = "$t"
 
 
-
 def _encoder(*, sort_keys: bool) -> Callable[[Any], str]:
     """JSON text of a value that the walk (:func:`_enc`) has already checked.
 

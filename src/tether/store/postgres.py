@@ -31,6 +31,8 @@ from functools import partial
 from typing import Any, NamedTuple
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+import orjson  # parses the JSON rows of loads and claims (~3x the stdlib's speed)
+
 try:
     import psycopg
     from psycopg import errors as pg_errors
@@ -1001,8 +1003,8 @@ def _loaded(res: PGresult) -> tuple[RunRecord | None, Snapshot | None, list[Even
     run, snap, events = (res.get_value(0, i) for i in range(3))
     return (
         _record_json(run) if run is not None else None,
-        Snapshot(*json.loads(snap)) if snap is not None else None,
-        [Event(*e) for e in json.loads(events)] if events is not None else [],
+        Snapshot(*orjson.loads(snap)) if snap is not None else None,
+        [Event(*e) for e in orjson.loads(events)] if events is not None else [],
     )
 
 
@@ -1014,16 +1016,16 @@ def _claimed(res: PGresult) -> list[tuple[RunRecord, int, Snapshot | None, list[
             (
                 _record_json(res.get_value(i, 0)),
                 int(res.get_value(i, 1) or 0),
-                Snapshot(*json.loads(snap)) if snap is not None else None,
-                [Event(*e) for e in json.loads(events)] if events is not None else [],
+                Snapshot(*orjson.loads(snap)) if snap is not None else None,
+                [Event(*e) for e in orjson.loads(events)] if events is not None else [],
             )
         )
     return out
 
 
 def _record_json(text: bytes | None) -> RunRecord:
-    row = json.loads(text or b"null")
-    row["code"] = json.loads(row["code"])
+    row = orjson.loads(text or b"null")
+    row["code"] = orjson.loads(row["code"])
     for name in _FLOAT_FIELDS:  # JSON has no infinity: to_json writes "Infinity" as a string
         if type(row[name]) is str:
             row[name] = float(row[name])
