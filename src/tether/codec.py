@@ -198,26 +198,25 @@ def _plain(x: Any) -> bool:
     str, int, bool, None and finite floats. Checking costs ~60% of walking."""
     t = type(x)
     if t is dict:
-        for k, v in x.items():
+        for k in x:
             if type(k) is not str or k == TAG:
                 return False
-            t = type(v)
-            if t is str or t is int or t is bool or v is None:
-                continue
-            if not (_isfinite(v) if t is float else _plain(v)):
-                return False
-        return True
+        return _plain_items(x.values())
     if t is list:
-        for v in x:
-            t = type(v)
-            if t is str or t is int or t is bool or v is None:
-                continue
-            if not (_isfinite(v) if t is float else _plain(v)):
-                return False
-        return True
+        return _plain_items(x)
     if t is str or t is int or t is bool or x is None:
         return True
     return t is float and _isfinite(x)
+
+
+def _plain_items(items: Any) -> bool:
+    for v in items:
+        t = type(v)
+        if t is str or t is int or t is bool or v is None:  # leaves inline: most are these
+            continue
+        if not (_isfinite(v) if t is float else _plain(v)):
+            return False
+    return True
 
 
 _isfinite = math.isfinite

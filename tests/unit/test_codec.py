@@ -138,7 +138,7 @@ def test_digest_is_the_same_as_earlier_versions_wrote() -> None:
         -(2**70),
         {"deep": [[[[[[[[[[1]]]]]]]]]] * 30},
         {"a": 1.5e-06, "b": -0.0, "c": 1e300, "d": [0.1, 2.5e-320]},
-        {"text": "naïve ☃ \u2028 \\ \" \n"},
+        {"text": 'naïve ☃ \u2028 \\ " \n'},
     ],
 )
 def test_values_orjson_refuses_or_writes_differently_round_trip(value: Any) -> None:
