@@ -1,0 +1,142 @@
+"""Where a lone PostgreSQL worker's time goes: ``python bench/worker_trace.py [RUNS] [--lanes=N]``.
+
+One pinned worker of concurrency 8, in this process, executes RUNS queued runs of
+5 steps (the workload of ``bench/queues.py``) on a fresh schema of the ``test``
+database (``TETHER_PG_URL`` overrides the server), and prints:
+
+- runs/s, the worker's CPU per run, and the server's CPU per run (every
+  ``postgres`` process of this host, from ``/proc``);
+- per group-commit lane: flushes, the share of the time a flush was in progress,
+  the mean flush and the mean batch; and the mean flush by batch size;
+- what the lanes' server processes were doing, sampled from ``pg_stat_activity``
+  every few ms: on CPU, waiting for the WAL to be flushed (``IO/WALSync``), waiting
+  for another backend's flush (``LWLock/WALWrite``), or idle waiting for the client.
+
+A diagnostic, not a comparison: ``bench/queues.py`` is the benchmark.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import secrets
+import sys
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import psycopg
+
+import tether
+from common import body
+from tether.store import groupcommit
+
+ADMIN_URL = os.environ.get("TETHER_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+STEPS = 5
+
+
+def server_cpu_seconds() -> float:
+    """CPU time of every postgres process of this host so far (user + system)."""
+    total = 0
+    for path in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(path) as f:
+                stat = f.read()
+        except OSError:  # the process ended meanwhile
+            continue
+        if "(postgres)" in stat:
+            fields = stat.rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def trace_flushes() -> list[tuple[float, float, int, int]]:
+    """Record (start, end, lane, batch size) of every group-commit flush from now on."""
+    flushes: list[tuple[float, float, int, int]] = []
+    flush_one = groupcommit.GroupCommit._flush_one
+
+    def traced(self: Any, batch: list[Any], lane: int) -> None:
+        started = time.perf_counter()
+        flush_one(self, batch, lane)
+        flushes.append((started, time.perf_counter(), lane, len(batch)))
+
+    groupcommit.GroupCommit._flush_one = traced  # type: ignore[method-assign]
+    return flushes
+
+
+def sample_waits(db_url: str, stop: threading.Event, out: Counter[str]) -> None:
+    """Count what the server's active client backends of the database wait for."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        while not stop.wait(0.003):
+            rows = conn.execute(
+                "SELECT wait_event_type, wait_event FROM pg_stat_activity "
+                "WHERE backend_type = 'client backend' AND state = 'active' "
+                "AND pid <> pg_backend_pid() AND datname = current_database()"
+            ).fetchall()
+            out["samples"] += 1
+            for kind, event in rows:
+                out[f"{kind}/{event}" if kind else "on CPU"] += 1
+
+
+def main() -> None:
+    runs = int(next((a for a in sys.argv[1:] if a.isdigit()), "2000"))
+    lanes = next((int(a[8:]) for a in sys.argv[1:] if a.startswith("--lanes=")), None)
+    schema = f"trace_{secrets.token_hex(4)}"
+    app = tether.open(f"{ADMIN_URL}?schema={schema}", lanes=lanes)
+
+    @app.agent(name="bench")
+    def agent(run: tether.Run, steps: int) -> int:
+        return sum(run.step("work", body, k)["step"] for k in range(1, steps + 1))
+
+    try:
+        for _ in range(runs):
+            app.start(agent, STEPS, queue="bench")
+        flushes = trace_flushes()
+        waits: Counter[str] = Counter()
+        stop = threading.Event()
+        sampler = threading.Thread(target=sample_waits, args=(ADMIN_URL, stop, waits))
+        worker = app.worker(queues=["bench"], concurrency=8, cpu="auto")
+        server0, cpu0, t0 = server_cpu_seconds(), time.process_time(), time.perf_counter()
+        sampler.start()
+        stats = worker.run(until_idle=True)
+        seconds = time.perf_counter() - t0
+        cpu, server = time.process_time() - cpu0, server_cpu_seconds() - server0
+        stop.set()
+        sampler.join()
+    finally:
+        app.close()
+        with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    if stats.completed != runs:
+        raise SystemExit(f"only {stats.completed} of {runs} runs completed: {stats.errors[:3]}")
+    print(f"{runs} runs of {STEPS} steps, 1 pinned worker × 8, lanes {lanes or 'auto'}")
+    print(
+        f"{runs / seconds:,.0f} runs/s; CPU per run: worker {cpu / runs * 1e3:.2f} ms, "
+        f"server {server / runs * 1e3:.2f} ms ({server / seconds:.0%} of a core); "
+        f"{len(flushes) / runs:.2f} commits per run"
+    )
+    span = flushes[-1][1] - flushes[0][0]
+    for lane in sorted({f[2] for f in flushes}):
+        mine = [f for f in flushes if f[2] == lane]
+        busy = sum(f[1] - f[0] for f in mine)
+        batch = sum(f[3] for f in mine) / len(mine)
+        print(
+            f"lane {lane}: {len(mine)} flushes, in progress {busy / span:.0%} of the time, "
+            f"mean {busy / len(mine) * 1e6:,.0f} µs, mean batch {batch:.2f}"
+        )
+    by_size: dict[int, list[float]] = {}
+    for start, end, _, size in flushes:
+        by_size.setdefault(min(size, 6), []).append(end - start)
+    for size, times in sorted(by_size.items()):
+        label = f"{size}+" if size == 6 else str(size)
+        mean = sum(times) / len(times) * 1e6
+        print(f"  batch {label:>2}: {len(times):5} flushes, mean {mean:,.0f} µs")
+    samples = waits.pop("samples", 0) or 1
+    print("server backends at work (mean number at a sample, by what they wait for):")
+    for what, n in waits.most_common():
+        print(f"  {n / samples:.2f}  {what}")
+
+
+if __name__ == "__main__":
+    main()
