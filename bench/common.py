@@ -22,6 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+# The PostgreSQL server the PostgreSQL benchmarks use (its ``test`` database: each script
+# makes its own database or schema there).
+PG_ADMIN_URL = os.environ.get("TETHER_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
 # One realistic step result: an LLM-ish message with text, usage and a tool call.
 _TEXT = (
     "The p99 latency of the checkout service rose from 180 ms to 870 ms after the "

@@ -18,7 +18,6 @@ that carries an effects-table write, as a tool call's intent does.
 from __future__ import annotations
 
 import argparse
-import os
 import secrets
 import statistics
 import time
@@ -27,6 +26,7 @@ from collections.abc import Callable
 import psycopg
 from psycopg import sql
 
+from common import PG_ADMIN_URL
 from tether.events import NewEvent
 from tether.store import EffectWrite, NewRun
 from tether.store.postgres import PostgresStore
@@ -91,7 +91,7 @@ def main() -> None:
     parser.add_argument(
         "url",
         nargs="?",
-        default=os.environ.get("TETHER_PG_URL", "postgresql://postgres@127.0.0.1:5432/test"),
+        default=PG_ADMIN_URL,
     )
     parser.add_argument("--blocks", type=int, default=300, help="blocks of each kind")
     parser.add_argument("--block", type=int, default=20, help="operations per block")

@@ -19,9 +19,9 @@ from common import body
 QUEUE = "bench"
 
 
-def open_app(url: str) -> tuple[tether.App, Any]:
-    """The app on ``url`` with the benchmark agent registered."""
-    app = tether.open(url)
+def open_app(url: str, **options: Any) -> tuple[tether.App, Any]:
+    """The app on ``url`` (``options``: tether.open's) with the benchmark agent registered."""
+    app = tether.open(url, **options)
 
     @app.agent(name="bench")
     def agent(run: tether.Run, steps: int) -> int:

@@ -63,10 +63,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from common import PAYLOAD_BYTES, git_state, remove_db
+from common import PAYLOAD_BYTES, PG_ADMIN_URL, git_state, remove_db
 
 HERE = Path(__file__).resolve().parent
-ADMIN_URL = os.environ.get("TETHER_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+ADMIN_URL = PG_ADMIN_URL
 SYSTEMS = ("floor", "tether", "dbos")
 BACKENDS = ("postgres", "sqlite")
 LABEL = {

@@ -28,11 +28,10 @@ from typing import Any
 
 import psycopg
 
-import tether
-from common import body
+from common import PG_ADMIN_URL as ADMIN_URL
+from queue_tether import QUEUE, open_app
 from tether.store import groupcommit
 
-ADMIN_URL = os.environ.get("TETHER_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 STEPS = 5
 
 
@@ -83,20 +82,15 @@ def main() -> None:
     runs = int(next((a for a in sys.argv[1:] if a.isdigit()), "2000"))
     lanes = next((int(a[8:]) for a in sys.argv[1:] if a.startswith("--lanes=")), None)
     schema = f"trace_{secrets.token_hex(4)}"
-    app = tether.open(f"{ADMIN_URL}?schema={schema}", lanes=lanes)
-
-    @app.agent(name="bench")
-    def agent(run: tether.Run, steps: int) -> int:
-        return sum(run.step("work", body, k)["step"] for k in range(1, steps + 1))
-
+    app, agent = open_app(f"{ADMIN_URL}?schema={schema}", lanes=lanes)
     try:
         for _ in range(runs):
-            app.start(agent, STEPS, queue="bench")
+            app.start(agent, STEPS, queue=QUEUE)
         flushes = trace_flushes()
         waits: Counter[str] = Counter()
         stop = threading.Event()
         sampler = threading.Thread(target=sample_waits, args=(ADMIN_URL, stop, waits))
-        worker = app.worker(queues=["bench"], concurrency=8, cpu="auto")
+        worker = app.worker(queues=[QUEUE], concurrency=8, cpu="auto")
         server0, cpu0, t0 = server_cpu_seconds(), time.process_time(), time.perf_counter()
         sampler.start()
         stats = worker.run(until_idle=True)
