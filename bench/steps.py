@@ -76,6 +76,12 @@ QUICK = Plan(w2_runs=100, rounds=1, repeats=3, anchor_repeats=1, shipped=False)
 
 # -- running workers ---------------------------------------------------------
 
+# Workers run as installed packages do, with bytecode caches. pip compiles the anchors'
+# caches when it installs them, but tether runs from its source tree (an editable
+# install): where PYTHONDONTWRITEBYTECODE is set, every tether process would compile
+# every module again (~0.25 s on 2 slow cores), and W3's recovery would count it.
+WORKER_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
 
 def call_worker(system: str, task: str, params: dict[str, Any], cwd: str) -> dict[str, Any]:
     """Run one worker process to completion and return its RESULT."""
@@ -84,6 +90,7 @@ def call_worker(system: str, task: str, params: dict[str, Any], cwd: str) -> dic
         capture_output=True,
         text=True,
         cwd=cwd,
+        env=WORKER_ENV,
         timeout=900,
     )
     return parse_result(proc.returncode, proc.stdout, proc.stderr)
@@ -146,6 +153,7 @@ def w3_trial(system: str, durability: str, plan: Plan, tmp: str, n: int) -> dict
         capture_output=True,
         text=True,
         cwd=tmp,
+        env=WORKER_ENV,
         timeout=900,
     )
     if crash.returncode != -9:
@@ -160,6 +168,7 @@ def w3_trial(system: str, durability: str, plan: Plan, tmp: str, n: int) -> dict
         stderr=subprocess.PIPE,
         text=True,
         cwd=tmp,
+        env=WORKER_ENV,
     )
     out, err = proc.communicate(timeout=900)
     exited = time.monotonic()
