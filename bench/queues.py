@@ -18,7 +18,8 @@ claim), both read from the database afterwards, so process start-up is not count
 seconds from the start signal to the last completion are kept too. Every trial has
 fresh processes, a fresh schema or file, and checks that every run completed and no
 step ran twice. Trials are interleaved (system, then worker count, then backend) and
-the schedule repeats ``rounds`` times; the tables show medians. Commits per run (the
+the schedule repeats ``rounds`` times, each round starting with the next system (a
+trial's place in the sequence moves its result); the tables show medians. Commits per run (the
 database's ``xact_commit``) and the workers' CPU time per run are kept too.
 
 **Pinning.** Each worker process runs on one CPU, the same way for every system:
@@ -434,9 +435,13 @@ def run_throughput(plan: Plan, db: str, tmp: str) -> dict[str, Any]:
     """Every (backend, workers, system) trial, ``rounds`` times, interleaved."""
     samples: dict[str, dict[str, dict[str, list[dict[str, Any]]]]] = {}
     for rnd in range(1, plan.rounds + 1):
+        # Each round starts with the next system: on this machine a trial's place in
+        # the sequence moves its result, so no system keeps the same place.
+        k = (rnd - 1) % len(plan.systems)
+        systems = (*plan.systems[k:], *plan.systems[:k])
         for backend in plan.backends:
             for workers in plan.workers:
-                for system in plan.systems:
+                for system in systems:
                     t = time.perf_counter()
                     r = trial(system, backend, workers, plan, db, tmp)
                     took = time.perf_counter() - t
