@@ -43,11 +43,10 @@ from psycopg import pq, sql
 
 import queue_tether
 import tether
-from common import PG_ADMIN_URL, body
+from common import PG_ADMIN_URL as ADMIN_URL
+from common import body
 from pg_append_floor import floor_writer, per_op_us, tether_writer
 from tether.store.pgwire import WireConnection
-
-ADMIN_URL = PG_ADMIN_URL
 
 
 def open_app(url: str, schema: str) -> tuple[tether.App, Any]:

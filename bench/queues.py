@@ -19,8 +19,8 @@ seconds from the start signal to the last completion are kept too. Every trial h
 fresh processes, a fresh schema or file, and checks that every run completed and no
 step ran twice. Trials are interleaved (system, then worker count, then backend) and
 the schedule repeats ``rounds`` times, each round starting with the next system (a
-trial's place in the sequence moves its result); the tables show medians. Commits per run (the
-database's ``xact_commit``) and the workers' CPU time per run are kept too.
+trial's place in the sequence moves its result); the tables show medians. Commits per
+run (the database's ``xact_commit``) and the workers' CPU time per run are kept too.
 
 **Pinning.** Each worker process runs on one CPU, the same way for every system:
 tether's workers pin themselves (``cpu="auto"``, what ``tether worker --cpu auto``
@@ -64,10 +64,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from common import PAYLOAD_BYTES, PG_ADMIN_URL, git_state, remove_db
+from common import PAYLOAD_BYTES, git_state, remove_db
+from common import PG_ADMIN_URL as ADMIN_URL
 
 HERE = Path(__file__).resolve().parent
-ADMIN_URL = PG_ADMIN_URL
 SYSTEMS = ("floor", "tether", "dbos")
 BACKENDS = ("postgres", "sqlite")
 LABEL = {

@@ -212,9 +212,8 @@ class Worker:
         claims = self._claim(max_runs)
         if claims is None:
             return None
-        assert self._pool is not None
-        for record, lease in claims:
-            self._pool.submit(self._execute, record, lease)
+        for claimed in claims:
+            self._hand_off(claimed)
         return len(claims)
 
     def _claim(self, max_runs: int | None) -> list[tuple[RunRecord, Lease]] | None:
