@@ -290,10 +290,15 @@ class App:
         concurrency: int = 8,
         poll: float = 0.2,
         cpu: int | str | None = None,
+        prefetch: int | None = None,
     ) -> Worker:
         """A worker that claims runs from ``queues`` on this app's store; call ``.run()``.
-        ``cpu``: pin the process to a CPU number, or ``"auto"`` (see :mod:`tether.cpus`)."""
-        return Worker(self, queues=queues, concurrency=concurrency, poll=poll, cpu=cpu)
+        ``cpu``: pin the process to a CPU number, or ``"auto"`` (see :mod:`tether.cpus`).
+        ``prefetch``: runs to claim ahead of the free slots (0: never; None: while runs are
+        short, see :mod:`tether.worker`)."""
+        return Worker(
+            self, queues=queues, concurrency=concurrency, poll=poll, cpu=cpu, prefetch=prefetch
+        )
 
     def interrupt(self, run_id: str, exc: BaseException) -> bool:
         """Stop a run executing in this process at its next position (``exc`` is raised

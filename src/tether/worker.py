@@ -14,9 +14,19 @@ expiry (or at once, when a worker on the same host sees its process is gone),
 and another worker resumes its runs from their logs. Waiting runs hold no lease;
 what ends their wait (a decision, a signal, a due time) makes them claimable.
 
+A worker whose runs are short claims ahead (``prefetch``): besides the runs it
+executes, it holds up to ``concurrency`` more under lease, so that a run that
+ends hands its slot to the next one at once and claims come in batches (one
+claim statement for several runs instead of one per run). A run so held starts
+when a slot of this worker frees, about one run's duration later; that is why
+``prefetch=None`` (the default) claims ahead only while this worker's recent
+runs took under ``PREFETCH_BELOW`` seconds on average, and never from a queue
+with limits (a held run counts against them). ``prefetch=0`` turns it off.
+
 On SIGTERM (or :meth:`Worker.stop`) a worker stops claiming, lets each run finish
 the step it is in, records it, releases the lease and puts the run back in the
-queue for another worker.
+queue for another worker; the runs it claimed ahead and never started are
+released for another worker at once.
 """
 
 from __future__ import annotations
@@ -26,8 +36,9 @@ import os
 import signal
 import threading
 import time
+from collections import deque
 from collections.abc import Iterable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +57,10 @@ log = logging.getLogger("tether.worker")
 # When a starting worker counts the live workers (seconds after it starts), so that it
 # sees the others that start with it; afterwards each heartbeat counts them.
 SHARING_COUNTS = (0.0, 0.5, 2.0)
+# prefetch=None claims ahead while this worker's runs take less than this on average
+# (seconds): a run claimed ahead then waits at most about this long for a slot.
+PREFETCH_BELOW = 0.05
+RUN_TIME_WEIGHT = 0.2  # of the newest run in the moving average of run durations
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,14 +115,23 @@ class Worker:
         poll: float = 0.2,
         worker_id: str | None = None,
         cpu: int | str | None = None,
+        prefetch: int | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, not {concurrency}")
+        if prefetch is not None and (
+            isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0
+        ):
+            raise ValueError(
+                f"prefetch is how many runs to claim ahead (an int >= 0; 0: never) or None "
+                f"(while runs are short), not {prefetch!r}"
+            )
         if not queues:
             raise ValueError("a worker needs at least one queue")
         self.app = app
         self.queues = list(queues)
         self.concurrency = concurrency
+        self.prefetch = prefetch
         self.poll = poll
         self.cpu = cpus.check(cpu)  # None, a CPU number, or "auto" (see tether.cpus)
         self.pinned: int | None = None  # the CPU run() pinned this process to
@@ -124,6 +148,8 @@ class Worker:
         self._pool: ThreadPoolExecutor | None = None
         self._max_runs: int | None = None
         self._wake = threading.Event()  # set when a run ends here: capacity came back
+        self._ready: deque[tuple[RunRecord, Lease]] = deque()  # claimed ahead, not started
+        self.run_time: float | None = None  # moving average of this worker's run durations
 
     # -- lifecycle --------------------------------------------------------
 
@@ -148,6 +174,7 @@ class Worker:
             self._stopping.set()
             self._interrupt_all()
             pool.shutdown(wait=True)
+            self._release_ready()
             beat.join(timeout=5)
             self.app.store.flush()  # the runs' final events, posted without waiting
             self.app.store.remove_worker(self.id, expire_leases=False)
@@ -233,10 +260,10 @@ class Worker:
         with self._lock:
             if self._stopping.is_set():
                 return None
-            free = self.concurrency - len(self._active) - self._reserved
+            limits = self._limits()
+            free = self.concurrency + self._ahead(limits) - len(self._active) - self._reserved
             if max_runs is not None:
                 free = min(free, max_runs - self.stats.claimed - self._reserved)
-            limits = self._limits()
             if not limits or free <= 0:
                 return None
             self._reserved += free
@@ -253,6 +280,16 @@ class Worker:
                     self._active[record.id] = record.queue or ""
                 self.stats.claimed += len(claims)
         return claims
+
+    def _ahead(self, limits: Sequence[QueueLimits]) -> int:
+        """Under ``_lock``: how many runs this worker may hold claimed ahead of its slots
+        (``prefetch``); none from queues with limits, where a held run would count."""
+        if any(q.concurrency or q.per_key or q.rate or q.room for q in limits):
+            return 0
+        if self.prefetch is not None:
+            return self.prefetch
+        short = self.run_time is not None and self.run_time < PREFETCH_BELOW
+        return self.concurrency if short else 0
 
     def _limits(self) -> list[QueueLimits]:
         """Under ``_lock``: the queues that still have room in this worker, with their
@@ -285,19 +322,54 @@ class Worker:
             for other in more:  # more room than this thread: the pool takes the rest
                 self._hand_off(other)
             self._execute_one(record, lease)
-            claimed = self._claim(self._max_runs)
+            claimed = self._next_ready() or self._claim(self._max_runs)
         self._wake.set()  # nothing to claim here: the loop waits for work
+
+    def _next_ready(self) -> list[tuple[RunRecord, Lease]] | None:
+        """A run claimed ahead, for a thread whose run ended (the claiming loop is woken
+        to claim more once half of them are gone), or None."""
+        with self._lock:
+            if not self._ready or self._stopping.is_set():
+                return None
+            claimed = self._ready.popleft()
+            refill = len(self._ready) <= self._ahead(self._limits()) // 2
+        if refill:
+            self._wake.set()
+        return [claimed]
+
+    def _release_ready(self) -> None:
+        """Give back the leases of the runs claimed ahead and never started (stopping):
+        another worker claims them at once, and the queues' workers are told."""
+        with self._lock:
+            ready, self._ready = list(self._ready), deque()
+            for record, _ in ready:
+                self._active.pop(record.id, None)
+        queues = set()
+        for record, lease in ready:
+            try:
+                self.app.store.release(record.id, epoch=lease.epoch)
+                queues.add(record.queue or "default")
+            except Exception as e:  # its lease expires instead: another worker takes it then
+                log.warning("worker %s could not release run %s: %s", self.id, record.id, e)
+        for queue in sorted(queues):
+            with suppress(Exception):
+                self.app.store.notify_work(queue)
 
     def _hand_off(self, claimed: tuple[RunRecord, Lease]) -> None:
         """Give a claimed run to the pool, or execute it in this thread when the pool is
         shutting down (a claim that was in flight when the worker stopped)."""
         assert self._pool is not None
+        with self._lock:  # every slot busy: it waits for one, claimed ahead
+            if len(self._active) - len(self._ready) > self.concurrency:
+                self._ready.append(claimed)
+                return
         try:
             self._pool.submit(self._execute, *claimed)
         except RuntimeError:  # "cannot schedule new futures after shutdown"
             self._execute_one(*claimed)
 
     def _execute_one(self, record: RunRecord, lease: Lease) -> None:
+        began = time.monotonic()
         try:
             handle = self.app.execute_claimed(record, lease)
         except RunFailed:
@@ -318,8 +390,13 @@ class Worker:
             else:
                 self.stats.completed += 1
         finally:
+            took = time.monotonic() - began
             with self._lock:
                 self._active.pop(record.id, None)
+                average = self.run_time
+                self.run_time = (
+                    took if average is None else average + RUN_TIME_WEIGHT * (took - average)
+                )
 
     def _interrupt_all(self) -> None:
         with self._lock:

@@ -129,14 +129,16 @@ def test_a_worker_executes_queued_runs(app: tether.App) -> None:
     assert [app.get(i).output for i in ids] == [n * n for n in range(6)]
 
 
+@pytest.mark.parametrize("prefetch", [0, 3])
 def test_a_workers_claims_stay_within_its_room_at_once_where_they_share_commits(
-    app: tether.App, backend: Backend
+    app: tether.App, backend: Backend, prefetch: int
 ) -> None:
     """A claim waits for a commit. On PostgreSQL a worker's threads claim at the same
     time (their claims ride the group commit with the appends; one at a time capped a
     worker at one claim per commit latency); on SQLite, where each claim is a write
     transaction of its own, one at a time. Either way each claims only the room it
-    reserved: the worker never holds more claimed runs than its concurrency."""
+    reserved: the worker never holds more claimed runs than its concurrency plus the
+    runs it may claim ahead, and never executes more than its concurrency at once."""
     import threading
     import time
 
@@ -145,9 +147,10 @@ def test_a_workers_claims_stay_within_its_room_at_once_where_they_share_commits(
         return int(run.step("s", lambda: n))
 
     ids = [app.start(quick, n) for n in range(40)]
-    worker = app.worker(concurrency=4)
+    worker = app.worker(concurrency=4, prefetch=prefetch)
     lock = threading.Lock()
-    seen = {"claiming": 0, "peak_claiming": 0, "held": 0, "peak_held": 0}
+    seen = {"claiming": 0, "peak_claiming": 0, "held": 0, "peak_held": 0, "running": 0}
+    seen["peak_running"] = 0
     claim_next, execute_claimed = app.store.claim_next, app.execute_claimed
 
     def slow_claim(*args: Any, **kwargs: Any) -> Any:
@@ -163,11 +166,16 @@ def test_a_workers_claims_stay_within_its_room_at_once_where_they_share_commits(
         return got
 
     def counted(*args: Any, **kwargs: Any) -> Any:
+        with lock:
+            seen["running"] += 1
+            seen["peak_running"] = max(seen["peak_running"], seen["running"])
         try:
+            time.sleep(0.005)  # long enough for the claims ahead to fill
             return execute_claimed(*args, **kwargs)
         finally:
             with lock:
                 seen["held"] -= 1
+                seen["running"] -= 1
 
     app.store.claim_next = slow_claim  # type: ignore[method-assign]
     app.execute_claimed = counted  # type: ignore[method-assign]
@@ -179,5 +187,123 @@ def test_a_workers_claims_stay_within_its_room_at_once_where_they_share_commits(
         assert seen["peak_claiming"] >= 2  # claims overlapped
     else:
         assert seen["peak_claiming"] == 1
-    assert seen["peak_held"] <= 4  # never claimed past the worker's room
-    assert seen["held"] == 0
+    assert seen["peak_held"] <= 4 + prefetch  # never claimed past the worker's room
+    assert seen["peak_running"] == 4  # every slot used, never more
+    if prefetch:
+        assert seen["peak_held"] > 4  # and it did claim ahead
+    assert seen["held"] == seen["running"] == 0
+
+
+def _held_by(app: tether.App, owner: str) -> list[str]:
+    """Runs whose lease ``owner`` holds, as the database has them."""
+    running = app.store.list_runs(status="running", limit=1000)
+    return [r.id for r in running if r.lease_owner == owner]
+
+
+def _until(check: Any, seconds: float = 10.0) -> None:
+    """Wait until ``check()`` holds (the worker's threads are doing the work)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_a_worker_claims_ahead_only_while_its_runs_are_short(
+    app: tether.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """prefetch=None (the default): a worker holds runs claimed ahead of its slots only
+    while its runs took under PREFETCH_BELOW seconds on average, and never from a queue
+    with limits (a held run would count against them)."""
+    import threading
+    import time
+
+    from tether import worker as worker_mod
+
+    gate = threading.Event()
+
+    @app.agent
+    def gated(run: tether.Run, n: int) -> int:
+        if n >= 100:  # the second batch blocks the slots until the test has looked
+            run.step("wait", gate.wait, 30)
+        return n
+
+    def scenario(below: float, queue: str) -> tuple[int, int]:
+        """A worker of concurrency 2 executes 4 quick runs, then 8 blocking ones are
+        queued: (runs it holds once its slots block, runs left queued)."""
+        monkeypatch.setattr(worker_mod, "PREFETCH_BELOW", below)
+        gate.clear()
+        quick = [app.start(gated, n, queue=queue) for n in range(4)]
+        w = app.worker(queues=[queue], concurrency=2, poll=0.02)
+        thread = threading.Thread(target=w.run, kwargs={"install_signals": False})
+        thread.start()
+        try:
+            _until(lambda: all(app.get(i).status == "completed" for i in quick))
+            assert w.run_time is not None  # it measured its runs
+            blocked = [app.start(gated, 100 + n, queue=queue) for n in range(8)]
+            _until(lambda: len(_held_by(app, w.id)) >= 2)
+            time.sleep(0.3)  # room for any claim beyond the bound to land
+            held = len(_held_by(app, w.id))
+            queued = sum(app.store.get_run(i).status == "queued" for i in blocked)
+        finally:
+            gate.set()
+            w.stop()
+            thread.join(30)
+        assert not thread.is_alive()
+        return held, queued
+
+    app.queue("limited", concurrency=50)
+    # every run counts as short: 2 executing and 2 (its concurrency) claimed ahead
+    assert scenario(10.0, "short") == (4, 4)
+    # no run counts as short: only its slots (a queue of its own: the runs the first
+    # scenario left are not for this worker)
+    assert scenario(0.0, "long") == (2, 6)
+    # a queue with limits: only its slots, however short the runs
+    assert scenario(10.0, "limited") == (2, 6)
+
+
+def test_runs_claimed_ahead_are_released_when_the_worker_stops(app: tether.App) -> None:
+    """A worker that stops gives back the leases of the runs it claimed ahead and never
+    started, so that another worker takes them at once (not at lease expiry), and each
+    of them runs once."""
+    import threading
+
+    gate = threading.Event()
+    ran: list[int] = []
+
+    @app.agent
+    def gated(run: tether.Run, n: int) -> int:
+        def body() -> int:
+            ran.append(n)
+            gate.wait(30)
+            return n
+
+        return int(run.step("body", body))
+
+    ids = [app.start(gated, n) for n in range(6)]
+    w = app.worker(concurrency=2, prefetch=3, poll=0.02)
+    thread = threading.Thread(target=w.run, kwargs={"install_signals": False})
+    thread.start()
+    _until(lambda: len(_held_by(app, w.id)) >= 5 and len(ran) >= 2)
+    held = _held_by(app, w.id)
+    assert len(held) == 5 and len(ran) == 2  # 2 executing, 3 claimed ahead
+    w.stop()
+    gate.set()
+    thread.join(30)
+    assert not thread.is_alive()
+    ahead = [i for i in held if app.store.get_run(i).status == "running"]
+    assert len(ahead) == 3
+    for rid in ahead:  # released: no owner, no expiry; claimable now
+        record = app.store.get_run(rid)
+        assert record.lease_owner is None and record.lease_expires is None
+    stats = app.worker(concurrency=4, prefetch=0).run(until_idle=True, install_signals=False)
+    assert stats.claimed == 4  # the 3 released and the one left queued
+    assert all(app.get(i).status == "completed" for i in ids)
+    assert sorted(ran) == list(range(6))  # each body once (the stopped ones finished theirs)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "2", True])
+def test_bad_prefetch_is_refused(app: tether.App, bad: Any) -> None:
+    with pytest.raises(ValueError, match="prefetch"):
+        app.worker(prefetch=bad)

@@ -346,3 +346,11 @@ def test_runs_a_claim_brings_after_stop_are_executed_not_stranded(tmp_path: Path
     assert len(late) == 2
     assert [app.get(i).status for i in [first, *late]] == ["completed"] * 3
     assert stats.completed == 3
+
+
+@pytest.mark.parametrize("bad", ["-1", "many", "1.5"])
+def test_tether_worker_refuses_a_bad_prefetch(tmp_path: Path, bad: str) -> None:
+    cli = [sys.executable, "-m", "tether.cli", "--db", str(tmp_path / "p.db"), "worker"]
+    out = subprocess.run([*cli, "--prefetch", bad], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "--prefetch" in out.stderr and "a number of runs >= 0 or auto" in out.stderr
