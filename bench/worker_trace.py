@@ -1,4 +1,7 @@
-"""Where a lone PostgreSQL worker's time goes: ``python bench/worker_trace.py [RUNS] [--lanes=N]``.
+"""Where a lone PostgreSQL worker's time goes.
+
+    python bench/worker_trace.py [RUNS] [--lanes=N] [--prefetch=N]
+
 
 One pinned worker of concurrency 8, in this process, executes RUNS queued runs of
 5 steps (the workload of ``bench/queues.py``) on a fresh schema of the ``test``
@@ -6,6 +9,9 @@ database (``TETHER_PG_URL`` overrides the server), and prints:
 
 - runs/s, the worker's CPU per run, and the server's CPU per run (every
   ``postgres`` process of this host, from ``/proc``);
+- the claims: statements that brought runs, runs per such claim, claims that found
+  none, and how many of the runs a slot took from those claimed ahead (``--prefetch``:
+  the worker's, default auto);
 - per group-commit lane: flushes, the share of the time a flush was in progress,
   the mean flush and the mean batch; and the mean flush by batch size;
 - what the lanes' server processes were doing, sampled from ``pg_stat_activity``
@@ -78,9 +84,30 @@ def sample_waits(db_url: str, stop: threading.Event, out: Counter[str]) -> None:
                 out[f"{kind}/{event}" if kind else "on CPU"] += 1
 
 
+def count_claims(app: Any, worker: Any) -> dict[str, Any]:
+    """Count the worker's claim statements (runs each brought) and the runs its threads
+    took from those claimed ahead, from now on."""
+    out: dict[str, Any] = {"sizes": [], "ready": 0}
+    claim_next, next_ready = app.store.claim_next, worker._next_ready
+
+    def claim(*args: Any, **kwargs: Any) -> Any:
+        got = claim_next(*args, **kwargs)
+        out["sizes"].append(len(got))
+        return got
+
+    def ready() -> Any:
+        got = next_ready()
+        out["ready"] += bool(got)
+        return got
+
+    app.store.claim_next, worker._next_ready = claim, ready
+    return out
+
+
 def main() -> None:
     runs = int(next((a for a in sys.argv[1:] if a.isdigit()), "2000"))
     lanes = next((int(a[8:]) for a in sys.argv[1:] if a.startswith("--lanes=")), None)
+    prefetch = next((int(a[11:]) for a in sys.argv[1:] if a.startswith("--prefetch=")), None)
     schema = f"trace_{secrets.token_hex(4)}"
     app, agent = open_app(f"{ADMIN_URL}?schema={schema}", lanes=lanes)
     try:
@@ -90,7 +117,8 @@ def main() -> None:
         waits: Counter[str] = Counter()
         stop = threading.Event()
         sampler = threading.Thread(target=sample_waits, args=(ADMIN_URL, stop, waits))
-        worker = app.worker(queues=[QUEUE], concurrency=8, cpu="auto")
+        worker = app.worker(queues=[QUEUE], concurrency=8, cpu="auto", prefetch=prefetch)
+        claims = count_claims(app, worker)
         server0, cpu0, t0 = server_cpu_seconds(), time.process_time(), time.perf_counter()
         sampler.start()
         stats = worker.run(until_idle=True)
@@ -104,11 +132,21 @@ def main() -> None:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     if stats.completed != runs:
         raise SystemExit(f"only {stats.completed} of {runs} runs completed: {stats.errors[:3]}")
-    print(f"{runs} runs of {STEPS} steps, 1 pinned worker × 8, lanes {lanes or 'auto'}")
+    ahead = "auto" if prefetch is None else prefetch
+    print(
+        f"{runs} runs of {STEPS} steps, 1 pinned worker × 8, lanes {lanes or 'auto'}, "
+        f"prefetch {ahead}"
+    )
     print(
         f"{runs / seconds:,.0f} runs/s; CPU per run: worker {cpu / runs * 1e3:.2f} ms, "
         f"server {server / runs * 1e3:.2f} ms ({server / seconds:.0%} of a core); "
         f"{len(flushes) / runs:.2f} commits per run"
+    )
+    full = [n for n in claims["sizes"] if n]
+    print(
+        f"claims: {len(full)} brought runs ({sum(full) / max(1, len(full)):.2f} per claim), "
+        f"{len(claims['sizes']) - len(full)} found none; "
+        f"{claims['ready']} of {runs} runs taken from those claimed ahead"
     )
     span = flushes[-1][1] - flushes[0][0]
     for lane in sorted({f[2] for f in flushes}):
