@@ -90,6 +90,11 @@ class QueueConfig:
     def limits(self) -> QueueLimits:
         return QueueLimits(self.name, self.concurrency, self.per_key, self.rate)
 
+    @property
+    def limited(self) -> bool:
+        """Whether any limit applies, across workers or in one."""
+        return self.worker_concurrency is not None or self.limits().limited
+
 
 @dataclass
 class WorkerStats:
@@ -261,7 +266,7 @@ class Worker:
             if self._stopping.is_set():
                 return None
             limits = self._limits()
-            free = self.concurrency + self._ahead(limits) - len(self._active) - self._reserved
+            free = self.concurrency + self._ahead() - len(self._active) - self._reserved
             if max_runs is not None:
                 free = min(free, max_runs - self.stats.claimed - self._reserved)
             if not limits or free <= 0:
@@ -281,10 +286,10 @@ class Worker:
                 self.stats.claimed += len(claims)
         return claims
 
-    def _ahead(self, limits: Sequence[QueueLimits]) -> int:
+    def _ahead(self) -> int:
         """Under ``_lock``: how many runs this worker may hold claimed ahead of its slots
-        (``prefetch``); none from queues with limits, where a held run would count."""
-        if any(q.concurrency or q.per_key or q.rate or q.room for q in limits):
+        (``prefetch``); none when a queue of it has limits, where a held run would count."""
+        if any(self.app.queue_config(name).limited for name in self.queues):
             return 0
         if self.prefetch is not None:
             return self.prefetch
@@ -332,7 +337,7 @@ class Worker:
             if not self._ready or self._stopping.is_set():
                 return None
             claimed = self._ready.popleft()
-            refill = len(self._ready) <= self._ahead(self._limits()) // 2
+            refill = len(self._ready) <= self._ahead() // 2
         if refill:
             self._wake.set()
         return [claimed]
@@ -348,7 +353,8 @@ class Worker:
         for record, lease in ready:
             try:
                 self.app.store.release(record.id, epoch=lease.epoch)
-                queues.add(record.queue or "default")
+                if record.queue:
+                    queues.add(record.queue)
             except Exception as e:  # its lease expires instead: another worker takes it then
                 log.warning("worker %s could not release run %s: %s", self.id, record.id, e)
         for queue in sorted(queues):
@@ -356,8 +362,9 @@ class Worker:
                 self.app.store.notify_work(queue)
 
     def _hand_off(self, claimed: tuple[RunRecord, Lease]) -> None:
-        """Give a claimed run to the pool, or execute it in this thread when the pool is
-        shutting down (a claim that was in flight when the worker stopped)."""
+        """Give a claimed run to the pool; hold it (claimed ahead) while every slot is
+        busy; or execute it in this thread when the pool is shutting down (a claim that
+        was in flight when the worker stopped)."""
         assert self._pool is not None
         with self._lock:  # every slot busy: it waits for one, claimed ahead
             if len(self._active) - len(self._ready) > self.concurrency:

@@ -78,6 +78,11 @@ class QueueLimits:
     rate: tuple[int, float] | None = None  # at most N claims per period (seconds)
     room: int | None = None  # at most this many from this queue in one claim (one worker's)
 
+    @property
+    def limited(self) -> bool:
+        """Whether the queue has limits across workers (claims must count running runs)."""
+        return self.concurrency is not None or self.per_key is not None or self.rate is not None
+
     def most(self, capacity: int) -> int:
         """How many runs one claim may take from this queue, with ``capacity`` left."""
         return capacity if self.room is None else min(capacity, self.room)

@@ -731,7 +731,7 @@ class PostgresStore:
         # Queues with limits are claimed under their lock, taken up front in one order (no
         # deadlock between workers listing queues in different orders); the others rely on
         # FOR UPDATE SKIP LOCKED alone.
-        keys = sorted({self._queue_key(q.name) for q in queues if _limited(q)})
+        keys = sorted({self._queue_key(q.name) for q in queues if q.limited})
         if not keys:
             return self._claim_fast(queues, owner, ttl, now, capacity)
         with self._borrow() as conn, conn.transaction():
@@ -1136,10 +1136,6 @@ def _lock_key(name: str) -> int:
     """An advisory-lock key for a name: its CRC-32 as a signed 32-bit int."""
     key = zlib.crc32(name.encode())
     return key - 2**32 if key >= 2**31 else key
-
-
-def _limited(q: QueueLimits) -> bool:
-    return q.concurrency is not None or q.per_key is not None or q.rate is not None
 
 
 def _constraint(e: psycopg.Error) -> str | None:
