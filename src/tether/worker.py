@@ -223,7 +223,9 @@ class Worker:
                 idle = not self._active and not self._reserved  # no run, no claim in flight
             if until_idle and idle and claimed == 0:
                 break
-            self.app.store.flush()  # runs' final events posted without waiting (no claim took them)
+            # runs' final events posted without waiting must not wait for a write that
+            # may not come while this worker sleeps (no claim took them)
+            self.app.store.flush(wait=False)
             self.app.store.wait_for_work(self.queues, self.poll, self._wake)
             self._wake.clear()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import psycopg
 import pytest
@@ -281,3 +282,42 @@ def test_a_worker_tells_its_store_how_many_live_workers_share_the_database(
         assert store._commits.active == 2
     finally:
         app.close()
+
+
+def test_flush_without_waiting_returns_while_a_batch_is_in_flight_and_the_post_commits(
+    pg_backend: Backend,
+) -> None:
+    """A worker's claiming loop calls flush(wait=False) before it sleeps: it must not
+    wait for the busy lane, and the append posted meanwhile is still committed, by the
+    busy lane's leader, with no further call."""
+    store = _store(pg_backend)
+    store.workers_sharing(2)  # one lane: the post finds it busy
+    for r in ("a", "b"):
+        _run(store, r)
+    entered, release = threading.Event(), threading.Event()
+    flush = store._commits._flush
+
+    def held(batch: list[Pending], lane: int) -> None:
+        entered.set()
+        assert release.wait(10)
+        flush(batch, lane)
+
+    store._commits._flush = held
+    leader = threading.Thread(
+        target=store.append, args=("a", [_event(0)]), kwargs=dict(expected_seq=0, epoch=1, now=NOW)
+    )
+    leader.start()
+    assert entered.wait(10)
+    store.append("b", [_event(0)], expected_seq=0, epoch=1, now=NOW, wait=False)
+    flusher = threading.Thread(target=store.flush, kwargs=dict(wait=False))
+    flusher.start()
+    flusher.join(5)
+    assert not flusher.is_alive()  # did not wait for the batch in flight
+    assert store.read_events("b") == []
+    release.set()
+    leader.join(10)
+    deadline = time.monotonic() + 10
+    while not store.read_events("b") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [e.seq for e in store.read_events("b")] == [1]  # the leader went on with it
+    store.close()

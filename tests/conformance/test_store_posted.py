@@ -3,6 +3,8 @@ backend; and how SQLite carries them in its next write transaction."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from _conformance import T0, Backend, ev, new_run, seqs
 
@@ -20,6 +22,18 @@ def test_a_posted_append_returns_its_last_seq_and_flush_commits_it(store: Store)
     assert got == 4
     store.flush()
     assert seqs(store) == [1, 2, 3, 4]
+
+
+def test_flush_without_waiting_leaves_no_posted_append_behind(store: Store) -> None:
+    """What a worker calls before it sleeps: the posted append is committed without any
+    later write (soon, not necessarily when the call returns)."""
+    new_run(store, events=2)
+    store.append("run-1", [ev(3)], expected_seq=2, epoch=1, now=T0, wait=False)
+    store.flush(wait=False)
+    deadline = time.monotonic() + 10
+    while seqs(store) != [1, 2, 3] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert seqs(store) == [1, 2, 3]
 
 
 def test_a_posted_transition_commits_with_its_events(store: Store) -> None:

@@ -286,8 +286,15 @@ class Store(Protocol):
         """
         ...
 
-    def flush(self) -> None:
-        """Commit the appends made with ``wait=False`` that are not committed yet."""
+    def flush(self, *, wait: bool = True) -> None:
+        """Commit the appends made with ``wait=False`` that are not committed yet.
+
+        ``wait=False``: only make sure that none of them waits for a later write to be
+        committed (a worker calls it before it sleeps, while its other runs still write);
+        it may return before the commit. A store whose posted appends are committed
+        without a later write (PostgreSQL's group commit flushes them at once, or with
+        the batch in flight) returns at once.
+        """
         ...
 
     def save_snapshot(self, snapshot: Snapshot) -> None:

@@ -542,9 +542,17 @@ class PostgresStore:
             f"write may or may not have been committed: reload the run and retry"
         )
 
-    def flush(self) -> None:
-        """Commit the appends posted without waiting (a worker run's final events)."""
-        self._commits.drain()
+    def flush(self, *, wait: bool = True) -> None:
+        """Commit the appends posted without waiting (a worker run's final events).
+
+        ``wait=False`` returns at once: a posted append never waits for a later write
+        here (GroupCommit.post: its poster flushes it when a lane is free, or the busy
+        lane's leader takes it next). Draining instead would hold the caller, a worker's
+        claiming loop, until every lane is free, and have it lead batches of the run
+        threads' appends; with one lane per worker that cost several workers 10-15% of
+        their runs/s (bench/README.md, item 18)."""
+        if wait:
+            self._commits.drain()
 
     def save_snapshot(self, snapshot: Snapshot) -> None:
         """Cache a folded state (a snapshot at a seq is always the same state)."""

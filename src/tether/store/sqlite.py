@@ -720,8 +720,10 @@ class SQLiteStore:
             _Q["insert_snapshot"], (snapshot.run_id, snapshot.seq, snapshot.data, snapshot.at)
         )
 
-    def flush(self) -> None:
-        """Commit the appends posted without waiting (a worker run's final events)."""
+    def flush(self, *, wait: bool = True) -> None:
+        """Commit the appends posted without waiting (a worker run's final events). They
+        wait for this process's next write transaction, so ``wait=False`` commits them
+        too."""
         if self._posted:
             with self._tx():
                 pass
