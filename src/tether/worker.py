@@ -55,8 +55,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tether.worker")
 # When a starting worker counts the live workers (seconds after it starts), so that it
-# sees the others that start with it; afterwards each heartbeat counts them.
-SHARING_COUNTS = (0.0, 0.5, 2.0)
+# sees the others that start with it (workers started together register within tens of
+# milliseconds; till it sees them, a PostgreSQL worker batches as a lone one, with more
+# commits); afterwards each heartbeat counts them.
+SHARING_COUNTS = (0.0, 0.05, 0.15, 0.5, 2.0)
 # prefetch=None claims ahead while this worker's runs take less than this on average
 # (seconds): a run claimed ahead then waits at most about this long for a slot.
 PREFETCH_BELOW = 0.05
