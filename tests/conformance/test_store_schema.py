@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import sqlite3
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
 import pytest
-from _conformance import PG_URL, T0, Backend, ev, new_run, seqs, with_schema
+from _conformance import PG_URL, Backend, new_run, seqs, with_schema
 
-from tether.errors import Conflict, NotATetherDatabase, SchemaTooNew, StoreError
+from tether.errors import NotATetherDatabase, SchemaTooNew, StoreError
 from tether.store import Store
 
 pytestmark = pytest.mark.conformance
@@ -89,82 +88,6 @@ def test_concurrent_openers_of_a_new_store_migrate_it_once(
     assert errors == [] and len(opened) == 6
     new_run(opened[0])
     assert seqs(opened[5]) == [1, 2]
-
-
-# -- SQLite: schema 8, events in append order ----------------------------------
-
-# The events table as schema 1 made it (up to schema 7): the key was the rowid.
-_EVENTS_BY_KEY = """CREATE TABLE events (
-    key    INTEGER PRIMARY KEY,
-    type   TEXT NOT NULL,
-    data   TEXT NOT NULL,
-    at     REAL NOT NULL,
-    actor  TEXT
-)"""
-
-
-def _back_to_schema_7(b: Backend) -> None:
-    """Rewrite the events table as schema 7 had it, rows in key order, and say so."""
-    with sqlite3.connect(b.url) as conn:
-        conn.execute("ALTER TABLE events RENAME TO events_8")
-        conn.execute(_EVENTS_BY_KEY)
-        conn.execute(
-            "INSERT INTO events (key, type, data, at, actor) "
-            "SELECT key, type, data, at, actor FROM events_8 ORDER BY key"
-        )
-        conn.execute("DROP TABLE events_8")
-        conn.execute("UPDATE tether_meta SET value = '7' WHERE key = 'schema_version'")
-
-
-def test_schema_8_moves_a_schema_7_log_intact_and_appends_go_on(sqlite_backend: Backend) -> None:
-    b = sqlite_backend
-    store = b.open()
-    new_run(store, "a", events=3)
-    new_run(store, "b", events=2)
-    store.append("a", [ev(4), ev(5)], expected_seq=3, epoch=1, now=T0)
-    before = {r: store.read_events(r) for r in ("a", "b")}
-    store.close()
-    _back_to_schema_7(b)
-    layout = b.sql("SELECT sql FROM sqlite_master WHERE name = 'events'")[0][0]
-    assert "key    INTEGER PRIMARY KEY" in layout
-
-    store = b.open()
-    assert store.schema_version() == 8  # type: ignore[attr-defined]
-    assert {r: store.read_events(r) for r in ("a", "b")} == before
-    # the rowid is the append order now; the old rows were copied in key order
-    keys = [k for (k,) in b.sql("SELECT key FROM events ORDER BY id")]
-    assert keys == sorted(keys) and len(keys) == 7
-    assert b.sql("SELECT sql FROM sqlite_master WHERE name = 'events_key'") == [
-        ("CREATE UNIQUE INDEX events_key ON events (key)",)
-    ]
-    store.append("b", [ev(3)], expected_seq=2, epoch=1, now=T0)
-    assert seqs(store, "b") == [1, 2, 3]
-    with pytest.raises(Conflict, match="seq 3 was already appended"):
-        store.append("b", [ev(3)], expected_seq=2, epoch=1, now=T0)
-    with pytest.raises(Conflict):  # a gap is refused as before: seq 9 follows no event
-        store.append("b", [ev(9)], expected_seq=8, epoch=1, now=T0)
-    assert seqs(store, "a") == [1, 2, 3, 4, 5] and seqs(store, "b") == [1, 2, 3]
-    assert store.delete_runs(["a"]) == 1
-    assert b.sql("SELECT COUNT(*) FROM events") == [(3,)]
-
-
-def test_appends_to_many_runs_write_at_the_end_of_the_events_table(
-    sqlite_backend: Backend,
-) -> None:
-    """What schema 8 is for: rows in append order, whichever run they belong to."""
-    store = sqlite_backend.open()
-    for r in ("a", "b", "c"):
-        new_run(store, r, events=1)
-    for seq in (2, 3):
-        for r in ("c", "a", "b"):
-            store.append(r, [ev(seq)], expected_seq=seq - 1, epoch=1, now=T0)
-    rows = sqlite_backend.sql(
-        "SELECT r.id, e.key - (r.rk << 32) FROM events AS e "
-        "JOIN runs AS r ON e.key >> 32 = r.rk ORDER BY e.id"
-    )
-    assert rows == [("a", 1), ("b", 1), ("c", 1)] + [
-        (r, seq) for seq in (2, 3) for r in ("c", "a", "b")
-    ]
 
 
 # -- SQLite: files that are not tether's ---------------------------------------

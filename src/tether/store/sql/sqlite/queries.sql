@@ -17,7 +17,7 @@ SELECT * FROM runs WHERE id = ?;
 
 -- name: append_event
 -- Append one event only while the writer's fencing token is current (0 rows: lease lost).
--- The log has no gaps: seq must follow an existing event (one probe of events_key).
+-- The log has no gaps: seq must follow an existing event (one rowid probe).
 INSERT INTO events (key, type, data, at, actor)
 SELECT (rk << 32) | :seq, :type, :data, :at, :actor FROM runs
 WHERE id = :id AND epoch = :epoch
@@ -29,7 +29,7 @@ INSERT INTO events (key, type, data, at, actor)
 SELECT (rk << 32) | :seq, :type, :data, :at, :actor FROM runs WHERE id = :id;
 
 -- name: read_events
--- A run's events with after < seq <= upto, in order (a range of events_key, schema 8).
+-- A run's events with after < seq <= upto, in order (a range of the events B-tree).
 SELECT :id, e.key - r.base, e.type, e.data, e.at, e.actor
 FROM (SELECT rk << 32 AS base FROM runs WHERE id = :id) AS r
 JOIN events AS e ON e.key > r.base + :after AND e.key <= r.base + :upto
@@ -159,7 +159,7 @@ UPDATE runs SET cancel_requested = ?, updated_at = ? WHERE id = ?;
 -- == retention (tether gc): each takes a JSON array of run ids ==
 
 -- name: delete_run_events
--- Retention: every event of one run (a range of events_key).
+-- Retention: every event of one run (a range of the events B-tree).
 DELETE FROM events
 WHERE key > (SELECT rk << 32 FROM runs WHERE id = :id)
   AND key < ((SELECT rk FROM runs WHERE id = :id) + 1) << 32;
