@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,3 +108,14 @@ def new_run(
 def seqs(store: Store, run_id: str = "run-1") -> list[int]:
     """The seqs of a run's log, in order."""
     return [e.seq for e in store.read_events(run_id)]
+
+
+def until(check: Callable[[], Any], seconds: float = 10.0) -> bool:
+    """Poll ``check()`` until it holds or ``seconds`` pass (another thread is doing the
+    work); whether it held. The caller asserts what it expects, for a useful message."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _conformance import Backend
+from _conformance import Backend, until
 
 import tether
 
@@ -200,16 +200,6 @@ def _held_by(app: tether.App, owner: str) -> list[str]:
     return [r.id for r in running if r.lease_owner == owner]
 
 
-def _until(check: Any, seconds: float = 10.0) -> None:
-    """Wait until ``check()`` holds (the worker's threads are doing the work)."""
-    import time
-
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-
-
 def test_a_worker_claims_ahead_only_while_its_runs_are_short(
     app: tether.App, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -239,10 +229,10 @@ def test_a_worker_claims_ahead_only_while_its_runs_are_short(
         thread = threading.Thread(target=w.run, kwargs={"install_signals": False})
         thread.start()
         try:
-            _until(lambda: all(app.get(i).status == "completed" for i in quick))
+            assert until(lambda: all(app.get(i).status == "completed" for i in quick))
             assert w.run_time is not None  # it measured its runs
             blocked = [app.start(gated, 100 + n, queue=queue) for n in range(8)]
-            _until(lambda: len(_held_by(app, w.id)) >= 2)
+            assert until(lambda: len(_held_by(app, w.id)) >= 2)
             time.sleep(0.3)  # room for any claim beyond the bound to land
             held = len(_held_by(app, w.id))
             queued = sum(app.store.get_run(i).status == "queued" for i in blocked)
@@ -285,7 +275,7 @@ def test_runs_claimed_ahead_are_released_when_the_worker_stops(app: tether.App) 
     w = app.worker(concurrency=2, prefetch=3, poll=0.02)
     thread = threading.Thread(target=w.run, kwargs={"install_signals": False})
     thread.start()
-    _until(lambda: len(_held_by(app, w.id)) >= 5 and len(ran) >= 2)
+    assert until(lambda: len(_held_by(app, w.id)) >= 5 and len(ran) >= 2)
     held = _held_by(app, w.id)
     assert len(held) == 5 and len(ran) == 2  # 2 executing, 3 claimed ahead
     w.stop()

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import psycopg
 import pytest
-from _conformance import PG_URL, Backend
+from _conformance import PG_URL, Backend, until
 
 import tether
 from tether.errors import Conflict, LeaseLost, StoreError
@@ -316,8 +315,6 @@ def test_flush_without_waiting_returns_while_a_batch_is_in_flight_and_the_post_c
     assert store.read_events("b") == []
     release.set()
     leader.join(10)
-    deadline = time.monotonic() + 10
-    while not store.read_events("b") and time.monotonic() < deadline:
-        time.sleep(0.01)
+    until(lambda: store.read_events("b"))
     assert [e.seq for e in store.read_events("b")] == [1]  # the leader went on with it
     store.close()

@@ -3,10 +3,8 @@ backend; and how SQLite carries them in its next write transaction."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
-from _conformance import T0, Backend, ev, new_run, seqs
+from _conformance import T0, Backend, ev, new_run, seqs, until
 
 from tether.errors import QueueFull
 from tether.store import NewRun, QueueLimits, Store, Transition
@@ -30,9 +28,7 @@ def test_flush_without_waiting_leaves_no_posted_append_behind(store: Store) -> N
     new_run(store, events=2)
     store.append("run-1", [ev(3)], expected_seq=2, epoch=1, now=T0, wait=False)
     store.flush(wait=False)
-    deadline = time.monotonic() + 10
-    while seqs(store) != [1, 2, 3] and time.monotonic() < deadline:
-        time.sleep(0.01)
+    until(lambda: seqs(store) == [1, 2, 3])
     assert seqs(store) == [1, 2, 3]
 
 
