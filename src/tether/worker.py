@@ -269,11 +269,13 @@ class Worker:
         with self._lock:
             if self._stopping.is_set():
                 return None
-            limits = self._limits()
             free = self.concurrency + self._ahead() - len(self._active) - self._reserved
             if max_runs is not None:
                 free = min(free, max_runs - self.stats.claimed - self._reserved)
-            if not limits or free <= 0:
+            if free <= 0:
+                return None
+            limits = self._limits()
+            if not limits:
                 return None
             self._reserved += free
         claims: list[tuple[RunRecord, Lease]] = []

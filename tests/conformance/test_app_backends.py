@@ -149,8 +149,8 @@ def test_a_workers_claims_stay_within_its_room_at_once_where_they_share_commits(
     ids = [app.start(quick, n) for n in range(40)]
     worker = app.worker(concurrency=4, prefetch=prefetch)
     lock = threading.Lock()
-    seen = {"claiming": 0, "peak_claiming": 0, "held": 0, "peak_held": 0, "running": 0}
-    seen["peak_running"] = 0
+    seen = dict.fromkeys(("claiming", "peak_claiming", "held", "peak_held"), 0)
+    seen |= dict.fromkeys(("running", "peak_running"), 0)
     claim_next, execute_claimed = app.store.claim_next, app.execute_claimed
 
     def slow_claim(*args: Any, **kwargs: Any) -> Any:
