@@ -54,11 +54,11 @@ if TYPE_CHECKING:
     from .app import App
 
 log = logging.getLogger("tether.worker")
-# When a starting worker counts the live workers (seconds after it starts), so that it
-# sees the others that start with it (workers started together register within tens of
-# milliseconds; till it sees them, a PostgreSQL worker batches as a lone one, with more
-# commits); afterwards each heartbeat counts them.
-SHARING_COUNTS = (0.0, 0.05, 0.15, 0.5, 2.0)
+# When a starting worker counts the live workers again (seconds after it starts; it counts
+# them first as it starts), so that it sees the others that start with it (workers
+# started together register within tens of milliseconds; till it sees them, a PostgreSQL
+# worker batches as a lone one, with more commits); afterwards each heartbeat counts them.
+SHARING_COUNTS = (0.05, 0.15, 0.5, 2.0)
 # prefetch=None claims ahead while this worker's runs take less than this on average
 # (seconds): a run claimed ahead then waits at most about this long for a slot.
 PREFETCH_BELOW = 0.05
@@ -170,6 +170,10 @@ class Worker:
         if install_signals and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, lambda *_: self.stop())
         self._register()
+        # a dead worker of this host gives its runs back before the first claim, not at
+        # this worker's first heartbeat: a worker started to replace it (with until_idle,
+        # which would find nothing claimable and exit) takes them at once
+        self._count_sharing(reap_dead_workers(self.app, exclude=self.id))
         beat = threading.Thread(target=self._heartbeat_loop, name="tether-worker-beat", daemon=True)
         beat.start()
         from concurrent.futures import ThreadPoolExecutor  # lazily: only workers need it

@@ -18,7 +18,8 @@ pytestmark = pytest.mark.acceptance
 
 WORKLOAD = """
 import os, time, tether
-app = tether.open(os.environ["TETHER_TEST_DB"], lease_ttl=3.0)
+ttl = float(os.environ.get("TETHER_TEST_TTL", "3"))
+app = tether.open(os.environ["TETHER_TEST_DB"], lease_ttl=ttl)
 
 def slow(i):
     with open(os.environ["TETHER_TEST_DB"] + ".steps", "a") as f:
@@ -42,10 +43,12 @@ def _cli(env: dict[str, str], app_ref: str, *args: str) -> subprocess.Popen[str]
     )
 
 
-def test_sigterm_finishes_the_step_releases_the_lease_and_requeues(tmp_path: Path) -> None:
+def _enqueue(tmp_path: Path, ttl: float = 3.0) -> tuple[str, dict[str, str], str, str]:
+    """The workload's module in ``tmp_path`` and one run of it queued: (db, env, app
+    reference, run id)."""
     (tmp_path / "work.py").write_text(WORKLOAD)
     db = str(tmp_path / "w.db")
-    env = {**os.environ, "TETHER_TEST_DB": db}
+    env = {**os.environ, "TETHER_TEST_DB": db, "TETHER_TEST_TTL": str(ttl)}
     ref = f"{tmp_path / 'work.py'}:app"
     setup = subprocess.run(
         [
@@ -60,14 +63,22 @@ def test_sigterm_finishes_the_step_releases_the_lease_and_requeues(tmp_path: Pat
         text=True,
         check=True,
     )
-    rid = setup.stdout.strip()
-    worker = _cli(env, ref, "worker", "--concurrency", "2")
-    steps = Path(db + ".steps")
+    return db, env, ref, setup.stdout.strip()
+
+
+def _until_started(steps: Path, n: int) -> None:
     deadline = time.monotonic() + 20
     while (
-        not steps.exists() or steps.read_text().count("start") < 3
+        not steps.exists() or steps.read_text().count("start") < n
     ) and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+def test_sigterm_finishes_the_step_releases_the_lease_and_requeues(tmp_path: Path) -> None:
+    db, env, ref, rid = _enqueue(tmp_path)
+    worker = _cli(env, ref, "worker", "--concurrency", "2")
+    steps = Path(db + ".steps")
+    _until_started(steps, 3)
 
     listed = subprocess.run(
         [sys.executable, "-m", "tether.cli", "--db", db, "workers", "--json"],
@@ -95,3 +106,31 @@ def test_sigterm_finishes_the_step_releases_the_lease_and_requeues(tmp_path: Pat
     with tether.open(db) as app:
         assert app.get(rid).output == sum(range(8))
     assert steps.read_text().count("start") == 8  # no step ran twice
+
+
+def test_a_worker_started_after_a_sigkill_takes_the_dead_workers_run_at_once(
+    tmp_path: Path,
+) -> None:
+    """The lease would hold for a minute; a worker on the same host sees that its
+    holder's process is gone before its first claim, so even `--until-idle` (which exits
+    when nothing is claimable) resumes the run instead of leaving it to the expiry."""
+    db, env, ref, rid = _enqueue(tmp_path, ttl=60.0)
+    worker = _cli(env, ref, "worker")
+    steps = Path(db + ".steps")
+    _until_started(steps, 3)  # steps 0 and 1 are committed, step 2 is in progress
+    worker.kill()
+    worker.communicate(timeout=20)
+    with tether.open(db) as app:
+        held = app.store.get_run(rid)
+        assert held.status == "running" and held.lease_expires > app.clock.now() + 30
+
+    again = _cli(env, ref, "worker", "--until-idle")
+    out, err = again.communicate(timeout=30)
+    assert again.returncode == 0, err
+    assert "claimed 1, completed 1" in out
+    with tether.open(db) as app:
+        assert app.get(rid).output == sum(range(8))
+        assert [w.pid for w in app.store.list_workers()] == []
+    started = steps.read_text().split("\n")
+    assert started.count("start 0") == started.count("start 1") == 1  # committed: not again
+    assert {f"start {i}" for i in range(8)} <= set(started)
