@@ -9,6 +9,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO, TypeVar, overload
@@ -43,7 +44,7 @@ from .store import (
     Store,
     Transition,
 )
-from .worker import QueueConfig, Worker
+from .worker import CANCEL_POLL, QueueConfig, Worker
 
 log = logging.getLogger("tether")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -689,7 +690,10 @@ class App:
             self._active.pop(journal.run_id, None)
 
     def _cancel_inside(self, journal: Journal, c: Cancelling) -> RunHandle:
-        """A cancel requested while the run executed here: compensate if asked, then end."""
+        """A cancel requested while the run executed here: compensate if asked, then end.
+        The request is delivered again until the run ends (each heartbeat, each look for
+        cancels): out of ``_active``, the compensation is not interrupted by it."""
+        self._active.pop(journal.run_id, None)
         journal.interrupted = None
         ctx = {"type": "cancelled", "message": "cancel requested", "by": None}
         return self._cancel_with(journal, ctx, c.compensate)
@@ -956,14 +960,25 @@ class _Heartbeat(threading.Thread):
         self._stop_event = threading.Event()
 
     def run(self) -> None:
-        interval = max(0.05, self.app.lease_ttl / 3)
-        while not self._stop_event.wait(interval):
+        """As a worker's heartbeat (Worker._heartbeat_loop): beat every third of the ttl
+        and, while runs execute here, look for cancel requests every second between."""
+        app = self.app
+        interval = max(0.05, app.lease_ttl / 3)
+        tick = min(interval, CANCEL_POLL)
+        beat_at = time.monotonic() + interval
+        while not self._stop_event.wait(tick):
             try:
-                _, cancels = self.app.store.worker_heartbeat(
-                    self.app.owner, ttl=self.app.lease_ttl, now=self.app.clock.now()
-                )
+                if time.monotonic() >= beat_at - tick / 2:
+                    beat_at = time.monotonic() + interval
+                    _, cancels = app.store.worker_heartbeat(
+                        app.owner, ttl=app.lease_ttl, now=app.clock.now()
+                    )
+                elif app._active:
+                    cancels = app.store.cancel_requests(app.owner)
+                else:
+                    continue
                 for run_id, flag in cancels.items():
-                    self.app.interrupt(run_id, Cancelling(compensate=flag == 2))
+                    app.interrupt(run_id, Cancelling(compensate=flag == 2))
             except Exception as e:  # a missed beat is not fatal; the next one retries
                 log.warning("tether heartbeat failed: %s", e)
 

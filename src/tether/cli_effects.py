@@ -8,6 +8,7 @@ from typing import Any
 
 from . import codec
 from .cli import Command, CommandError, Context, Subparsers, add_command, report_handle, when
+from .worker import CANCEL_POLL
 
 
 def _decision_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,15 +18,30 @@ def _decision_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reason", help="why, kept in the run's log")
 
 
+def _goes_on(app: Any, run_id: str) -> str:
+    """Who resumes a run a decision woke: a worker of its queue, or `tether resume`."""
+    record = app.store.get_run(run_id)
+    if record.status != "queued":
+        return f"it is {record.status}"
+    if record.queue is not None:
+        return f"a worker of queue {record.queue!r} resumes it"
+    return f"`tether resume {run_id}` goes on"
+
+
 def _approve(args: argparse.Namespace, ctx: Context) -> int:
-    ctx.app().approve(args.run, args.name, by=args.by, reason=args.reason)
-    ctx.print(f"approved {args.name!r} on run {args.run}; `tether resume {args.run}` goes on")
+    app = ctx.app()
+    app.approve(args.run, args.name, by=args.by, reason=args.reason)
+    ctx.print(f"approved {args.name!r} on run {args.run}; {_goes_on(app, args.run)}")
     return 0
 
 
 def _deny(args: argparse.Namespace, ctx: Context) -> int:
-    ctx.app().deny(args.run, args.name, by=args.by, reason=args.reason)
-    ctx.print(f"denied {args.name!r} on run {args.run}; resuming raises ApprovalDenied in it")
+    app = ctx.app()
+    app.deny(args.run, args.name, by=args.by, reason=args.reason)
+    ctx.print(
+        f"denied {args.name!r} on run {args.run}; {_goes_on(app, args.run)}, and "
+        f"ApprovalDenied is raised in it"
+    )
     return 0
 
 
@@ -46,8 +62,11 @@ def _signal_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _signal(args: argparse.Namespace, ctx: Context) -> int:
-    woke = ctx.app().signal(args.run, args.name, _payload(args.payload), sender=args.sender)
-    state = "the run was waiting for it and is now resumable" if woke else "kept for its wait"
+    app = ctx.app()
+    woke = app.signal(args.run, args.name, _payload(args.payload), sender=args.sender)
+    state = "kept for its wait"
+    if woke:
+        state = f"the run was waiting for it; {_goes_on(app, args.run)}"
     ctx.print(f"signal {args.name!r} sent to run {args.run}: {state}")
     return 0
 
@@ -66,9 +85,10 @@ def _resolve_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _resolve(args: argparse.Namespace, ctx: Context) -> int:
-    ctx.app().resolve(args.run, happened=args.happened, by=args.by, result=_payload(args.result))
+    app = ctx.app()
+    app.resolve(args.run, happened=args.happened, by=args.by, result=_payload(args.result))
     verdict = "happened" if args.happened else "did not happen (it will be called again)"
-    ctx.print(f"run {args.run}: the call in doubt {verdict}; `tether resume {args.run}` goes on")
+    ctx.print(f"run {args.run}: the call in doubt {verdict}; {_goes_on(app, args.run)}")
     return 0
 
 
@@ -86,6 +106,15 @@ def _cancel_arguments(parser: argparse.ArgumentParser) -> None:
 def _cancel(args: argparse.Namespace, ctx: Context) -> int:
     app = ctx.app()
     handle = app.cancel(args.run, compensate=args.compensate, by=args.by, reason=args.reason)
+    if handle.status == "running":  # executing in another process: a request
+        holder = app.store.get_run(args.run).lease_owner or "another process"
+        undo = ", after undoing its completed write tools" if args.compensate else ""
+        ctx.print(
+            f"run {args.run} is executing in {holder}: asked to cancel. It stops at its next "
+            f"step (that process looks every {CANCEL_POLL:g} s) and ends cancelled{undo}; a "
+            f"run that finishes first stays finished (`tether show {args.run}` tells)."
+        )
+        return 0
     report_handle(ctx, app, handle)
     return 0
 

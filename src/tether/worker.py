@@ -59,6 +59,9 @@ log = logging.getLogger("tether.worker")
 # started together register within tens of milliseconds; till it sees them, a PostgreSQL
 # worker batches as a lone one, with more commits); afterwards each heartbeat counts them.
 SHARING_COUNTS = (0.05, 0.15, 0.5, 2.0)
+# seconds between looks for cancel requests while runs execute here (a read of the leased
+# runs, between heartbeats: those come every third of the lease's ttl and bring them too)
+CANCEL_POLL = 1.0
 # prefetch=None claims ahead while this worker's runs take less than this on average
 # (seconds): a run claimed ahead then waits at most about this long for a slot.
 PREFETCH_BELOW = 0.05
@@ -424,20 +427,33 @@ class Worker:
     # -- heartbeat --------------------------------------------------------
 
     def _heartbeat_loop(self) -> None:
+        """Beat every third of the lease's ttl; between beats, while runs execute, look
+        for cancel requests every CANCEL_POLL seconds (a read), so that `tether cancel`
+        stops a run at its next step within about a second, not a third of the ttl."""
         interval = max(0.02, self.app.lease_ttl / 3)
-        while not self._stopping.wait(interval):
+        tick = min(interval, CANCEL_POLL)
+        beat_at = time.monotonic() + interval
+        while not self._stopping.wait(tick):
             try:
-                self._beat()
+                if time.monotonic() >= beat_at - tick / 2:
+                    beat_at = time.monotonic() + interval
+                    self._beat()
+                elif self._active:
+                    self._cancel(self.app.store.cancel_requests(self.id))
             except Exception as e:  # a missed beat is not fatal; the next one retries
                 log.warning("worker %s heartbeat failed: %s", self.id, e)
+
+    def _cancel(self, requests: dict[str, int]) -> None:
+        """Stop the runs asked to cancel at their next step (2: compensate first)."""
+        for run_id, flag in requests.items():
+            self.app.interrupt(run_id, Cancelling(compensate=flag == 2))
 
     def _beat(self) -> None:
         store, now = self.app.store, self.app.clock.now()
         stop, cancels = store.worker_heartbeat(self.id, ttl=self.app.lease_ttl, now=now)
         if stop:
             self.stop()
-        for run_id, flag in cancels.items():
-            self.app.interrupt(run_id, Cancelling(compensate=flag == 2))
+        self._cancel(cancels)
         self._count_sharing(reap_dead_workers(self.app, exclude=self.id))
 
 

@@ -69,6 +69,7 @@ def test_request_exit_approve_elsewhere_resume_effect(flow: Flow) -> None:
 
     ok = flow.cli("approve", rid, "send_refund", "--by", "alice", "--reason", "checked")
     assert ok.returncode == 0, ok.stderr
+    assert f"approved 'send_refund' on run {rid}; `tether resume {rid}` goes on" in ok.stdout
     assert flow.state(rid).status == "queued"
     resumed = flow.cli("resume", rid)
     assert resumed.returncode == 0, resumed.stderr

@@ -97,6 +97,18 @@ def test_request_cancel_flags_the_run(store: Store) -> None:
         store.request_cancel("ghost", compensate=False, now=T0)
 
 
+def test_cancel_requests_are_the_owners_leased_runs_asked_to_cancel(store: Store) -> None:
+    for run_id, owner in (("a", "w1"), ("b", "w1"), ("c", "w2"), ("d", "w1")):
+        new_run(store, run_id, owner=owner)
+    assert store.cancel_requests("w1") == {}
+    store.request_cancel("a", compensate=False, now=T0 + 1)
+    store.request_cancel("b", compensate=True, now=T0 + 1)
+    store.request_cancel("c", compensate=False, now=T0 + 1)
+    assert store.cancel_requests("w1") == {"a": 1, "b": 2}
+    assert store.cancel_requests("w2") == {"c": 1}
+    assert store.cancel_requests("nobody") == {}
+
+
 def test_delete_runs_takes_everything_of_the_runs_but_the_audit(store: Store) -> None:
     for run_id in ("a", "b"):
         new_run(store, run_id)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 import tether
 from tether import events as ev
 from tether.store import QueueLimits, WorkerRecord
+from tether.worker import CANCEL_POLL
 
 pytestmark = pytest.mark.integration
 
@@ -213,6 +215,99 @@ def test_cancel_a_run_executing_elsewhere_stops_it_at_its_next_step(tmp_path: Pa
     assert state.status == "cancelled"
     assert seen == [0, 1]  # step 1 finished and was recorded; step 2 never started
     assert state.committed == 2
+
+
+def _until(condition: object, seconds: float) -> bool:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():  # type: ignore[operator]
+            return True
+        time.sleep(0.01)
+    return False
+
+
+@pytest.mark.parametrize("executor", ["worker", "app.run"])
+def test_a_cancel_reaches_a_run_executing_elsewhere_between_heartbeats(
+    tmp_path: Path, executor: str
+) -> None:
+    """The lease's ttl is a minute (a heartbeat every 20 s); the executing process looks
+    for cancel requests every second between beats, so the run stops at its next step
+    after about a second. With compensate, the undo runs to its end even though the
+    request keeps being delivered until the run ends."""
+    import threading
+
+    app = tether.open(str(tmp_path / "c.db"), lease_ttl=60)
+    gate = threading.Event()
+    seen: list[int] = []
+    undone: list[int] = []
+
+    def undo(result: object, i: int, *, idempotency_key: str) -> None:
+        threading.Event().wait(1.5 * CANCEL_POLL)  # polls happen meanwhile
+        undone.append(i)
+
+    @app.tool(risk="write", compensate=undo)
+    def write(i: int, *, idempotency_key: str) -> int:
+        seen.append(i)
+        if i == 1:
+            gate.wait(10)
+        return i
+
+    @app.agent
+    def long(run: tether.Run) -> int:
+        return sum(run.tool(write, i) for i in range(10))
+
+    if executor == "worker":
+        app.start(long)
+        target = partial(app.worker().run, until_idle=True, install_signals=False)
+    else:
+        target = partial(app.run, long)
+    t = threading.Thread(target=target)
+    t.start()
+    assert _until(lambda: len(seen) == 2, 10)
+    (rid,) = app._active
+    if executor == "worker":  # through the CLI, in another process
+        cli = [sys.executable, "-m", "tether.cli", "--db", str(tmp_path / "c.db")]
+        said = subprocess.run(
+            [*cli, "cancel", rid, "--compensate"], capture_output=True, text=True, timeout=60
+        )
+        assert said.returncode == 0, said.stderr
+        assert f"run {rid} is executing in worker:" in said.stdout
+        assert "asked to cancel" in said.stdout and "after undoing" in said.stdout
+    else:
+        other = tether.open(str(tmp_path / "c.db"))
+        assert other.cancel(rid, compensate=True, by="ops").status == "running"
+    journal = app._active[rid]
+    assert _until(lambda: journal.interrupted is not None, 5 * CANCEL_POLL)
+    gate.set()
+    t.join(20)
+    state = app.get(rid)
+    assert state.status == "cancelled"
+    assert seen == [0, 1]  # step 1 finished and was recorded; step 2 never started
+    assert undone == [1, 0]  # both undone, newest first, though the request came again
+
+
+def test_deciding_a_queued_runs_approval_says_a_worker_resumes_it(tmp_path: Path) -> None:
+    db = str(tmp_path / "d.db")
+    app = tether.open(db)
+
+    @app.agent
+    def gated(run: tether.Run) -> str:
+        run.approve("ship", approvers=["ops"])
+        return "shipped"
+
+    rid = app.start(gated, queue="deploys")
+    app.worker(queues=["deploys"]).run(until_idle=True, install_signals=False)
+    assert app.get(rid).status == "waiting"
+    cli = [sys.executable, "-m", "tether.cli", "--db", db, "approve", rid, "ship", "--by", "ops"]
+    said = subprocess.run(cli, capture_output=True, text=True, timeout=60)
+    assert said.returncode == 0, said.stderr
+    assert said.stdout.strip() == (
+        f"approved 'ship' on run {rid}; a worker of queue 'deploys' resumes it"
+    )
+    app.worker(queues=["deploys"]).run(until_idle=True, install_signals=False)
+    assert app.get(rid).output == "shipped"
 
 
 def test_tether_workers_shows_each_workers_runs(tmp_path: Path) -> None:

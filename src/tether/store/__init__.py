@@ -416,6 +416,11 @@ class Store(Protocol):
         whether it was asked to stop, and its runs asked to cancel (run id -> 1 or 2)."""
         ...
 
+    def cancel_requests(self, owner: str) -> dict[str, int]:
+        """The runs leased by ``owner`` that were asked to cancel (run id -> 1, or 2 to
+        compensate first); a read, between heartbeats."""
+        ...
+
     def list_workers(self) -> list[WorkerRecord]:
         """Registered workers, newest heartbeat first."""
         ...

@@ -843,6 +843,11 @@ class PostgresStore:
         cancels = {run_id: int(flag) for _, run_id, flag in rows if run_id is not None}
         return bool(rows[0][0]), cancels
 
+    def cancel_requests(self, owner: str) -> dict[str, int]:
+        with self._borrow() as conn:
+            rows = conn.execute(_Q["cancel_requests"], (owner,)).fetchall()
+        return {run_id: int(flag) for run_id, flag in rows}
+
     def list_workers(self) -> list[WorkerRecord]:
         with self._borrow() as conn:
             rows = conn.execute(_Q["list_workers"]).fetchall()

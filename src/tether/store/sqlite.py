@@ -989,8 +989,15 @@ class SQLiteStore:
         with self._tx() as conn:
             conn.execute(_Q["renew"], (now + ttl, worker_id))
             row = conn.execute(_Q["worker_beat"], (now, worker_id)).fetchone()
-            cancels = {r[0]: int(r[1]) for r in conn.execute(_Q["cancel_requests"], (worker_id,))}
+            cancels = self._cancel_requests(conn, worker_id)
         return bool(row and row[0]), cancels
+
+    def cancel_requests(self, owner: str) -> dict[str, int]:
+        return self._cancel_requests(self._conn(), owner)
+
+    @staticmethod
+    def _cancel_requests(conn: sqlite3.Connection, owner: str) -> dict[str, int]:
+        return {r[0]: int(r[1]) for r in conn.execute(_Q["cancel_requests"], (owner,))}
 
     def list_workers(self) -> list[WorkerRecord]:
         rows = self._conn().execute(_Q["list_workers"]).fetchall()

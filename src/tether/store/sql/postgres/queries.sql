@@ -498,6 +498,10 @@ WITH renewed AS (
 SELECT (SELECT stopping FROM beat), renewed.id, renewed.cancel_requested
 FROM (SELECT 1) AS one LEFT JOIN renewed ON renewed.cancel_requested > 0;
 
+-- name: cancel_requests
+-- This owner's runs that were asked to cancel (read from the partial index of leased runs).
+SELECT id, cancel_requested FROM runs WHERE lease_owner = %s::text AND cancel_requested > 0;
+
 -- name: list_workers
 -- Every registered worker, newest heartbeat first.
 SELECT id, host, pid, queues, concurrency, started_at, heartbeat_at, stopping FROM workers
