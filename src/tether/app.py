@@ -9,7 +9,6 @@ import logging
 import os
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO, TypeVar, overload
@@ -44,7 +43,7 @@ from .store import (
     Store,
     Transition,
 )
-from .worker import CANCEL_POLL, QueueConfig, Worker
+from .worker import QueueConfig, Worker, heartbeat
 
 log = logging.getLogger("tether")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -300,6 +299,11 @@ class App:
         return Worker(
             self, queues=queues, concurrency=concurrency, poll=poll, cpu=cpu, prefetch=prefetch
         )
+
+    def executing(self, owner: str) -> bool:
+        """Whether this process executes a run under a lease of ``owner`` (this app's
+        ``owner``, or a worker's id)."""
+        return any(j.lease.owner == owner for j in list(self._active.values()))
 
     def interrupt(self, run_id: str, exc: BaseException) -> bool:
         """Stop a run executing in this process at its next position (``exc`` is raised
@@ -960,27 +964,13 @@ class _Heartbeat(threading.Thread):
         self._stop_event = threading.Event()
 
     def run(self) -> None:
-        """As a worker's heartbeat (Worker._heartbeat_loop): beat every third of the ttl
-        and, while runs execute here, look for cancel requests every second between."""
         app = self.app
         interval = max(0.05, app.lease_ttl / 3)
-        tick = min(interval, CANCEL_POLL)
-        beat_at = time.monotonic() + interval
-        while not self._stop_event.wait(tick):
-            try:
-                if time.monotonic() >= beat_at - tick / 2:
-                    beat_at = time.monotonic() + interval
-                    _, cancels = app.store.worker_heartbeat(
-                        app.owner, ttl=app.lease_ttl, now=app.clock.now()
-                    )
-                elif app._active:
-                    cancels = app.store.cancel_requests(app.owner)
-                else:
-                    continue
-                for run_id, flag in cancels.items():
-                    app.interrupt(run_id, Cancelling(compensate=flag == 2))
-            except Exception as e:  # a missed beat is not fatal; the next one retries
-                log.warning("tether heartbeat failed: %s", e)
+        heartbeat(app, app.owner, self._stop_event, interval, self._beat)
+
+    def _beat(self) -> dict[str, int]:
+        app = self.app
+        return app.store.worker_heartbeat(app.owner, ttl=app.lease_ttl, now=app.clock.now())[1]
 
     def stop(self) -> None:
         self._stop_event.set()

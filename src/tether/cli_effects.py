@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from . import codec
+from .app import App
 from .cli import Command, CommandError, Context, Subparsers, add_command, report_handle, when
 from .worker import CANCEL_POLL
 
@@ -18,7 +19,7 @@ def _decision_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reason", help="why, kept in the run's log")
 
 
-def _goes_on(app: Any, run_id: str) -> str:
+def _goes_on(app: App, run_id: str) -> str:
     """Who resumes a run a decision woke: a worker of its queue, or `tether resume`."""
     record = app.store.get_run(run_id)
     if record.status != "queued":

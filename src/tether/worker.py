@@ -37,7 +37,7 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -427,34 +427,45 @@ class Worker:
     # -- heartbeat --------------------------------------------------------
 
     def _heartbeat_loop(self) -> None:
-        """Beat every third of the lease's ttl; between beats, while runs execute, look
-        for cancel requests every CANCEL_POLL seconds (a read), so that `tether cancel`
-        stops a run at its next step within about a second, not a third of the ttl."""
         interval = max(0.02, self.app.lease_ttl / 3)
-        tick = min(interval, CANCEL_POLL)
-        beat_at = time.monotonic() + interval
-        while not self._stopping.wait(tick):
-            try:
-                if time.monotonic() >= beat_at - tick / 2:
-                    beat_at = time.monotonic() + interval
-                    self._beat()
-                elif self._active:
-                    self._cancel(self.app.store.cancel_requests(self.id))
-            except Exception as e:  # a missed beat is not fatal; the next one retries
-                log.warning("worker %s heartbeat failed: %s", self.id, e)
+        heartbeat(self.app, self.id, self._stopping, interval, self._beat)
 
-    def _cancel(self, requests: dict[str, int]) -> None:
-        """Stop the runs asked to cancel at their next step (2: compensate first)."""
-        for run_id, flag in requests.items():
-            self.app.interrupt(run_id, Cancelling(compensate=flag == 2))
-
-    def _beat(self) -> None:
+    def _beat(self) -> dict[str, int]:
         store, now = self.app.store, self.app.clock.now()
         stop, cancels = store.worker_heartbeat(self.id, ttl=self.app.lease_ttl, now=now)
         if stop:
             self.stop()
-        self._cancel(cancels)
         self._count_sharing(reap_dead_workers(self.app, exclude=self.id))
+        return cancels
+
+
+def heartbeat(
+    app: App,
+    owner: str,
+    stopping: threading.Event,
+    interval: float,
+    beat: Callable[[], dict[str, int]],
+) -> None:
+    """Until ``stopping`` is set: ``beat()`` every ``interval`` seconds (it extends
+    ``owner``'s leases and returns its runs asked to cancel) and, between beats while
+    ``owner`` executes runs in this process, read those requests every CANCEL_POLL
+    seconds, so that `tether cancel` stops a run at its next step within about a second,
+    not a third of the lease's ttl. A failure is logged; the next call retries."""
+    tick = min(interval, CANCEL_POLL)
+    beat_at = time.monotonic() + interval
+    while not stopping.wait(tick):
+        try:
+            if time.monotonic() >= beat_at - tick / 2:
+                beat_at = time.monotonic() + interval
+                cancels = beat()
+            elif app.executing(owner):
+                cancels = app.store.cancel_requests(owner)
+            else:
+                continue
+            for run_id, flag in cancels.items():
+                app.interrupt(run_id, Cancelling(compensate=flag == 2))
+        except Exception as e:  # a missed beat is not fatal; the next one retries
+            log.warning("%s: heartbeat failed: %s", owner, e)
 
 
 def reap_dead_workers(app: App, *, exclude: str | None = None) -> list[WorkerRecord]:
