@@ -400,14 +400,39 @@ class App:
             return prepared
         return await self._aexecute(*prepared)
 
-    def retry_run(self, run_id: str) -> RunHandle:
-        """Execute a failed run again from its failed step (completed steps are reused)."""
+    def retry_run(self, run_id: str, *, in_queue: bool = False) -> RunHandle:
+        """Execute a failed run again from its failed step (completed steps are reused).
+
+        ``in_queue``: do not execute it here; put it back in the queue it was started in
+        (``app.start``), where a worker of that queue retries it. Returns at once, with
+        status ``queued``. The log records who asked (``run.suspended``, reason ``retry
+        requested``).
+        """
+        if in_queue:
+            return self._requeue(run_id)
         prepared = self._prepare_resume(run_id, retry=True)
         if isinstance(prepared, RunHandle):
             return prepared
         if prepared[1].compensating is not None:
             return self._end_compensation(prepared[1])
         return self._execute(*prepared)
+
+    def _requeue(self, run_id: str) -> RunHandle:
+        record = self.store.get_run(run_id)
+        if record.status != "failed":
+            raise InvalidState(
+                f"run {run_id} is {record.status}, not failed; only failed runs can be retried"
+            )
+        if record.queue is None:
+            raise InvalidState(
+                f"run {run_id} was not started in a queue (it ran through app.run), so no "
+                f"worker would take it; retry it in this process: `tether retry {run_id} --here`"
+            )
+        state = self.load(run_id)
+        self._check_retryable(state)
+        data = {"reason": "retry requested", "status": "queued", "queue": record.queue}
+        waits.append_outside(self, state, ev.RUN_SUSPENDED, data)
+        return RunHandle(run_id, "queued", None, dict(state.failure or {}) or None)
 
     def _create(
         self,

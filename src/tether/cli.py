@@ -575,9 +575,26 @@ def _resume(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
+def _retry_arguments(parser: argparse.ArgumentParser) -> None:
+    _run_arguments(parser)
+    parser.add_argument(
+        "--here",
+        action="store_true",
+        help="execute it in this process even if it was started in a queue",
+    )
+
+
 def _retry(args: argparse.Namespace, ctx: Context) -> int:
     app = ctx.app()
-    report_handle(ctx, app, app.retry_run(args.run))
+    queue = app.store.get_run(args.run).queue
+    if queue is None or args.here:
+        report_handle(ctx, app, app.retry_run(args.run))
+        return 0
+    handle = app.retry_run(args.run, in_queue=True)
+    ctx.print(
+        f"run {handle.id} is queued again in {queue!r}: a worker of that queue retries it "
+        f"from its failed step (`tether retry {handle.id} --here` executes it in this process)"
+    )
     return 0
 
 
@@ -646,9 +663,11 @@ COMMANDS = (
     Command(
         "retry",
         "execute a failed run again from its failed step",
-        _run_arguments,
+        _retry_arguments,
         _retry,
-        "Executes a failed run again; its committed steps are reused from the journal.",
+        "Executes a failed run again; its committed steps are reused from the journal. A run "
+        "started in a queue (app.start) goes back to that queue, where a worker retries it; "
+        "--here executes it in this process instead.",
     ),
 )
 

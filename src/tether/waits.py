@@ -180,7 +180,7 @@ def decide(
     assert step is not None
     data = {"pos": step.position, "name": name, "approved": approved, "by": by, "reason": reason}
     try:
-        _append_outside(app, state, ev.APPROVAL_DECIDED, data)
+        append_outside(app, state, ev.APPROVAL_DECIDED, data)
     except Conflict:
         _refuse(
             app,
@@ -225,26 +225,32 @@ def _refuse(app: App, run_id: str, action: str, why: str, **detail: Any) -> None
     raise DecisionRefused(f"{why}. The refusal is recorded in the run's audit log.")
 
 
-def _append_outside(
+def append_outside(
     app: App,
     state: RunState,
     type_: str,
     data: dict[str, Any],
     writes: Sequence[EffectWrite] = (),
 ) -> None:
-    """Append to a waiting run from outside: claim its lease, append, make it queued."""
+    """Append to a run no process executes, from outside: claim its lease, append, make it
+    queued (and wake its queue's workers). For a waiting run's decision, and a retry put back
+    in its queue (``App.retry_run(in_queue=True)``)."""
     now = app.clock.now()
     lease = app.store.claim(state.run_id, owner=app.owner, ttl=app.lease_ttl, now=now)
     event = ev.new(type_, data, now, data.get("by") or app.owner)
-    app.store.append(
-        state.run_id,
-        [event],
-        expected_seq=state.seq,
-        epoch=lease.epoch,
-        transition=Transition("queued", release=True, available_at=now),
-        writes=writes,
-        now=now,
-    )
+    try:
+        app.store.append(
+            state.run_id,
+            [event],
+            expected_seq=state.seq,
+            epoch=lease.epoch,
+            transition=Transition("queued", release=True, available_at=now),
+            writes=writes,
+            now=now,
+        )
+    except BaseException:
+        app.store.release(state.run_id, epoch=lease.epoch)  # a worker need not wait for expiry
+        raise
     queue = app.store.get_run(state.run_id).queue
     if queue:
         app.store.notify_work(queue)  # the run is queued again: a worker resumes it now
@@ -288,7 +294,7 @@ def resolve(app: App, run_id: str, *, happened: bool, by: str, result: Any = Non
         else []
     )
     try:
-        _append_outside(app, state, ev.TOOL_RESOLVED, data, writes)
+        append_outside(app, state, ev.TOOL_RESOLVED, data, writes)
     except Conflict:
         _refuse(
             app,

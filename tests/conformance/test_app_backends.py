@@ -129,6 +129,56 @@ def test_a_worker_executes_queued_runs(app: tether.App) -> None:
     assert [app.get(i).output for i in ids] == [n * n for n in range(6)]
 
 
+def test_a_failed_queued_run_retried_in_its_queue_is_retried_by_a_worker(
+    app: tether.App,
+) -> None:
+    calls: list[str] = []
+    broken = [True]
+
+    def charge(n: int) -> str:
+        calls.append(f"charge {n}")
+        if broken[0]:
+            raise ConnectionError("payments API down")
+        return f"charged {n}"
+
+    @app.agent
+    def bill(run: tether.Run, n: int) -> list[str]:
+        return [run.step("quote", lambda: f"quote {n}"), run.step("charge", charge, n)]
+
+    rid = app.start(bill, 7, queue="billing")
+    app.worker(queues=["billing"], poll=0.05).run(until_idle=True, install_signals=False)
+    assert app.get(rid).status == "failed" and calls == ["charge 7"]
+    broken[0] = False
+    handle = app.retry_run(rid, in_queue=True)
+    assert (handle.status, handle.error["message"]) == ("queued", "payments API down")
+    record = app.store.get_run(rid)
+    assert (record.status, record.queue, record.lease_owner) == ("queued", "billing", None)
+    assert calls == ["charge 7"]  # not executed here: a worker of the queue retries it
+    with pytest.raises(tether.InvalidState, match="is queued, not failed"):
+        app.retry_run(rid, in_queue=True)  # asking twice does not queue it twice
+    stats = app.worker(queues=["billing"], poll=0.05).run(until_idle=True, install_signals=False)
+    assert stats.claimed == 1
+    state = app.get(rid)
+    assert (state.status, state.output) == ("completed", ["quote 7", "charged 7"])
+    assert calls == ["charge 7", "charge 7"]  # the quote was reused, the failed step ran again
+    log = [(e.type, e.payload().get("reason")) for e in app.events(rid)]
+    assert ("run.suspended", "retry requested") in log
+    assert [t for t, _ in log].count("run.started") == 2
+
+
+def test_retry_in_queue_refuses_a_run_started_without_a_queue(app: tether.App) -> None:
+    @app.agent
+    def flaky(run: tether.Run) -> None:
+        run.step("boom", lambda: 1 / 0)
+
+    with pytest.raises(tether.RunFailed) as failed:
+        app.run(flaky)
+    rid = failed.value.run_id
+    with pytest.raises(tether.InvalidState, match=f"not started in a queue.*retry {rid} --here"):
+        app.retry_run(rid, in_queue=True)
+    assert app.store.get_run(rid).status == "failed" and app.store.get_run(rid).lease_owner is None
+
+
 @pytest.mark.parametrize("prefetch", [0, 3])
 def test_a_workers_claims_stay_within_its_room_at_once_where_they_share_commits(
     app: tether.App, backend: Backend, prefetch: int

@@ -5,6 +5,7 @@ Lease expiry and timers use an injected clock: nothing here sleeps to let time p
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -308,6 +309,49 @@ def test_deciding_a_queued_runs_approval_says_a_worker_resumes_it(tmp_path: Path
     )
     app.worker(queues=["deploys"]).run(until_idle=True, install_signals=False)
     assert app.get(rid).output == "shipped"
+
+
+@pytest.mark.parametrize("here", [False, True])
+def test_tether_retry_puts_a_failed_queued_run_back_in_its_queue(
+    tmp_path: Path, here: bool
+) -> None:
+    db, flag = str(tmp_path / "r.db"), tmp_path / "api-down"
+    flag.touch()
+    module = f"billing_{'here' if here else 'queue'}"  # a module of its own per case
+    (tmp_path / f"{module}.py").write_text(
+        "import pathlib, tether\n"
+        f"app = tether.open({db!r})\n"
+        "def charge() -> str:\n"
+        f"    if pathlib.Path({str(flag)!r}).exists():\n"
+        "        raise ConnectionError('payments API down')\n"
+        "    return 'charged'\n"
+        "@app.agent\n"
+        "def bill(run: tether.Run) -> str:\n"
+        "    return run.step('charge', charge)\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        app = importlib.import_module(module).app
+    finally:
+        sys.path.remove(str(tmp_path))
+    rid = app.start("bill", queue="billing")
+    app.worker(queues=["billing"]).run(until_idle=True, install_signals=False)
+    assert app.get(rid).status == "failed"
+    flag.unlink()
+    cli = [sys.executable, "-m", "tether.cli", "--app", f"{module}:app", "retry", rid]
+    cli += ["--here"] * here
+    said = subprocess.run(cli, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert said.returncode == 0, said.stderr
+    if here:  # executed by the CLI's process, as for a run started without a queue
+        assert "executed now: 1 charge" in said.stdout and app.get(rid).output == "charged"
+        return
+    assert said.stdout.strip() == (
+        f"run {rid} is queued again in 'billing': a worker of that queue retries it from its "
+        f"failed step (`tether retry {rid} --here` executes it in this process)"
+    )
+    assert app.store.get_run(rid).status == "queued"
+    stats = app.worker(queues=["billing"]).run(until_idle=True, install_signals=False)
+    assert stats.completed == 1 and app.get(rid).output == "charged"
 
 
 def test_tether_workers_shows_each_workers_runs(tmp_path: Path) -> None:
