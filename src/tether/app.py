@@ -29,7 +29,7 @@ from .errors import (
     TetherError,
 )
 from .events import Event
-from .journal import Cancelling, Core, Journal, Suspended
+from .journal import Cancelling, Core, Journal, Stopping, Suspended
 from .memory import Memory
 from .retry import NO_RETRY, Retry
 from .runtime import AsyncRun, Policy, Run, adrive, drive
@@ -58,6 +58,9 @@ class AgentDef:
     fn: Callable[..., Any]
     is_async: bool
     code: dict[str, Any]
+
+
+CANCEL_REQUESTED = "cancel.requested"  # audit action: a cancel asked of a run executing elsewhere
 
 
 @dataclass(frozen=True, slots=True)
@@ -565,7 +568,12 @@ class App:
             raise InvalidState(
                 f"run {record.id} failed ({(state.failure or {}).get('type')}: "
                 f"{(state.failure or {}).get('message')}); `tether retry {record.id}` "
-                f"executes it again from its failed step"
+                + (
+                    f"puts it back in queue {record.queue!r}, where a worker retries it from "
+                    f"its failed step"
+                    if record.queue is not None
+                    else "executes it again from its failed step"
+                )
             )
         return RunHandle(record.id, state.status, state.output, None)
 
@@ -680,7 +688,8 @@ class App:
         if isinstance(exc, LeaseLost) or isinstance(journal.poisoned, LeaseLost):
             return None  # another worker owns the run now: write nothing
         if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: a pause
-            self._suspend(journal, type(exc).__name__)
+            why = "its worker is stopping" if isinstance(exc, Stopping) else type(exc).__name__
+            self._suspend(journal, why)
             return None
         journal.poisoned = None
         return self._fail_core(journal, journal.context_for(exc), "failed")
@@ -724,7 +733,14 @@ class App:
         cancels): out of ``_active``, the compensation is not interrupted by it."""
         self._active.pop(journal.run_id, None)
         journal.interrupted = None
-        ctx = {"type": "cancelled", "message": "cancel requested", "by": None}
+        by, reason = c.by, c.reason
+        if by is None and reason is None:  # asked from another process: its audit record
+            asked = [
+                r for r in self.store.read_audit(journal.run_id) if r.action == CANCEL_REQUESTED
+            ]
+            if asked:
+                by, reason = asked[-1].actor, codec.decode(asked[-1].detail).get("why")
+        ctx = {"type": "cancelled", "message": reason or "cancel requested", "by": by}
         return self._cancel_with(journal, ctx, c.compensate)
 
     def _cancel_with(self, journal: Journal, ctx: dict[str, Any], compensate: bool) -> RunHandle:
@@ -838,8 +854,14 @@ class App:
         try:
             lease = self._claim(record)
         except Conflict:  # executing elsewhere: it stops at its next step
-            self.store.request_cancel(run_id, compensate=compensate, now=self.clock.now())
-            self.interrupt(run_id, Cancelling(compensate))
+            now = self.clock.now()
+            asked = {"why": reason or "cancel requested", "compensate": compensate}
+            # who asked and why, for the executing process's run.cancelled (and the audit)
+            self.store.record_audit(
+                run_id, CANCEL_REQUESTED, codec.encode(asked), actor=by, now=now
+            )
+            self.store.request_cancel(run_id, compensate=compensate, now=now)
+            self.interrupt(run_id, Cancelling(compensate, by=by, reason=reason))
             return RunHandle(run_id, "running", waiting={"cancel": "requested"})
         state = self.load(run_id)
         journal = Journal(

@@ -534,8 +534,15 @@ def event_summary(type_: str, d: dict[str, Any]) -> str:
         text = f"agent {d.get('agent')}, input {short(d.get('input'), 60)}"
     elif type_ == "run.started":
         text = f"by {d.get('by')}, epoch {d.get('epoch')}" + (" (retry)" * bool(d.get("retry")))
-    elif type_ in ("run.completed", "run.suspended"):
-        text = short(d.get("output") if type_ == "run.completed" else d)
+    elif type_ == "run.completed":
+        text = short(d.get("output"))
+    elif type_ == "run.suspended":
+        text = f"{d.get('reason')}; {d.get('status', 'running')}"
+        text += f" in {d['queue']!r}" if d.get("queue") else ""
+    elif type_ == "run.cancelled":
+        text = f"by {d.get('by') or '-'}: {d.get('reason')}"
+        failures = d.get("compensation_failures")
+        text += f"; {len(failures)} undo(s) failed" if failures else ""
     elif type_ == "run.failed":
         err = d.get("error", {})
         text = f"{err.get('type')}: {err.get('message')} (position {err.get('position')})"

@@ -71,9 +71,13 @@ class Stopping(BaseException):
 class Cancelling(BaseException):
     """Internal: someone cancelled the run; it stops at its next step (and compensates)."""
 
-    def __init__(self, compensate: bool = False) -> None:
+    def __init__(
+        self, compensate: bool = False, *, by: str | None = None, reason: str | None = None
+    ) -> None:
         super().__init__("cancel requested" + (" with compensation" if compensate else ""))
         self.compensate = compensate
+        self.by = by  # None when the request came through the store (another process):
+        self.reason = reason  # then the run's audit record "cancel.requested" says
 
 
 @dataclass(frozen=True, slots=True)

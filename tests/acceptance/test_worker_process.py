@@ -100,6 +100,8 @@ def test_sigterm_finishes_the_step_releases_the_lease_and_requeues(tmp_path: Pat
         assert record.status == "queued" and record.lease_owner is None
         assert state.committed == started  # the step in progress finished and was recorded
         assert app.store.list_workers() == []
+        suspended = [e.payload() for e in app.events(rid) if e.type == "run.suspended"]
+        assert suspended == [{"reason": "its worker is stopping", "status": "queued"}]
     again = _cli(env, ref, "worker", "--until-idle")
     out, err = again.communicate(timeout=30)
     assert again.returncode == 0, err

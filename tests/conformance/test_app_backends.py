@@ -148,6 +148,8 @@ def test_a_failed_queued_run_retried_in_its_queue_is_retried_by_a_worker(
     rid = app.start(bill, 7, queue="billing")
     app.worker(queues=["billing"], poll=0.05).run(until_idle=True, install_signals=False)
     assert app.get(rid).status == "failed" and calls == ["charge 7"]
+    with pytest.raises(tether.InvalidState, match=r"retry .* puts it back in queue 'billing'"):
+        app.resume(rid)  # a failed run is not resumed; the error says how to retry it
     broken[0] = False
     handle = app.retry_run(rid, in_queue=True)
     assert (handle.status, handle.error["message"]) == ("queued", "payments API down")

@@ -271,14 +271,18 @@ def test_a_cancel_reaches_a_run_executing_elsewhere_between_heartbeats(
     if executor == "worker":  # through the CLI, in another process
         cli = [sys.executable, "-m", "tether.cli", "--db", str(tmp_path / "c.db")]
         said = subprocess.run(
-            [*cli, "cancel", rid, "--compensate"], capture_output=True, text=True, timeout=60
+            [*cli, "cancel", rid, "--compensate", "--by", "ops", "--reason", "wrong tenant"],
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert said.returncode == 0, said.stderr
         assert f"run {rid} is executing in worker:" in said.stdout
         assert "asked to cancel" in said.stdout and "after undoing" in said.stdout
     else:
         other = tether.open(str(tmp_path / "c.db"))
-        assert other.cancel(rid, compensate=True, by="ops").status == "running"
+        handle = other.cancel(rid, compensate=True, by="ops", reason="wrong tenant")
+        assert handle.status == "running"
     journal = app._active[rid]
     assert _until(lambda: journal.interrupted is not None, 5 * CANCEL_POLL)
     gate.set()
@@ -287,6 +291,10 @@ def test_a_cancel_reaches_a_run_executing_elsewhere_between_heartbeats(
     assert state.status == "cancelled"
     assert seen == [0, 1]  # step 1 finished and was recorded; step 2 never started
     assert undone == [1, 0]  # both undone, newest first, though the request came again
+    (end,) = [e for e in app.events(rid) if e.type == "run.cancelled"]
+    assert (end.payload()["by"], end.payload()["reason"]) == ("ops", "wrong tenant")
+    (asked,) = app.audit(rid)  # who asked, from where the run was not executing
+    assert (asked.action, asked.actor) == ("cancel.requested", "ops")
 
 
 def test_deciding_a_queued_runs_approval_says_a_worker_resumes_it(tmp_path: Path) -> None:
@@ -352,6 +360,10 @@ def test_tether_retry_puts_a_failed_queued_run_back_in_its_queue(
     assert app.store.get_run(rid).status == "queued"
     stats = app.worker(queues=["billing"]).run(until_idle=True, install_signals=False)
     assert stats.completed == 1 and app.get(rid).output == "charged"
+    log = subprocess.run(
+        [*cli[:5], "log", rid], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    ).stdout
+    assert "run.suspended   retry requested; queued in 'billing'" in log
 
 
 def test_tether_workers_shows_each_workers_runs(tmp_path: Path) -> None:
