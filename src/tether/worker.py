@@ -46,7 +46,7 @@ from . import cpus
 from .clock import owner_is_dead_local, process_owner
 from .errors import Conflict, LeaseLost, RunFailed, TetherError
 from .journal import Cancelling, Stopping
-from .store import Lease, QueueLimits, RunRecord, WorkerRecord
+from .store import Lease, QueueLimits, RunRecord, Transition, WorkerRecord
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
@@ -343,6 +343,35 @@ class Worker:
             claimed = self._next_ready() or self._claim(self._max_runs)
         self._wake.set()  # nothing to claim here: the loop waits for work
 
+    def _give_back(self, record: RunRecord, lease: Lease) -> None:
+        """Put a run this worker could not execute (its agent's code cannot be imported
+        here, say) back in its queue, due again one lease ttl from now: the heartbeat would
+        otherwise renew its lease for as long as this worker lives, and no other worker
+        could take it. Nothing is appended to its log."""
+        later = Transition(
+            "queued", release=True, available_at=self.app.clock.now() + self.app.lease_ttl
+        )
+        try:
+            self.app.store.append(
+                record.id,
+                [],
+                expected_seq=0,
+                epoch=lease.epoch,
+                transition=later,
+                now=self.app.clock.now(),
+            )
+        except LeaseLost:
+            return  # another worker holds it now
+        except Exception as e:  # its lease stays ours until this worker stops
+            log.warning("worker %s could not give run %s back: %s", self.id, record.id, e)
+            return
+        log.warning(
+            "worker %s gave run %s back to its queue; it is due again in %g s",
+            self.id,
+            record.id,
+            self.app.lease_ttl,
+        )
+
     def _next_ready(self) -> list[tuple[RunRecord, Lease]] | None:
         """A run claimed ahead, for a thread whose run ended (the claiming loop is woken
         to claim more once half of them are gone), or None."""
@@ -401,9 +430,11 @@ class Worker:
         except TetherError as e:
             self.stats.errors.append(f"{record.id}: {e}")
             log.error("worker %s could not execute run %s: %s", self.id, record.id, e)
+            self._give_back(record, lease)
         except Exception as e:  # an agent bug must not kill the worker
             self.stats.errors.append(f"{record.id}: {type(e).__name__}: {e}")
             log.exception("worker %s: run %s raised", self.id, record.id)
+            self._give_back(record, lease)
         else:
             if handle.status == "waiting":
                 self.stats.waiting += 1

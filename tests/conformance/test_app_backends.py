@@ -168,6 +168,43 @@ def test_a_failed_queued_run_retried_in_its_queue_is_retried_by_a_worker(
     assert [t for t, _ in log].count("run.started") == 2
 
 
+def test_a_run_a_worker_cannot_execute_goes_back_to_its_queue_not_held(
+    app: tether.App, backend: Backend
+) -> None:
+    """A worker without the run's agent (it cannot import it: a local function here, say
+    a deploy that lacks the module) gives the run back, due one lease ttl later, instead of
+    renewing its lease at every heartbeat for as long as it lives; a worker that has the
+    agent takes it then."""
+
+    @app.agent
+    def local(run: tether.Run) -> str:
+        return str(run.step("hello", lambda: "hi"))
+
+    rid = app.start(local, queue="q")
+    clock = tether.FakeClock(app.clock.now())
+    without = tether.open(backend.url, clock=clock, lease_ttl=30)
+    try:
+        stats = without.worker(queues=["q"], poll=0.05).run(until_idle=True, install_signals=False)
+        assert stats.claimed == 1 and "is not a tether agent" in stats.errors[0]
+        record = app.store.get_run(rid)
+        assert (record.status, record.lease_owner) == ("queued", None)
+        assert record.available_at == pytest.approx(clock.now() + 30)
+        assert [e.type for e in app.events(rid)] == ["run.created"]  # nothing appended
+        again = without.worker(queues=["q"], poll=0.05).run(until_idle=True, install_signals=False)
+        assert again.claimed == 0  # not due yet: no worker spins on it
+    finally:
+        without.close()
+    with_agent = tether.open(backend.url, clock=tether.FakeClock(clock.now() + 31))
+    with_agent.agent(local)
+    try:
+        done = with_agent.worker(queues=["q"], poll=0.05).run(
+            until_idle=True, install_signals=False
+        )
+        assert done.completed == 1 and with_agent.get(rid).output == "hi"
+    finally:
+        with_agent.close()
+
+
 def test_retry_in_queue_refuses_a_run_started_without_a_queue(app: tether.App) -> None:
     @app.agent
     def flaky(run: tether.Run) -> None:
