@@ -439,6 +439,7 @@ def _header_fields(
     ]
     if state.status == "completed":
         out.insert(7, ("output", short(state.output)))
+    out[3:3] = _where_fields(record)
     if stalled(record):
         out.append(("note", f"no live process holds it: `tether resume {record.id}`"))
     out += [("var", f"{k} = {short(v)}") for k, v in state.vars.items()]
@@ -446,6 +447,23 @@ def _header_fields(
         ("decision", f"{d.position} {d.name} = {short(d.output, 40)}; why: {short(d.why)}")
         for d in state.decisions
     ]
+    return out
+
+
+def _where_fields(record: RunRecord, now: float | None = None) -> list[tuple[str, str]]:
+    """Its queue (and when it is due, if later), and who holds its lease, while either
+    matters: ``queue  default, due 2026-11-25 14:59:01 (in 22 s)``."""
+    now = time.time() if now is None else now
+    out = []
+    unfinished = record.status not in ("completed", "failed", "cancelled")
+    if record.queue is not None and unfinished:
+        text = record.queue + (f", priority {record.priority}" if record.priority else "")
+        due = record.available_at
+        if record.status in ("queued", "waiting") and due is not None and due > now:
+            text += f", due {when(due)} (in {due - now:.0f} s)"
+        out.append(("queue", text))
+    if record.lease_owner is not None and (record.lease_expires or 0) >= now:
+        out.append(("held by", f"{record.lease_owner} (lease until {when(record.lease_expires)})"))
     return out
 
 

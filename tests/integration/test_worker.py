@@ -366,6 +366,35 @@ def test_tether_retry_puts_a_failed_queued_run_back_in_its_queue(
     assert "run.suspended   retry requested; queued in 'billing'" in log
 
 
+def test_tether_show_says_where_a_queued_run_is_and_who_holds_it(tmp_path: Path) -> None:
+    db = str(tmp_path / "s.db")
+    app = tether.open(db)  # the real clock: the CLI compares due times with it
+
+    @app.agent
+    def job(run: tether.Run) -> None:
+        return None
+
+    later = app.start(job, queue="mail", priority=3, delay=600)
+    now = app.start(job, queue="mail")
+    limits = [QueueLimits("mail")]
+    got = app.store.claim_next(limits, owner="w-busy", ttl=60, now=app.clock.now(), capacity=5)
+    assert [record.id for record, _ in got] == [now]  # the delayed run is not due
+    app.close()
+
+    def show(rid: str) -> dict[str, str]:
+        cli = [sys.executable, "-m", "tether.cli", "--db", db, "show", rid]
+        out = subprocess.run(cli, capture_output=True, text=True, timeout=60, check=True).stdout
+        return {line[:10].strip(): line[11:] for line in out.splitlines() if line[:1].strip()}
+
+    shown = show(later)
+    assert shown["queue"].startswith("mail, priority 3, due ") and shown["queue"].endswith(
+        "(in 600 s)"
+    )
+    assert "held by" not in shown
+    held = show(now)
+    assert held["queue"] == "mail" and held["held by"].startswith("w-busy (lease until ")
+
+
 def test_tether_workers_shows_each_workers_runs(tmp_path: Path) -> None:
     db = str(tmp_path / "w.db")
     app = tether.open(db)  # the real clock: the CLI reads heartbeats against it
