@@ -214,6 +214,28 @@ def when(at: float | None, *, date: bool = True) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of 1 or more."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"a whole number of 1 or more, not {text!r}")
+    return n
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a number of seconds above 0."""
+    try:
+        x = float(text)
+    except ValueError:
+        x = 0.0
+    if not 0 < x < float("inf"):
+        raise argparse.ArgumentTypeError(f"a number of seconds above 0, not {text!r}")
+    return x
+
+
 def short(value: Any, width: int = WIDTH) -> str:
     """``value`` as compact JSON, cut to ``width`` characters."""
     text = value if isinstance(value, str) else json.dumps(plain(value), ensure_ascii=False)
@@ -289,7 +311,9 @@ def _demo(args: argparse.Namespace, ctx: Context) -> int:
 def _runs_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--status", choices=STATUSES, help="only runs with this status")
     parser.add_argument("--agent", help="only runs of this agent")
-    parser.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
+    parser.add_argument(
+        "--limit", type=positive_int, default=20, help="at most this many (default 20)"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 

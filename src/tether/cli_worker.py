@@ -7,7 +7,16 @@ import json
 import logging
 
 from . import cpus
-from .cli import Command, CommandError, Context, Subparsers, add_command, table
+from .cli import (
+    Command,
+    CommandError,
+    Context,
+    Subparsers,
+    add_command,
+    positive_int,
+    positive_seconds,
+    table,
+)
 from .worker import describe, reap_dead_workers
 
 
@@ -21,7 +30,7 @@ def _worker_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--concurrency",
-        type=int,
+        type=positive_int,
         default=8,
         help="runs executed at once by this worker (default 8)",
     )
@@ -36,7 +45,7 @@ def _worker_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--poll",
-        type=float,
+        type=positive_seconds,
         default=0.2,
         help="seconds between claims when idle, on SQLite (default 0.2)",
     )
@@ -50,7 +59,7 @@ def _worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--until-idle", action="store_true", help="exit once no run is claimable and none executes"
     )
-    parser.add_argument("--max-runs", type=int, help="exit after claiming this many runs")
+    parser.add_argument("--max-runs", type=positive_int, help="exit after claiming this many runs")
     parser.add_argument("--quiet", action="store_true", help="log warnings only")
 
 

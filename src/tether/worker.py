@@ -40,6 +40,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import dataclass, field, replace
+from math import inf
 from typing import TYPE_CHECKING, Any
 
 from . import cpus
@@ -127,8 +128,14 @@ class Worker:
         cpu: int | str | None = None,
         prefetch: int | None = None,
     ) -> None:
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, not {concurrency}")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ValueError(
+                f"concurrency is how many runs execute at once (an int >= 1), not {concurrency!r}"
+            )
+        if isinstance(poll, bool) or not isinstance(poll, int | float) or not 0 < poll < inf:
+            raise ValueError(
+                f"poll is the seconds between claims when idle (above 0), not {poll!r}"
+            )
         if prefetch is not None and (
             isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0
         ):
@@ -168,6 +175,12 @@ class Worker:
     ) -> WorkerStats:
         """Claim and execute until stopped (SIGTERM, :meth:`stop`), or until no run is
         claimable and none executes (``until_idle``), or after ``max_runs`` claims."""
+        if max_runs is not None and (
+            isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 1
+        ):
+            raise ValueError(
+                f"max_runs is a number of claims (an int >= 1) or None, not {max_runs!r}"
+            )
         self._max_runs = max_runs
         self.pin()
         if install_signals and threading.current_thread() is threading.main_thread():

@@ -534,3 +534,54 @@ def test_tether_worker_refuses_a_bad_prefetch(tmp_path: Path, bad: str) -> None:
     out = subprocess.run([*cli, "--prefetch", bad], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "--prefetch" in out.stderr and "a number of runs >= 0 or auto" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("flag", "bad", "says"),
+    [
+        ("--concurrency", "0", "a whole number of 1 or more, not '0'"),
+        ("--concurrency", "-1", "a whole number of 1 or more, not '-1'"),
+        ("--max-runs", "0", "a whole number of 1 or more, not '0'"),
+        ("--poll", "-1", "a number of seconds above 0, not '-1'"),
+        ("--poll", "nan", "a number of seconds above 0, not 'nan'"),
+    ],
+)
+def test_tether_worker_refuses_bad_numbers(tmp_path: Path, flag: str, bad: str, says: str) -> None:
+    """Each used to start a worker anyway (a negative poll, max-runs 0), or to end in
+    'unexpected ValueError' (concurrency)."""
+    cli = [sys.executable, "-m", "tether.cli", "--db", str(tmp_path / "p.db"), "worker"]
+    out = subprocess.run([*cli, flag, bad], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "Traceback" not in out.stderr and "unexpected" not in out.stderr
+    assert f"argument {flag}: {says}" in out.stderr
+
+
+def test_tether_runs_refuses_a_limit_below_one(tmp_path: Path) -> None:
+    cli = [sys.executable, "-m", "tether.cli", "--db", str(tmp_path / "p.db"), "runs"]
+    out = subprocess.run([*cli, "--limit", "0"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "argument --limit: a whole number of 1 or more" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"concurrency": 0}, "concurrency is how many runs execute at once"),
+        ({"concurrency": 2.5}, "concurrency is how many runs execute at once"),
+        ({"poll": 0}, "poll is the seconds between claims"),
+        ({"poll": -0.5}, "poll is the seconds between claims"),
+        ({"poll": "fast"}, "poll is the seconds between claims"),
+    ],
+)
+def test_a_worker_refuses_bad_settings(
+    qapp: tether.App, options: dict[str, object], says: str
+) -> None:
+    with pytest.raises(ValueError, match=says):
+        qapp.worker(**options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", [0, -3, True, 1.5])
+def test_a_worker_refuses_a_bad_max_runs(qapp: tether.App, bad: object) -> None:
+    qapp.start("job", 1)
+    with pytest.raises(ValueError, match="max_runs is a number of claims"):
+        qapp.worker().run(max_runs=bad, install_signals=False)  # type: ignore[arg-type]
+    assert qapp.store.list_workers() == []  # refused before it registered or claimed
+    assert qapp.store.get_run(qapp.runs()[0].id).status == "queued"
