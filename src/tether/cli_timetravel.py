@@ -314,9 +314,15 @@ def _fork(args: argparse.Namespace, ctx: Context) -> int:
         )
         return 0
     ctx.print(new_id)
+    queue = app.store.get_run(new_id).queue
+    runs = (
+        f"a worker of queue {queue!r} runs it (`tether resume {new_id}` runs it here)"
+        if queue is not None
+        else f"run it with `tether resume {new_id}`"
+    )
     print(
         f"forked {args.run} at seq {state.fork_seq} (positions 1–{state.fork_position} "
-        f"are reused); run it with `tether resume {new_id}`",
+        f"are reused); {runs}",
         file=sys.stderr,
     )
     return 0

@@ -406,6 +406,8 @@ def fork(
         start=replace(base, run_id=new_id),
     )
     cache_snapshot(app, head)
+    if record.queue is not None:
+        app.store.notify_work(record.queue)  # a worker of the queue takes it now
     return new_id
 
 

@@ -3,6 +3,7 @@ approvals, signals and workers."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -203,6 +204,33 @@ def test_a_run_a_worker_cannot_execute_goes_back_to_its_queue_not_held(
         assert done.completed == 1 and with_agent.get(rid).output == "hi"
     finally:
         with_agent.close()
+
+
+def test_a_fork_of_a_queued_run_wakes_its_queues_workers(app: tether.App, backend: Backend) -> None:
+    """The fork goes to its parent's queue, and its workers are told at once: on
+    PostgreSQL a worker waiting on LISTEN with a 30 s fallback poll takes it in well under
+    a second (SQLite has no notification: its workers poll, here every 50 ms)."""
+    import threading
+
+    @app.agent
+    def two(run: tether.Run, n: int) -> int:
+        return int(run.step("a", lambda: n) + run.step("b", lambda: 1))
+
+    rid = app.start(two, 5, queue="forks")
+    app.worker(queues=["forks"], poll=0.05).run(until_idle=True, install_signals=False)
+    worker = app.worker(queues=["forks"], poll=30 if backend.name == "postgres" else 0.05)
+    t = threading.Thread(target=worker.run, kwargs={"install_signals": False})
+    t.start()
+    try:
+        assert until(lambda: app.store.list_workers(), 5)
+        time.sleep(0.2)  # the worker found nothing and waits
+        fork = app.fork(rid, step=1, input={"args": [7], "kwargs": {}})
+        assert app.store.get_run(fork).queue == "forks"
+        assert until(lambda: app.get(fork).status == "completed", 5), app.get(fork).status
+        assert app.get(fork).output == 6  # step a (5) reused, b run: 5 + 1
+    finally:
+        worker.stop()
+        t.join(10)
 
 
 def test_retry_in_queue_refuses_a_run_started_without_a_queue(app: tether.App) -> None:

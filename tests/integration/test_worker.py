@@ -395,6 +395,25 @@ def test_tether_show_says_where_a_queued_run_is_and_who_holds_it(tmp_path: Path)
     assert held["queue"] == "mail" and held["held by"].startswith("w-busy (lease until ")
 
 
+def test_tether_fork_of_a_queued_run_says_a_worker_of_its_queue_runs_it(tmp_path: Path) -> None:
+    db = str(tmp_path / "f.db")
+    app = tether.open(db)
+
+    @app.agent
+    def job(run: tether.Run) -> int:
+        return int(run.step("one", lambda: 1))
+
+    rid = app.start(job, queue="mail")
+    app.worker(queues=["mail"]).run(until_idle=True, install_signals=False)
+    cli = [sys.executable, "-m", "tether.cli", "--db", db, "fork", rid, "--step", "1"]
+    out = subprocess.run(cli, capture_output=True, text=True, timeout=60, check=True)
+    new = out.stdout.strip()
+    assert out.stderr.strip().endswith(
+        f"a worker of queue 'mail' runs it (`tether resume {new}` runs it here)"
+    )
+    assert app.store.get_run(new).queue == "mail"
+
+
 def test_tether_workers_shows_each_workers_runs(tmp_path: Path) -> None:
     db = str(tmp_path / "w.db")
     app = tether.open(db)  # the real clock: the CLI reads heartbeats against it
