@@ -440,6 +440,9 @@ class Worker:
             log.warning("worker %s lost run %s: %s", self.id, record.id, e)
         except (Stopping, KeyboardInterrupt):
             self.stats.interrupted += 1
+            if record.queue:  # it went back to its queue: another worker takes it now
+                with suppress(Exception):
+                    self.app.store.notify_work(record.queue)
         except TetherError as e:
             self.stats.errors.append(f"{record.id}: {e}")
             log.error("worker %s could not execute run %s: %s", self.id, record.id, e)

@@ -233,6 +233,51 @@ def test_a_fork_of_a_queued_run_wakes_its_queues_workers(app: tether.App, backen
         t.join(10)
 
 
+def test_a_run_a_stopping_worker_gives_back_wakes_another_worker(
+    app: tether.App, backend: Backend
+) -> None:
+    """Stopping (SIGTERM) puts the run back in its queue after its current step and tells
+    the queue's workers: on PostgreSQL one waiting on LISTEN with a 30 s fallback poll
+    takes it at once."""
+    import threading
+
+    gate, started = threading.Event(), threading.Event()
+
+    def slow(i: int) -> int:
+        if i == 1:
+            started.set()
+            gate.wait(10)
+        return i
+
+    @app.agent
+    def three(run: tether.Run) -> int:
+        return sum(int(run.step(f"s{i}", slow, i)) for i in range(3))
+
+    rid = app.start(three, queue="handoff")
+    first = app.worker(queues=["handoff"], poll=0.05)
+    t1 = threading.Thread(target=first.run, kwargs={"install_signals": False})
+    t1.start()
+    assert until(started.is_set, 5)
+    poll = 30 if backend.name == "postgres" else 0.05
+    second = app.worker(queues=["handoff"], poll=poll)
+    t2 = threading.Thread(target=second.run, kwargs={"install_signals": False})
+    t2.start()
+    try:
+        assert until(lambda: len(app.store.list_workers()) == 2, 5)
+        time.sleep(0.2)  # the second worker found nothing and waits
+        first.stop()
+        gate.set()  # step 1 finishes and is recorded; the run goes back to the queue
+        t1.join(10)
+        assert until(lambda: app.get(rid).status == "completed", 5), app.get(rid).status
+        assert app.get(rid).output == 3 and second.stats.completed == 1
+    finally:
+        gate.set()
+        first.stop()
+        second.stop()
+        t1.join(10)
+        t2.join(10)
+
+
 def test_retry_in_queue_refuses_a_run_started_without_a_queue(app: tether.App) -> None:
     @app.agent
     def flaky(run: tether.Run) -> None:
