@@ -101,6 +101,8 @@ def import_run(
     state = _fold(source, run.id, events)
     _create(app, run, events, header["run"].get("updated_at"))
     cache_snapshot(app, state)
+    if run.queue is not None and run.status == "queued":
+        app.store.notify_work(run.queue)  # a worker of its queue takes it now
     return run.id
 
 

@@ -3,14 +3,17 @@ approvals, signals and workers."""
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 from _conformance import Backend, until
 
 import tether
+from tether.worker import Worker
 
 pytestmark = pytest.mark.conformance
 
@@ -207,10 +210,7 @@ def test_a_run_a_worker_cannot_execute_goes_back_to_its_queue_not_held(
 
 
 def test_a_fork_of_a_queued_run_wakes_its_queues_workers(app: tether.App, backend: Backend) -> None:
-    """The fork goes to its parent's queue, and its workers are told at once: on
-    PostgreSQL a worker waiting on LISTEN with a 30 s fallback poll takes it in well under
-    a second (SQLite has no notification: its workers poll, here every 50 ms)."""
-    import threading
+    """The fork goes to its parent's queue, and its workers are told at once."""
 
     @app.agent
     def two(run: tether.Run, n: int) -> int:
@@ -218,16 +218,41 @@ def test_a_fork_of_a_queued_run_wakes_its_queues_workers(app: tether.App, backen
 
     rid = app.start(two, 5, queue="forks")
     app.worker(queues=["forks"], poll=0.05).run(until_idle=True, install_signals=False)
-    worker = app.worker(queues=["forks"], poll=30 if backend.name == "postgres" else 0.05)
-    t = threading.Thread(target=worker.run, kwargs={"install_signals": False})
-    t.start()
-    try:
-        assert until(lambda: app.store.list_workers(), 5)
-        time.sleep(0.2)  # the worker found nothing and waits
+    with _idle_worker(app, backend, "forks"):
         fork = app.fork(rid, step=1, input={"args": [7], "kwargs": {}})
         assert app.store.get_run(fork).queue == "forks"
         assert until(lambda: app.get(fork).status == "completed", 5), app.get(fork).status
         assert app.get(fork).output == 6  # step a (5) reused, b run: 5 + 1
+
+
+def test_an_imported_queued_run_wakes_its_queues_workers(app: tether.App, backend: Backend) -> None:
+    @app.agent
+    def one(run: tether.Run) -> str:
+        return str(run.step("a", lambda: "done"))
+
+    rid = app.start(one, queue="moved")  # exported while still queued
+    out = io.StringIO()
+    app.export_run(rid, out)
+    app.cancel(rid)  # only the copy is left for the worker
+    with _idle_worker(app, backend, "moved"):
+        copy = app.import_run(out.getvalue().splitlines(), new_id=True)
+        assert until(lambda: app.get(copy).status == "completed", 5), app.get(copy).status
+
+
+@contextmanager
+def _idle_worker(app: tether.App, backend: Backend, queue: str) -> Iterator[Worker]:
+    """A worker of ``queue`` that found nothing and waits: on PostgreSQL on LISTEN with a
+    30 s fallback poll, so only a notification wakes it in time (SQLite has none: its
+    workers poll, here every 50 ms)."""
+    import threading
+
+    worker = app.worker(queues=[queue], poll=30 if backend.name == "postgres" else 0.05)
+    t = threading.Thread(target=worker.run, kwargs={"install_signals": False})
+    t.start()
+    try:
+        assert until(lambda: app.store.list_workers(), 5)
+        time.sleep(0.2)  # it found nothing and waits
+        yield worker
     finally:
         worker.stop()
         t.join(10)
