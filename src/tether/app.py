@@ -26,6 +26,7 @@ from .errors import (
     LeaseLost,
     NotFound,
     RunFailed,
+    StoreError,
     TetherError,
 )
 from .events import Event
@@ -109,6 +110,8 @@ class App:
         self._tools: dict[str, ToolDef] = {}
         self._queues: dict[str, QueueConfig] = {}
         self._active: dict[str, Journal] = {}  # executions in this process, by run id
+        self._letting_go: dict[str, tuple[int, Transition | None]] = {}  # see let_go
+        self._letting_go_lock = threading.Lock()
         self._heartbeat: _Heartbeat | None = None
         self.policy = policy or Policy()
         self.approver_groups = {g: set(m) for g, m in (approver_groups or {}).items()}
@@ -307,6 +310,50 @@ class App:
         """Whether this process executes a run under a lease of ``owner`` (this app's
         ``owner``, or a worker's id)."""
         return any(j.lease.owner == owner for j in list(self._active.values()))
+
+    def let_go(self, run_id: str, epoch: int, transition: Transition | None = None) -> bool:
+        """Give back the lease (``epoch``) of a run this process no longer executes: release
+        it, or make the run ``transition`` (e.g. queued again, due later). Best effort: when
+        the database refuses (it is down), each heartbeat tries again, since it would
+        otherwise extend the lease for as long as this process lives. Returns whether the
+        lease is given back (or another process holds the run now)."""
+        try:
+            for attempt in (1, 2):  # a lost connection fails once: the store then replaces it
+                try:
+                    if transition is None:
+                        self.store.release(run_id, epoch=epoch)
+                    else:
+                        self.store.append(
+                            run_id,
+                            [],
+                            expected_seq=0,
+                            epoch=epoch,
+                            transition=transition,
+                            now=self.clock.now(),
+                        )
+                    break
+                except StoreError:
+                    if attempt == 2:
+                        raise
+        except LeaseLost:
+            pass  # another process holds it now
+        except Exception as e:
+            with self._letting_go_lock:
+                self._letting_go[run_id] = (epoch, transition)
+            log.warning(
+                "could not give run %s back yet (the next heartbeat retries): %s", run_id, e
+            )
+            return False
+        with self._letting_go_lock:
+            self._letting_go.pop(run_id, None)
+        return True
+
+    def retry_let_go(self) -> None:
+        """Try again to give back the leases :meth:`let_go` could not (each heartbeat)."""
+        with self._letting_go_lock:
+            pending = list(self._letting_go.items())
+        for run_id, (epoch, transition) in pending:
+            self.let_go(run_id, epoch, transition)
 
     def interrupt(self, run_id: str, exc: BaseException) -> bool:
         """Stop a run executing in this process at its next position (``exc`` is raised
@@ -687,6 +734,13 @@ class App:
         core that records the failure (compensating completed write tools first)."""
         if isinstance(exc, LeaseLost) or isinstance(journal.poisoned, LeaseLost):
             return None  # another worker owns the run now: write nothing
+        if isinstance(exc, StoreError) or isinstance(journal.poisoned, StoreError):
+            # the database failed under the run (a lost connection, say): a pause, not the
+            # agent's failure. A worker puts the run back in its queue; here the lease is
+            # released, so that `tether resume` goes on from its log once the database is back
+            if not journal.detached_end:
+                self.let_go(journal.run_id, journal.lease.epoch)
+            return None
         if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: a pause
             why = "its worker is stopping" if isinstance(exc, Stopping) else type(exc).__name__
             self._suspend(journal, why)

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import cpus
 from .clock import owner_is_dead_local, process_owner
-from .errors import Conflict, LeaseLost, RunFailed, TetherError
+from .errors import Conflict, LeaseLost, RunFailed, StoreError, TetherError
 from .journal import Cancelling, Stopping
 from .store import Lease, QueueLimits, RunRecord, Transition, WorkerRecord
 
@@ -66,6 +66,9 @@ CANCEL_POLL = 1.0
 # prefetch=None claims ahead while this worker's runs take less than this on average
 # (seconds): a run claimed ahead then waits at most about this long for a slot.
 PREFETCH_BELOW = 0.05
+# A run the database failed under (a lost connection, say) is due again this many seconds
+# later: long enough not to spin while the database restarts, short for a blip
+RESUME_AFTER = 1.0
 RUN_TIME_WEIGHT = 0.2  # of the newest run in the moving average of run durations
 
 
@@ -356,34 +359,21 @@ class Worker:
             claimed = self._next_ready() or self._claim(self._max_runs)
         self._wake.set()  # nothing to claim here: the loop waits for work
 
-    def _give_back(self, record: RunRecord, lease: Lease) -> None:
-        """Put a run this worker could not execute (its agent's code cannot be imported
-        here, say) back in its queue, due again one lease ttl from now: the heartbeat would
-        otherwise renew its lease for as long as this worker lives, and no other worker
-        could take it. Nothing is appended to its log."""
-        later = Transition(
-            "queued", release=True, available_at=self.app.clock.now() + self.app.lease_ttl
-        )
-        try:
-            self.app.store.append(
+    def _give_back(self, record: RunRecord, lease: Lease, after: float | None = None) -> None:
+        """Put a run this worker could not execute back in its queue, due again ``after``
+        seconds from now (default: one lease ttl; its agent's code cannot be imported here,
+        say), so that the heartbeat does not renew its lease for as long as this worker
+        lives. Nothing is appended to its log. When the database refuses, the worker's
+        heartbeat tries again (App.let_go)."""
+        delay = self.app.lease_ttl if after is None else after
+        later = Transition("queued", release=True, available_at=self.app.clock.now() + delay)
+        if self.app.let_go(record.id, lease.epoch, later):
+            log.warning(
+                "worker %s gave run %s back to its queue; it is due again in %g s",
+                self.id,
                 record.id,
-                [],
-                expected_seq=0,
-                epoch=lease.epoch,
-                transition=later,
-                now=self.app.clock.now(),
+                delay,
             )
-        except LeaseLost:
-            return  # another worker holds it now
-        except Exception as e:  # its lease stays ours until this worker stops
-            log.warning("worker %s could not give run %s back: %s", self.id, record.id, e)
-            return
-        log.warning(
-            "worker %s gave run %s back to its queue; it is due again in %g s",
-            self.id,
-            record.id,
-            self.app.lease_ttl,
-        )
 
     def _next_ready(self) -> list[tuple[RunRecord, Lease]] | None:
         """A run claimed ahead, for a thread whose run ended (the claiming loop is woken
@@ -443,6 +433,10 @@ class Worker:
             if record.queue:  # it went back to its queue: another worker takes it now
                 with suppress(Exception):
                     self.app.store.notify_work(record.queue)
+        except StoreError as e:  # the database failed under the run: paused, not failed
+            self.stats.errors.append(f"{record.id}: {e}")
+            log.error("worker %s: run %s paused: %s", self.id, record.id, e)
+            self._give_back(record, lease, RESUME_AFTER)
         except TetherError as e:
             self.stats.errors.append(f"{record.id}: {e}")
             log.error("worker %s could not execute run %s: %s", self.id, record.id, e)
@@ -504,6 +498,7 @@ def heartbeat(
         try:
             if time.monotonic() >= beat_at - tick / 2:
                 beat_at = time.monotonic() + interval
+                app.retry_let_go()  # before the leases are extended: it gives some back
                 cancels = beat()
             elif app.executing(owner):
                 cancels = app.store.cancel_requests(owner)

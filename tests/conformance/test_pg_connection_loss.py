@@ -1,0 +1,133 @@
+"""PostgreSQL only: the database connections die under a run (a server restart, a
+failover, an administrator's pg_terminate_backend). That is a pause, like a crash of
+the worker, never the run's failure: the run goes on from its log once the database
+answers again, and no step completed before the loss runs again.
+
+The connections are really terminated on the server (``pg_terminate_backend`` of every
+backend of this store, found by its ``application_name``), between a step's call and
+the append of its result.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from _conformance import PG_URL, Backend, until
+
+import tether
+from tether.errors import StoreError
+
+pytestmark = pytest.mark.conformance
+
+
+@pytest.fixture
+def killable(pg_backend: Backend) -> Iterator[tuple[tether.App, str]]:
+    """An app whose connections carry an application_name of their own, and that name.
+    The test watches through another app (connections of its own): a read of the killed
+    app would meet the dead connection before the step's append does."""
+    name = f"tether-kill-{secrets.token_hex(4)}"
+    # one group-commit lane: the step's append meets the connection that was killed (with
+    # two, it could take the second lane, which may not have been opened yet)
+    app = tether.open(f"{pg_backend.url}&application_name={name}", lease_ttl=30, lanes=1)
+    yield app, name
+    app.close()
+
+
+def _terminate(name: str) -> int:
+    """Terminate every server backend of connections named ``name`` and wait until they
+    are gone (the signal is asynchronous); how many."""
+    with psycopg.connect(PG_URL, autocommit=True) as admin:
+        pids = [
+            pid
+            for (pid,) in admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (name,)
+            ).fetchall()
+        ]
+        admin.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", (pids,))
+        gone = "SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = ANY(%s::int[])"
+        assert until(lambda: admin.execute(gone, (pids,)).fetchone()[0], 10)  # type: ignore[index]
+    return len(pids)
+
+
+def _agent(app: tether.App, gate: threading.Event, calls: list[int]) -> Any:
+    def work(i: int) -> int:
+        calls.append(i)
+        if i == 1 and calls.count(1) == 1:
+            gate.wait(10)  # the connections are terminated while this step runs
+        return i * 10
+
+    @app.agent
+    def three(run: tether.Run) -> int:
+        return sum(int(run.step(f"s{i}", work, i)) for i in range(3))
+
+    return three
+
+
+def test_a_worker_pauses_a_run_whose_connection_died_and_resumes_it(
+    killable: tuple[tether.App, str], pg_backend: Backend
+) -> None:
+    app, name = killable
+    watcher = tether.open(pg_backend.url)
+    gate, calls = threading.Event(), []
+    rid = app.start(_agent(app, gate, calls), queue="q")
+    # nothing else of the worker's writes on the lane meanwhile (a claim would meet the
+    # dead connection first, and the step's append a fresh one)
+    worker = app.worker(queues=["q"], poll=0.05, concurrency=1, prefetch=0)
+    t = threading.Thread(target=worker.run, kwargs={"install_signals": False})
+    t.start()
+    try:
+        assert until(lambda: calls == [0, 1], 10)
+        assert _terminate(name) >= 2  # the pool's and the group commit's connections at least
+        gate.set()  # step 1 returns; its append meets the dead connection
+        assert until(lambda: watcher.get(rid).status == "completed", 15)
+    finally:
+        gate.set()
+        worker.stop()
+        t.join(15)
+        watcher.close()
+    state = app.get(rid)
+    assert state.output == 30
+    types = [e.type for e in app.events(rid)]
+    assert "run.failed" not in types and types.count("run.started") == 2
+    assert [e.seq for e in app.events(rid)] == list(range(1, len(types) + 1))
+    # step 0 was committed before the loss and is reused; step 1's result was lost with
+    # the connection (it may or may not have committed: here it had not), so it ran again
+    assert calls == [0, 1, 1, 2]
+    assert worker.stats.failed == 0 and worker.stats.completed == 1
+    assert any("paused" in e or "lost the connection" in e for e in worker.stats.errors)
+
+
+def test_app_run_raises_leaves_the_run_resumable_and_not_failed(
+    killable: tuple[tether.App, str],
+) -> None:
+    app, name = killable
+    gate, calls = threading.Event(), []
+    agent = _agent(app, gate, calls)
+    outcome: list[BaseException | tether.RunHandle] = []
+
+    def run() -> None:
+        try:
+            outcome.append(app.run(agent))
+        except BaseException as e:
+            outcome.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    assert until(lambda: calls == [0, 1], 10)
+    (rid,) = app._active
+    _terminate(name)
+    gate.set()
+    t.join(15)
+    (error,) = outcome
+    assert isinstance(error, StoreError) and "lost the connection" in str(error)
+    record = app.store.get_run(rid)
+    assert (record.status, record.lease_owner) == ("running", None)  # paused: free to resume
+    assert "run.failed" not in [e.type for e in app.events(rid)]
+    handle = app.resume(rid)
+    assert (handle.status, handle.output) == ("completed", 30)
+    assert calls == [0, 1, 1, 2]
