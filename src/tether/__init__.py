@@ -37,6 +37,7 @@ from .errors import (
     SchemaTooNew,
     StepTimeout,
     StoreError,
+    StoreUnavailable,
     TetherError,
     WaitTimeout,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "StepState",
     "StepTimeout",
     "StoreError",
+    "StoreUnavailable",
     "SystemClock",
     "TetherError",
     "Usage",

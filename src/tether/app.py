@@ -27,6 +27,7 @@ from .errors import (
     NotFound,
     RunFailed,
     StoreError,
+    StoreUnavailable,
     TetherError,
 )
 from .events import Event
@@ -734,8 +735,8 @@ class App:
         core that records the failure (compensating completed write tools first)."""
         if isinstance(exc, LeaseLost) or isinstance(journal.poisoned, LeaseLost):
             return None  # another worker owns the run now: write nothing
-        if isinstance(exc, StoreError) or isinstance(journal.poisoned, StoreError):
-            # the database failed under the run (a lost connection, say): a pause, not the
+        if isinstance(exc, StoreUnavailable) or isinstance(journal.poisoned, StoreUnavailable):
+            # the database went away under the run (a lost connection, say): a pause, not the
             # agent's failure. A worker puts the run back in its queue; here the lease is
             # released, so that `tether resume` goes on from its log once the database is back
             if not journal.detached_end:

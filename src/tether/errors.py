@@ -38,6 +38,12 @@ class StoreError(TetherError):
     """The database cannot be used as a tether store."""
 
 
+class StoreUnavailable(StoreError):
+    """The database could not be reached, or the connection to it was lost, or (SQLite)
+    another process held it locked too long: try again later. A run this happens under
+    is paused, not failed."""
+
+
 class NotATetherDatabase(StoreError):
     """The file is not a SQLite database, is corrupt, or belongs to another program."""
 

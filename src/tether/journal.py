@@ -24,7 +24,7 @@ from typing import Any
 from . import codec
 from . import events as ev
 from .clock import Clock
-from .errors import EncodeError, LeaseLost, NondeterminismError, StoreError
+from .errors import EncodeError, LeaseLost, NondeterminismError, StoreUnavailable
 from .events import NewEvent
 from .retry import Retry
 from .state import RunState, StepState
@@ -240,8 +240,8 @@ class Journal:
                 now=self.clock.now(),
                 wait=wait,
             )
-        except (LeaseLost, StoreError) as e:  # fenced out; or the database failed under the
-            self.poisoned = e  # write, which may or may not have committed: write no more
+        except (LeaseLost, StoreUnavailable) as e:  # fenced out; or the connection died under
+            self.poisoned = e  # the write, which may or may not have committed: write no more
             raise
 
     def seq_after(self, n: int) -> int:

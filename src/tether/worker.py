@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import cpus
 from .clock import owner_is_dead_local, process_owner
-from .errors import Conflict, LeaseLost, RunFailed, StoreError, TetherError
+from .errors import Conflict, LeaseLost, RunFailed, StoreUnavailable, TetherError
 from .journal import Cancelling, Stopping
 from .store import Lease, QueueLimits, RunRecord, Transition, WorkerRecord
 
@@ -433,7 +433,7 @@ class Worker:
             if record.queue:  # it went back to its queue: another worker takes it now
                 with suppress(Exception):
                     self.app.store.notify_work(record.queue)
-        except StoreError as e:  # the database failed under the run: paused, not failed
+        except StoreUnavailable as e:  # the database went away under the run: paused
             self.stats.errors.append(f"{record.id}: {e}")
             log.error("worker %s: run %s paused: %s", self.id, record.id, e)
             self._give_back(record, lease, RESUME_AFTER)

@@ -55,6 +55,7 @@ from ..errors import (
     QueueFull,
     SchemaTooNew,
     StoreError,
+    StoreUnavailable,
 )
 from ..events import Event, NewEvent
 from . import (
@@ -241,7 +242,7 @@ class PostgresStore:
                 self.conninfo, autocommit=True, connect_timeout=max(2, round(self.timeout))
             )
         except psycopg.Error as e:
-            raise StoreError(
+            raise StoreUnavailable(
                 f"cannot connect to PostgreSQL at {self.where}: {_first_line(e)}. Check that "
                 f"the server is running and that the URL's host, port, database, user and "
                 f"password are right."
@@ -280,7 +281,7 @@ class PostgresStore:
                         raise
                     raise self._translate(e, conn) from None
         except PoolTimeout:
-            raise StoreError(
+            raise StoreUnavailable(
                 f"no connection to PostgreSQL at {self.where} within {self.timeout}s: the "
                 f"server is unreachable or all {self._pool.max_size} pooled connections are "
                 f"busy; check the server, or open the store with a larger max_size"
@@ -293,7 +294,7 @@ class PostgresStore:
         # now, so that only this call fails.
         with suppress(psycopg.Error):
             self._pool.check()
-        return StoreError(
+        return StoreUnavailable(
             f"lost the connection to PostgreSQL at {self.where} ({_first_line(e)}); the last "
             f"write may or may not have been committed: reload the run and retry"
         )
@@ -525,7 +526,7 @@ class PostgresStore:
             try:
                 wire = self._wires[lane] = WireConnection(self._wire_conninfo)
             except (ConnectionError, psycopg.Error) as e:
-                raise StoreError(
+                raise StoreUnavailable(
                     f"cannot connect to PostgreSQL at {self.where}: {_first_line(e)}. Check "
                     f"that the server is running and accepts connections"
                 ) from None
@@ -537,7 +538,7 @@ class PostgresStore:
         if wire is not None:
             with suppress(Exception):
                 wire.close()
-        return StoreError(
+        return StoreUnavailable(
             f"lost the connection to PostgreSQL at {self.where} ({_first_line(e)}); the last "
             f"write may or may not have been committed: reload the run and retry"
         )

@@ -33,6 +33,7 @@ from ..errors import (
     QueueFull,
     SchemaTooNew,
     StoreError,
+    StoreUnavailable,
     TetherError,
 )
 from ..events import Event, NewEvent
@@ -316,7 +317,7 @@ class SQLiteStore:
                 f"backup; tether did not write to it."
             )
         if "locked" in msg or "busy" in msg:
-            return StoreError(
+            return StoreUnavailable(
                 f"{self.path} stayed locked by another process for {self.busy_timeout}s "
                 f"({msg}); retry, or raise busy_timeout."
             )

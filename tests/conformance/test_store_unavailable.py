@@ -1,18 +1,21 @@
-"""PostgreSQL only: the database connections die under a run (a server restart, a
-failover, an administrator's pg_terminate_backend). That is a pause, like a crash of
-the worker, never the run's failure: the run goes on from its log once the database
-answers again, and no step completed before the loss runs again.
+"""The database becomes unavailable under a run (tether.StoreUnavailable): on PostgreSQL
+its connections die (a server restart, a failover, an administrator's
+pg_terminate_backend); on SQLite another program holds the file's write lock past
+busy_timeout. That is a pause, like a crash of the worker, never the run's failure:
+the run goes on from its log once the database answers again, and no step committed
+before runs again.
 
-The connections are really terminated on the server (``pg_terminate_backend`` of every
-backend of this store, found by its ``application_name``), between a step's call and
-the append of its result.
+It happens for real, between a step's call and the append of its result: the
+PostgreSQL backends of the store (found by their ``application_name``) are terminated
+on the server; a plain sqlite3 connection takes the SQLite file's write lock.
 """
 
 from __future__ import annotations
 
 import secrets
+import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -20,7 +23,7 @@ import pytest
 from _conformance import PG_URL, Backend, until
 
 import tether
-from tether.errors import StoreError
+from tether.errors import StoreUnavailable
 
 pytestmark = pytest.mark.conformance
 
@@ -102,17 +105,18 @@ def test_a_worker_pauses_a_run_whose_connection_died_and_resumes_it(
     assert any("paused" in e or "lost the connection" in e for e in worker.stats.errors)
 
 
-def test_app_run_raises_leaves_the_run_resumable_and_not_failed(
-    killable: tuple[tether.App, str],
-) -> None:
-    app, name = killable
+def _run_until_unavailable(
+    app: tether.App, make_unavailable: Callable[[], object]
+) -> tuple[str, BaseException, list[int]]:
+    """``app.run`` the agent in a thread; make the database unavailable while step 1 runs;
+    the run's id, what app.run raised, and the steps called so far."""
     gate, calls = threading.Event(), []
     agent = _agent(app, gate, calls)
-    outcome: list[BaseException | tether.RunHandle] = []
+    outcome: list[BaseException] = []
 
     def run() -> None:
         try:
-            outcome.append(app.run(agent))
+            app.run(agent)
         except BaseException as e:
             outcome.append(e)
 
@@ -120,14 +124,47 @@ def test_app_run_raises_leaves_the_run_resumable_and_not_failed(
     t.start()
     assert until(lambda: calls == [0, 1], 10)
     (rid,) = app._active
-    _terminate(name)
+    make_unavailable()
     gate.set()
     t.join(15)
     (error,) = outcome
-    assert isinstance(error, StoreError) and "lost the connection" in str(error)
+    return rid, error, calls
+
+
+def _resumes(app: tether.App, rid: str, calls: list[int]) -> None:
+    """Paused, not failed, free to resume: and resume goes on, running only step 1 again."""
     record = app.store.get_run(rid)
-    assert (record.status, record.lease_owner) == ("running", None)  # paused: free to resume
+    assert (record.status, record.lease_owner) == ("running", None)
     assert "run.failed" not in [e.type for e in app.events(rid)]
     handle = app.resume(rid)
     assert (handle.status, handle.output) == ("completed", 30)
-    assert calls == [0, 1, 1, 2]
+    assert calls == [0, 1, 1, 2]  # step 0 reused; step 1's result was never committed
+
+
+def test_app_run_raises_leaves_the_run_resumable_and_not_failed(
+    killable: tuple[tether.App, str],
+) -> None:
+    app, name = killable
+    rid, error, calls = _run_until_unavailable(app, lambda: _terminate(name))
+    assert isinstance(error, StoreUnavailable) and "lost the connection" in str(error)
+    _resumes(app, rid, calls)
+
+
+def test_a_sqlite_file_locked_too_long_pauses_the_run(sqlite_backend: Backend) -> None:
+    app = tether.open(sqlite_backend.url, busy_timeout=0.3)
+    other = sqlite3.connect(sqlite_backend.url, isolation_level=None)  # not tether
+    try:
+        rid, error, calls = _run_until_unavailable(
+            app,
+            lambda: other.execute("BEGIN IMMEDIATE"),  # holds the write lock
+        )
+        assert isinstance(error, StoreUnavailable) and "stayed locked" in str(error)
+        # the lease could not be given back while the file was locked: the next heartbeat
+        # gives it back (without that, it would extend it while the process lives)
+        assert app.store.get_run(rid).lease_owner == app.owner
+        other.execute("ROLLBACK")
+        app.retry_let_go()  # what the heartbeat does
+        _resumes(app, rid, calls)
+    finally:
+        other.close()
+        app.close()
