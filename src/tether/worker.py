@@ -206,8 +206,11 @@ class Worker:
             pool.shutdown(wait=True)
             self._release_ready()
             beat.join(timeout=5)
-            self.app.store.flush()  # the runs' final events, posted without waiting
-            self.app.store.remove_worker(self.id, expire_leases=False)
+            try:
+                self.app.store.flush()  # the runs' final events, posted without waiting
+                self.app.store.remove_worker(self.id, expire_leases=False)
+            except StoreUnavailable as e:  # its row is reaped once its heartbeat is old
+                log.warning("worker %s stopped without saying so to the database: %s", self.id, e)
             if self.cpu == cpus.AUTO:
                 cpus.unpin()
         return self.stats
@@ -241,17 +244,21 @@ class Worker:
             if counts and time.monotonic() - started >= counts[0]:
                 counts.pop(0)
                 self._count_sharing()
-            claimed = self._claim_and_submit(max_runs)
-            if claimed:
-                continue
-            with self._lock:
-                idle = not self._active and not self._reserved  # no run, no claim in flight
-            if until_idle and idle and claimed == 0:
-                break
-            # runs' final events posted without waiting must not wait for a write that
-            # may not come while this worker sleeps (no claim took them)
-            self.app.store.flush(wait=False)
-            self.app.store.wait_for_work(self.queues, self.poll, self._wake)
+            try:
+                claimed = self._claim_and_submit(max_runs)
+                if claimed:
+                    continue
+                with self._lock:
+                    idle = not self._active and not self._reserved  # no run, no claim in flight
+                if until_idle and idle and claimed == 0:
+                    break
+                # runs' final events posted without waiting must not wait for a write that
+                # may not come while this worker sleeps (no claim took them)
+                self.app.store.flush(wait=False)
+                self.app.store.wait_for_work(self.queues, self.poll, self._wake)
+            except StoreUnavailable as e:  # a restart, a failover: claim again a bit later
+                log.warning("worker %s: the database is unavailable (%s); it retries", self.id, e)
+                self._stopping.wait(RESUME_AFTER)
             self._wake.clear()
 
     def _count_sharing(self, workers: Iterable[WorkerRecord] | None = None) -> None:
@@ -356,7 +363,11 @@ class Worker:
             for other in more:  # more room than this thread: the pool takes the rest
                 self._hand_off(other)
             self._execute_one(record, lease)
-            claimed = self._next_ready() or self._claim(self._max_runs)
+            try:
+                claimed = self._next_ready() or self._claim(self._max_runs)
+            except StoreUnavailable as e:  # the claiming loop claims once it is back
+                log.warning("worker %s could not claim: %s", self.id, e)
+                claimed = None
         self._wake.set()  # nothing to claim here: the loop waits for work
 
     def _give_back(self, record: RunRecord, lease: Lease, after: float | None = None) -> None:

@@ -105,6 +105,37 @@ def test_a_worker_pauses_a_run_whose_connection_died_and_resumes_it(
     assert any("paused" in e or "lost the connection" in e for e in worker.stats.errors)
 
 
+def test_an_idle_worker_survives_its_connections_dying_and_takes_the_next_run(
+    killable: tuple[tether.App, str], pg_backend: Backend
+) -> None:
+    """Its claiming loop meets the dead connections first (the LISTEN one, then the
+    group commit's at its next claim): it must go on claiming, not exit."""
+    app, name = killable
+
+    @app.agent
+    def hello(run: tether.Run) -> str:
+        return str(run.step("hi", lambda: "hi"))
+
+    worker = app.worker(queues=["q"], poll=0.05)
+    t = threading.Thread(target=worker.run, kwargs={"install_signals": False})
+    t.start()
+    watcher = tether.open(pg_backend.url)
+    watcher.agent(hello)
+    try:
+        assert until(lambda: watcher.store.list_workers(), 5)
+        app.start(hello, queue="q")  # the lanes and the pool connect
+        assert until(lambda: worker.stats.completed == 1, 10)
+        assert _terminate(name) >= 2
+        rid = watcher.start(hello, queue="q")
+        assert until(lambda: watcher.get(rid).status == "completed", 15), worker.stats
+        assert t.is_alive() and worker.stats.failed == 0
+    finally:
+        worker.stop()
+        t.join(15)
+        watcher.close()
+    assert not t.is_alive()
+
+
 def _run_until_unavailable(
     app: tether.App, make_unavailable: Callable[[], object]
 ) -> tuple[str, BaseException, list[int]]:
