@@ -2,7 +2,9 @@
 
 At the end every run completed, no step whose completion was recorded ran again,
 every run's write tool used one idempotency key and took effect once, and every
-run's log has contiguous seqs.
+run's log has contiguous seqs. A third case also cuts the database from under the
+workers: every other blow terminates all their PostgreSQL backends on the server
+(a restart, a failover) instead of killing a worker; runs pause, none fails.
 """
 
 from __future__ import annotations
@@ -29,7 +31,10 @@ RUNS, STEPS = 200, 10
 TIME_LIMIT = 150.0
 
 
-@pytest.fixture(params=[("sqlite", 2), ("postgres", 4)], ids=["sqlite-2", "postgres-4"])
+@pytest.fixture(
+    params=[("sqlite", 2), ("postgres", 4), ("postgres-connections", 4)],
+    ids=["sqlite-2", "postgres-4", "postgres-4-connections-cut"],
+)
 def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, int]]:
     backend, workers = request.param
     if backend == "sqlite":
@@ -42,7 +47,9 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str
         psycopg.connect(PG_URL, connect_timeout=5).close()
     except Exception as e:
         pytest.fail(f"PostgreSQL at {PG_URL} cannot be reached ({e}); the chaos test needs it")
-    yield f"{PG_URL}?schema={schema}", workers
+    # the workers' connections carry the schema's name: the cuts find them by it
+    cut = f"&application_name={schema}" if backend == "postgres-connections" else ""
+    yield f"{PG_URL}?schema={schema}{cut}", workers
     with psycopg.connect(PG_URL, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE".encode())
 
@@ -68,6 +75,15 @@ def _worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
     )
 
 
+def _cut_connections(name: str) -> int:
+    """Terminate every PostgreSQL backend of connections named ``name``; how many."""
+    import psycopg
+
+    with psycopg.connect(PG_URL, autocommit=True) as admin:
+        query = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s"
+        return len(admin.execute(query, (name,)).fetchall())
+
+
 def test_chaos(target: tuple[str, int], tmp_path: Path) -> None:
     url, n_workers = target
     (tmp_path / "effects").mkdir()
@@ -78,16 +94,21 @@ def test_chaos(target: tuple[str, int], tmp_path: Path) -> None:
         import _chaos
     finally:
         sys.path.pop(0)
-    app = tether.open(url, lease_ttl=2.0)
+    app = tether.open(url.split("&application_name=")[0], lease_ttl=2.0)  # never cut
     ids = [app.start(_chaos.chaos, i) for i in range(RUNS)]
     rng = random.Random(7)
     workers = [_worker(env) for _ in range(n_workers)]
-    kills, deadline = 0, time.monotonic() + TIME_LIMIT
+    cut = url.split("application_name=", 1)[1] if "application_name=" in url else None
+    kills = cuts = 0
+    deadline = time.monotonic() + TIME_LIMIT
     try:
         while time.monotonic() < deadline:
             time.sleep(rng.uniform(0.3, 0.7))
             if sum(1 for r in app.runs(status="completed", limit=RUNS + 1)) == RUNS:
                 break
+            if cut is not None and (kills + cuts) % 2:
+                cuts += _cut_connections(cut) > 0
+                continue
             victim = rng.randrange(len(workers))
             workers[victim].send_signal(signal.SIGKILL)
             workers[victim].wait()
@@ -102,8 +123,9 @@ def test_chaos(target: tuple[str, int], tmp_path: Path) -> None:
             except subprocess.TimeoutExpired:
                 w.kill()
     statuses = collections.Counter(app.store.get_run(i).status for i in ids)
-    assert statuses == {"completed": RUNS}, f"{statuses} after {kills} kills"
+    assert statuses == {"completed": RUNS}, f"{statuses} after {kills} kills, {cuts} cuts"
     assert kills >= 5, "the killer hardly ran: the test proved little"
+    assert cut is None or cuts >= 5, "the connections were hardly cut: the test proved little"
 
     executions = collections.defaultdict(list)
     for line in (tmp_path / "ledger.txt").read_text().splitlines():
@@ -130,7 +152,8 @@ def test_chaos(target: tuple[str, int], tmp_path: Path) -> None:
     assert len(effects) == RUNS  # one effect per run: none duplicated, none lost
     started = len((tmp_path / "started.txt").read_text().splitlines())
     print(
-        f"\nchaos on {url.split('?')[0]}: {RUNS} runs, {kills} workers killed, "
-        f"{started - RUNS * STEPS} steps re-entered (in flight at a kill)"
+        f"\nchaos on {url.split('?')[0]}: {RUNS} runs, {kills} workers killed, {cuts} times "
+        f"all their connections cut, {started - RUNS * STEPS} steps re-entered (in flight at "
+        f"a blow)"
     )
     app.close()
