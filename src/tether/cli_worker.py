@@ -110,7 +110,7 @@ def _worker(args: argparse.Namespace, ctx: Context) -> int:
     ctx.print(
         f"worker {worker.id} stopped: claimed {stats.claimed}, completed "
         f"{stats.completed}, failed {stats.failed}, waiting {stats.waiting}, "
-        f"interrupted {stats.interrupted}"
+        f"interrupted {stats.interrupted}, paused {stats.paused}"
     )
     return 1 if stats.errors else 0
 

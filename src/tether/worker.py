@@ -114,6 +114,7 @@ class WorkerStats:
     failed: int = 0
     waiting: int = 0
     interrupted: int = 0
+    paused: int = 0  # the database went away under them: back in their queue, not failed
     errors: list[str] = field(default_factory=list)
 
 
@@ -445,8 +446,8 @@ class Worker:
                 with suppress(Exception):
                     self.app.store.notify_work(record.queue)
         except StoreUnavailable as e:  # the database went away under the run: paused
-            self.stats.errors.append(f"{record.id}: {e}")
-            log.error("worker %s: run %s paused: %s", self.id, record.id, e)
+            self.stats.paused += 1
+            log.warning("worker %s: run %s paused: %s", self.id, record.id, e)
             self._give_back(record, lease, RESUME_AFTER)
         except TetherError as e:
             self.stats.errors.append(f"{record.id}: {e}")
