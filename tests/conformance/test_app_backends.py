@@ -4,7 +4,6 @@ approvals, signals and workers."""
 from __future__ import annotations
 
 import io
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -239,6 +238,16 @@ def test_an_imported_queued_run_wakes_its_queues_workers(app: tether.App, backen
         assert until(lambda: app.get(copy).status == "completed", 5), app.get(copy).status
 
 
+def _waits_for_work(app: tether.App) -> bool:
+    """A worker of ``app`` waits for work and, on PostgreSQL, LISTENs already (a NOTIFY
+    sent before would be missed until its fallback poll); SQLite workers poll: True."""
+    store: Any = app.store
+    if not hasattr(store, "_waiters"):
+        return True
+    with store._listening:
+        return bool(store._waiters) and store._listener is not None
+
+
 @contextmanager
 def _idle_worker(app: tether.App, backend: Backend, queue: str) -> Iterator[Worker]:
     """A worker of ``queue`` that found nothing and waits: on PostgreSQL on LISTEN with a
@@ -250,8 +259,7 @@ def _idle_worker(app: tether.App, backend: Backend, queue: str) -> Iterator[Work
     t = threading.Thread(target=worker.run, kwargs={"install_signals": False})
     t.start()
     try:
-        assert until(lambda: app.store.list_workers(), 5)
-        time.sleep(0.2)  # it found nothing and waits
+        assert until(lambda: _waits_for_work(app), 5)
         yield worker
     finally:
         worker.stop()
@@ -288,9 +296,10 @@ def test_a_run_a_stopping_worker_gives_back_wakes_another_worker(
     t2 = threading.Thread(target=second.run, kwargs={"install_signals": False})
     t2.start()
     try:
-        assert until(lambda: len(app.store.list_workers()) == 2, 5)
-        time.sleep(0.2)  # the second worker found nothing and waits
+        assert until(lambda: len(app.store.list_workers()) == 2 and _waits_for_work(app), 5)
         first.stop()
+        # the stopping worker tells its run (its loop notices the stop within a poll)
+        assert until(lambda: app._active[rid].interrupted is not None, 5)
         gate.set()  # step 1 finishes and is recorded; the run goes back to the queue
         t1.join(10)
         assert until(lambda: app.get(rid).status == "completed", 5), app.get(rid).status
