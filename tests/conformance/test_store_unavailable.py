@@ -16,6 +16,7 @@ import secrets
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -24,6 +25,7 @@ from _conformance import PG_URL, Backend, until
 
 import tether
 from tether.errors import StoreUnavailable
+from tether.worker import Worker
 
 pytestmark = pytest.mark.conformance
 
@@ -57,6 +59,22 @@ def _terminate(name: str) -> int:
     return len(pids)
 
 
+@contextmanager
+def _lone_worker(app: tether.App, gate: threading.Event) -> Iterator[Worker]:
+    """A worker of queue "q" executing one run at a time and claiming nothing ahead, so
+    that nothing else of it writes on the group commit's lane while its run does (a claim
+    would meet a dead connection first, and the run's write a fresh one)."""
+    worker = app.worker(queues=["q"], poll=0.05, concurrency=1, prefetch=0)
+    t = threading.Thread(target=worker.run, kwargs={"install_signals": False})
+    t.start()
+    try:
+        yield worker
+    finally:
+        gate.set()
+        worker.stop()
+        t.join(15)
+
+
 def _agent(app: tether.App, gate: threading.Event, calls: list[int]) -> Any:
     def work(i: int) -> int:
         calls.append(i)
@@ -78,20 +96,13 @@ def test_a_worker_pauses_a_run_whose_connection_died_and_resumes_it(
     watcher = tether.open(pg_backend.url)
     gate, calls = threading.Event(), []
     rid = app.start(_agent(app, gate, calls), queue="q")
-    # nothing else of the worker's writes on the lane meanwhile (a claim would meet the
-    # dead connection first, and the step's append a fresh one)
-    worker = app.worker(queues=["q"], poll=0.05, concurrency=1, prefetch=0)
-    t = threading.Thread(target=worker.run, kwargs={"install_signals": False})
-    t.start()
     try:
-        assert until(lambda: calls == [0, 1], 10)
-        assert _terminate(name) >= 2  # the pool's and the group commit's connections at least
-        gate.set()  # step 1 returns; its append meets the dead connection
-        assert until(lambda: watcher.get(rid).status == "completed", 15)
+        with _lone_worker(app, gate) as worker:
+            assert until(lambda: calls == [0, 1], 10)
+            assert _terminate(name) >= 2  # the pool's and the group commit's at least
+            gate.set()  # step 1 returns; its append meets the dead connection
+            assert until(lambda: watcher.get(rid).status == "completed", 15)
     finally:
-        gate.set()
-        worker.stop()
-        t.join(15)
         watcher.close()
     state = app.get(rid)
     assert state.output == 30
@@ -134,6 +145,45 @@ def test_an_idle_worker_survives_its_connections_dying_and_takes_the_next_run(
         t.join(15)
         watcher.close()
     assert not t.is_alive()
+
+
+def test_a_final_event_lost_with_the_connection_is_written_again(pg_backend: Backend) -> None:
+    """A worker run's final event is posted (nobody waits for its commit). When the
+    connection dies under it, the worker's next heartbeat gives the run's lease back
+    (before, the heartbeat kept extending it, so the run stayed running while the worker
+    lived), and a claim writes the event again, replaying the steps without running them."""
+    name = f"tether-kill-{secrets.token_hex(4)}"
+    app = tether.open(f"{pg_backend.url}&application_name={name}", lease_ttl=3, lanes=1)
+    watcher = tether.open(pg_backend.url)
+    gate, calls, executions = threading.Event(), [], []
+
+    @app.agent
+    def last(run: tether.Run) -> int:
+        executions.append(1)
+        out = int(run.step("only", lambda: calls.append(1) or 7))
+        if len(executions) == 1:
+            gate.wait(10)  # after its last step: the connections die here
+        return out
+
+    rid = app.start(last, queue="q")
+    try:
+        with _lone_worker(app, gate):
+            assert until(lambda: executions == [1] and calls == [1], 10)
+            assert until(lambda: len(watcher.events(rid)) == 3, 5)  # created, started, step
+            _terminate(name)
+            gate.set()  # the run returns; its posted final event meets the dead connection
+            assert until(lambda: watcher.get(rid).status == "completed", 15)
+    finally:
+        watcher.close()
+        app.close()
+    assert calls == [1] and len(executions) == 2  # replayed, the step not run again
+    types = [e.type for e in _events_of(pg_backend.url, rid)]
+    assert types == ["run.created", "run.started", "step.completed", "run.started", "run.completed"]
+
+
+def _events_of(url: str, rid: str) -> list[Any]:
+    with tether.open(url) as app:
+        return app.events(rid)
 
 
 def _run_until_unavailable(

@@ -223,6 +223,8 @@ class PostgresStore:
         self._listening = threading.Lock()  # guards the listener thread and connection
         self._listen_thread: threading.Thread | None = None
         self._waiters: dict[int, tuple[threading.Event, frozenset[str]]] = {}
+        self._unwritten: dict[str, int] = {}  # run id -> epoch: its final event was lost
+        self._unwritten_lock = threading.Lock()
         self._closing = threading.Event()
         self._commits: GroupCommit[_Statement] = GroupCommit(self._flush, lanes=lanes)
         self._wires: list[WireConnection | None] = [None] * lanes  # one per group-commit lane
@@ -443,7 +445,7 @@ class PostgresStore:
             posted = statement._replace(
                 read=partial(_refusal_raises, statement.read, run_id, epoch)
             )
-            self._commits.post(posted, partial(self._posted_failed, statement))
+            self._commits.post(posted, partial(self._posted_failed, statement, epoch))
             return expected_seq + len(events)
         try:
             fenced, ok = self._commits.submit(statement)
@@ -464,16 +466,30 @@ class PostgresStore:
             )
         return expected_seq + len(events)
 
-    def _posted_failed(self, statement: _Statement, error: BaseException) -> None:
-        """A posted append (a worker run's final event) that was not committed: the run
-        keeps its lease until it expires; then a worker claims it and, replaying its log,
-        writes the final event again."""
+    def _posted_failed(self, statement: _Statement, epoch: int, error: BaseException) -> None:
+        """A posted append (a worker run's final event) that was not committed: the next
+        heartbeat gives its lease back (it would otherwise extend it while the worker
+        lives, no thread of which executes the run any more); then a worker claims it and,
+        replaying its log, writes the final event again."""
         log.warning(
-            "run %s: its final event was not committed (%s); it will be written again when "
-            "the run is claimed after its lease expires",
+            "run %s: its final event was not committed (%s); it is given back at the next "
+            "heartbeat, and the worker that claims it writes the event again",
             statement.run_id,
             _first_line(error),
         )
+        with self._unwritten_lock:
+            self._unwritten[statement.run_id] = epoch
+
+    def _give_back_unwritten(self, conn: Conn) -> None:
+        """Release the leases of runs whose final event was lost (see _posted_failed), at
+        their epoch (a newer claim keeps its own); kept for the next beat on failure."""
+        with self._unwritten_lock:
+            pending = list(self._unwritten.items())
+        for run_id, epoch in pending:
+            conn.execute(_Q["release"], (run_id, epoch))
+            with self._unwritten_lock:
+                if self._unwritten.get(run_id) == epoch:
+                    del self._unwritten[run_id]
 
     def _flush(self, batch: list[Pending[_Statement]], lane: int) -> None:
         """Commit a batch of hot statements (see groupcommit): appends, and the loads and
@@ -644,6 +660,7 @@ class PostgresStore:
 
     def renew(self, owner: str, *, ttl: float, now: float) -> int:
         with self._borrow() as conn:
+            self._give_back_unwritten(conn)
             return conn.execute(_Q["renew"], (now + ttl, owner)).rowcount
 
     # -- effects, signals, audit --------------------------------------------
@@ -840,6 +857,7 @@ class PostgresStore:
     ) -> tuple[bool, dict[str, int]]:
         params = {"id": worker_id, "expires": now + ttl, "now": now}
         with self._borrow() as conn:
+            self._give_back_unwritten(conn)
             rows = conn.execute(_Q["worker_heartbeat"], params).fetchall()
         cancels = {run_id: int(flag) for _, run_id, flag in rows if run_id is not None}
         return bool(rows[0][0]), cancels
