@@ -312,12 +312,15 @@ class App:
         ``owner``, or a worker's id)."""
         return any(j.lease.owner == owner for j in list(self._active.values()))
 
-    def let_go(self, run_id: str, epoch: int, transition: Transition | None = None) -> bool:
+    def let_go(
+        self, run_id: str, epoch: int, transition: Transition | None = None, *, again: bool = False
+    ) -> bool:
         """Give back the lease (``epoch``) of a run this process no longer executes: release
         it, or make the run ``transition`` (e.g. queued again, due later). Best effort: when
-        the database refuses (it is down), each heartbeat tries again, since it would
-        otherwise extend the lease for as long as this process lives. Returns whether the
-        lease is given back (or another process holds the run now)."""
+        the database refuses (it is down), the heartbeat thread tries again every second
+        (``again``: such a try, which logs nothing), since a heartbeat would otherwise
+        extend the lease for as long as this process lives. Returns whether the lease is
+        given back (or another process holds the run now)."""
         try:
             for attempt in (1, 2):  # a lost connection fails once: the store then replaces it
                 try:
@@ -341,20 +344,20 @@ class App:
         except Exception as e:
             with self._letting_go_lock:
                 self._letting_go[run_id] = (epoch, transition)
-            log.warning(
-                "could not give run %s back yet (the next heartbeat retries): %s", run_id, e
-            )
+            if not again:
+                log.warning("could not give run %s back yet (retried every second): %s", run_id, e)
             return False
         with self._letting_go_lock:
             self._letting_go.pop(run_id, None)
         return True
 
     def retry_let_go(self) -> None:
-        """Try again to give back the leases :meth:`let_go` could not (each heartbeat)."""
+        """Try again to give back the leases :meth:`let_go` could not (the heartbeat
+        thread, every second; nothing to do nearly always)."""
         with self._letting_go_lock:
             pending = list(self._letting_go.items())
         for run_id, (epoch, transition) in pending:
-            self.let_go(run_id, epoch, transition)
+            self.let_go(run_id, epoch, transition, again=True)
 
     def interrupt(self, run_id: str, exc: BaseException) -> bool:
         """Stop a run executing in this process at its next position (``exc`` is raised

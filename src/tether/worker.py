@@ -503,14 +503,15 @@ def heartbeat(
     ``owner``'s leases and returns its runs asked to cancel) and, between beats while
     ``owner`` executes runs in this process, read those requests every CANCEL_POLL
     seconds, so that `tether cancel` stops a run at its next step within about a second,
-    not a third of the lease's ttl. A failure is logged; the next call retries."""
+    not a third of the lease's ttl. Every CANCEL_POLL seconds too, give back the leases
+    App.let_go could not. A failure is logged; the next call retries."""
     tick = min(interval, CANCEL_POLL)
     beat_at = time.monotonic() + interval
     while not stopping.wait(tick):
         try:
+            app.retry_let_go()  # leases not given back yet (before any are extended)
             if time.monotonic() >= beat_at - tick / 2:
                 beat_at = time.monotonic() + interval
-                app.retry_let_go()  # before the leases are extended: it gives some back
                 cancels = beat()
             elif app.executing(owner):
                 cancels = app.store.cancel_requests(owner)
