@@ -9,7 +9,8 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TextIO, TypeVar, overload
 
@@ -657,20 +658,21 @@ class App:
             import asyncio  # only for async agents: keeps `import tether` fast
 
             return asyncio.run(self._aexecute(d, journal, run, args, kwargs))
-        try:
-            output = d.fn(run, *args, **kwargs)
-        except Suspended as s:
-            return self._waiting(journal, s)
-        except Cancelling as c:
-            return self._cancel_inside(journal, c)
-        except BaseException as exc:
-            core = self._stopped(journal, exc)
-            if core is None:
-                raise
-            self._failed(journal, drive(core, self.clock), exc)
-        finally:
-            self._active.pop(journal.run_id, None)
-        return self._complete(journal, output)
+        with self._outage(journal):
+            try:
+                output = d.fn(run, *args, **kwargs)
+            except Suspended as s:
+                return self._waiting(journal, s)
+            except Cancelling as c:
+                return self._cancel_inside(journal, c)
+            except BaseException as exc:
+                core = self._stopped(journal, exc)
+                if core is None:
+                    raise
+                self._failed(journal, drive(core, self.clock), exc)
+            finally:
+                self._active.pop(journal.run_id, None)
+            return self._complete(journal, output)
 
     async def _aexecute(
         self,
@@ -680,21 +682,35 @@ class App:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> RunHandle:
+        with self._outage(journal):
+            try:
+                result = d.fn(run, *args, **kwargs)
+                output = await result if inspect.isawaitable(result) else result
+            except Suspended as s:
+                return self._waiting(journal, s)
+            except Cancelling as c:
+                return self._cancel_inside(journal, c)
+            except BaseException as exc:
+                core = self._stopped(journal, exc)
+                if core is None:
+                    raise
+                self._failed(journal, await adrive(core, self.clock), exc)
+            finally:
+                self._active.pop(journal.run_id, None)
+            return self._complete(journal, output)
+
+    @contextmanager
+    def _outage(self, journal: Journal) -> Iterator[None]:
+        """The database went away under the execution (StoreUnavailable, raised on): a
+        pause, not the agent's failure. A worker puts the run back in its queue; executed
+        here, its lease is given back, so that `tether resume` goes on from its log once
+        the database is back, from any process (the heartbeat would extend it)."""
         try:
-            result = d.fn(run, *args, **kwargs)
-            output = await result if inspect.isawaitable(result) else result
-        except Suspended as s:
-            return self._waiting(journal, s)
-        except Cancelling as c:
-            return self._cancel_inside(journal, c)
-        except BaseException as exc:
-            core = self._stopped(journal, exc)
-            if core is None:
-                raise
-            self._failed(journal, await adrive(core, self.clock), exc)
-        finally:
-            self._active.pop(journal.run_id, None)
-        return self._complete(journal, output)
+            yield
+        except StoreUnavailable:
+            if not journal.detached_end:
+                self.let_go(journal.run_id, journal.lease.epoch)
+            raise
 
     def _complete(self, journal: Journal, output: Any) -> RunHandle:
         try:
@@ -739,12 +755,7 @@ class App:
         if isinstance(exc, LeaseLost) or isinstance(journal.poisoned, LeaseLost):
             return None  # another worker owns the run now: write nothing
         if isinstance(exc, StoreUnavailable) or isinstance(journal.poisoned, StoreUnavailable):
-            # the database went away under the run (a lost connection, say): a pause, not the
-            # agent's failure. A worker puts the run back in its queue; here the lease is
-            # released, so that `tether resume` goes on from its log once the database is back
-            if not journal.detached_end:
-                self.let_go(journal.run_id, journal.lease.epoch)
-            return None
+            return None  # the database went away: a pause (see _outage), write nothing
         if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: a pause
             why = "its worker is stopping" if isinstance(exc, Stopping) else type(exc).__name__
             self._suspend(journal, why)
@@ -775,15 +786,16 @@ class App:
         """Finish a compensation that a crash interrupted, then end the run."""
         assert journal.compensating is not None
         reason = journal.compensating["reason"]
-        try:
-            error = dict(journal.compensating.get("error") or {})
-            ctx = drive(self._fail_core(journal, error, reason), self.clock)
-            if reason == "cancelled":
-                return self._cancelled(journal, ctx)
-            self._failed(journal, ctx, None)
-            raise AssertionError("unreachable")  # _failed raises
-        finally:
-            self._active.pop(journal.run_id, None)
+        with self._outage(journal):
+            try:
+                error = dict(journal.compensating.get("error") or {})
+                ctx = drive(self._fail_core(journal, error, reason), self.clock)
+                if reason == "cancelled":
+                    return self._cancelled(journal, ctx)
+                self._failed(journal, ctx, None)
+                raise AssertionError("unreachable")  # _failed raises
+            finally:
+                self._active.pop(journal.run_id, None)
 
     def _cancel_inside(self, journal: Journal, c: Cancelling) -> RunHandle:
         """A cancel requested while the run executed here: compensate if asked, then end.

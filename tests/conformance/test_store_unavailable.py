@@ -156,15 +156,7 @@ def test_a_final_event_lost_with_the_connection_is_written_again(pg_backend: Bac
     app = tether.open(f"{pg_backend.url}&application_name={name}", lease_ttl=3, lanes=1)
     watcher = tether.open(pg_backend.url)
     gate, calls, executions = threading.Event(), [], []
-
-    @app.agent
-    def last(run: tether.Run) -> int:
-        executions.append(1)
-        out = int(run.step("only", lambda: calls.append(1) or 7))
-        if len(executions) == 1:
-            gate.wait(10)  # after its last step: the connections die here
-        return out
-
+    last = _last_blocks(app, gate, calls, executions)
     rid = app.start(last, queue="q")
     try:
         with _lone_worker(app, gate):
@@ -186,13 +178,43 @@ def _events_of(url: str, rid: str) -> list[Any]:
         return app.events(rid)
 
 
+def _last_blocks(
+    app: tether.App, gate: threading.Event, calls: list[int], executions: list[int]
+) -> Any:
+    """An agent of one step whose first execution waits on ``gate`` after that step,
+    before it returns (the connections die there, under its final event)."""
+
+    @app.agent
+    def last(run: tether.Run) -> int:
+        executions.append(1)
+        out = int(run.step("only", lambda: calls.append(1) or 7))
+        if len(executions) == 1:
+            gate.wait(10)
+        return out
+
+    return last
+
+
 def _run_until_unavailable(
     app: tether.App, make_unavailable: Callable[[], object]
 ) -> tuple[str, BaseException, list[int]]:
-    """``app.run`` the agent in a thread; make the database unavailable while step 1 runs;
-    the run's id, what app.run raised, and the steps called so far."""
+    """``app.run`` the three-step agent in a thread; make the database unavailable while
+    step 1 runs; the run's id, what app.run raised, and the steps called so far."""
     gate, calls = threading.Event(), []
     agent = _agent(app, gate, calls)
+    rid, error = _run_raising(app, agent, gate, lambda: calls == [0, 1], make_unavailable)
+    return rid, error, calls
+
+
+def _run_raising(
+    app: tether.App,
+    agent: Any,
+    gate: threading.Event,
+    ready: Callable[[], bool],
+    make_unavailable: Callable[[], object],
+) -> tuple[str, BaseException]:
+    """``app.run(agent)`` in a thread; once ``ready()``, make the database unavailable and
+    open ``gate``; the run's id and what app.run raised."""
     outcome: list[BaseException] = []
 
     def run() -> None:
@@ -203,13 +225,13 @@ def _run_until_unavailable(
 
     t = threading.Thread(target=run)
     t.start()
-    assert until(lambda: calls == [0, 1], 10)
+    assert until(lambda: ready() and len(app._active) == 1, 10)
     (rid,) = app._active
     make_unavailable()
     gate.set()
     t.join(15)
     (error,) = outcome
-    return rid, error, calls
+    return rid, error
 
 
 def _resumes(app: tether.App, rid: str, calls: list[int]) -> None:
@@ -229,6 +251,24 @@ def test_app_run_raises_leaves_the_run_resumable_and_not_failed(
     rid, error, calls = _run_until_unavailable(app, lambda: _terminate(name))
     assert isinstance(error, StoreUnavailable) and "lost the connection" in str(error)
     _resumes(app, rid, calls)
+
+
+def test_app_run_whose_final_event_meets_a_dead_connection_is_resumable(
+    killable: tuple[tether.App, str], pg_backend: Backend
+) -> None:
+    """The connection dies after the last step, so the run's final append fails: the run
+    is left resumable (its lease given back), and resume completes it without running a
+    step again."""
+    app, name = killable
+    gate, calls, executions = threading.Event(), [], []
+    last = _last_blocks(app, gate, calls, executions)
+    rid, error = _run_raising(app, last, gate, lambda: calls == [1], lambda: _terminate(name))
+    assert isinstance(error, StoreUnavailable)
+    with tether.open(pg_backend.url) as watcher:  # connections of its own
+        record = watcher.store.get_run(rid)
+    assert (record.status, record.lease_owner) == ("running", None)
+    handle = app.resume(rid)
+    assert (handle.status, handle.output, calls) == ("completed", 7, [1])
 
 
 def test_a_sqlite_file_locked_too_long_pauses_the_run(sqlite_backend: Backend) -> None:
