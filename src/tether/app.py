@@ -114,6 +114,7 @@ class App:
         self._active: dict[str, Journal] = {}  # executions in this process, by run id
         self._letting_go: dict[str, tuple[int, Transition | None]] = {}  # see let_go
         self._letting_go_lock = threading.Lock()
+        store.unwritten_end = self._unwritten_end
         self._heartbeat: _Heartbeat | None = None
         self.policy = policy or Policy()
         self.approver_groups = {g: set(m) for g, m in (approver_groups or {}).items()}
@@ -351,6 +352,13 @@ class App:
         with self._letting_go_lock:
             self._letting_go.pop(run_id, None)
         return True
+
+    def _unwritten_end(self, run_id: str, epoch: int) -> None:
+        """A worker run's final event was not committed (Store.unwritten_end, called where
+        the store found out, so no write here): the heartbeat thread gives its lease back
+        within a second, and the worker that claims it writes the event again."""
+        with self._letting_go_lock:
+            self._letting_go[run_id] = (epoch, None)
 
     def retry_let_go(self) -> None:
         """Try again to give back the leases :meth:`let_go` could not (the heartbeat
@@ -661,15 +669,11 @@ class App:
         with self._outage(journal):
             try:
                 output = d.fn(run, *args, **kwargs)
-            except Suspended as s:
-                return self._waiting(journal, s)
-            except Cancelling as c:
-                return self._cancel_inside(journal, c)
             except BaseException as exc:
-                core = self._stopped(journal, exc)
-                if core is None:
-                    raise
-                self._failed(journal, drive(core, self.clock), exc)
+                ended = self._ended(journal, exc)
+                if isinstance(ended, RunHandle):
+                    return ended
+                self._failed(journal, drive(ended, self.clock), exc)
             finally:
                 self._active.pop(journal.run_id, None)
             return self._complete(journal, output)
@@ -686,18 +690,27 @@ class App:
             try:
                 result = d.fn(run, *args, **kwargs)
                 output = await result if inspect.isawaitable(result) else result
-            except Suspended as s:
-                return self._waiting(journal, s)
-            except Cancelling as c:
-                return self._cancel_inside(journal, c)
             except BaseException as exc:
-                core = self._stopped(journal, exc)
-                if core is None:
-                    raise
-                self._failed(journal, await adrive(core, self.clock), exc)
+                ended = self._ended(journal, exc)
+                if isinstance(ended, RunHandle):
+                    return ended
+                self._failed(journal, await adrive(ended, self.clock), exc)
             finally:
                 self._active.pop(journal.run_id, None)
             return self._complete(journal, output)
+
+    def _ended(self, journal: Journal, exc: BaseException) -> RunHandle | Core:
+        """What the agent's exception makes of the run: waiting, cancelled, or the core
+        that records its failure (the caller drives it, sync or async). Re-raises ``exc``
+        for a pause (a crash-like exit, a lost lease, the database gone)."""
+        if isinstance(exc, Suspended):
+            return self._waiting(journal, exc)
+        if isinstance(exc, Cancelling):
+            return self._cancel_inside(journal, exc)
+        core = self._stopped(journal, exc)
+        if core is None:
+            raise exc
+        return core
 
     @contextmanager
     def _outage(self, journal: Journal) -> Iterator[None]:

@@ -9,7 +9,7 @@ picks the backend (:mod:`tether.store.sqlite` for a path or ``sqlite:///…``).
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -392,6 +392,11 @@ class Store(Protocol):
     # where each claim is a write transaction of its own that would only queue behind the
     # others (SQLite), so that one claim at a time takes every slot that came free.
     concurrent_claims: bool
+
+    # Called with (run id, epoch) when a posted append (a worker run's final event) was
+    # not committed and will not be retried: the run's lease must be given back, or the
+    # heartbeat would extend it while the worker lives (App.let_go). Set by the App.
+    unwritten_end: Callable[[str, int], None] | None
 
     def claim_next(
         self, queues: Sequence[QueueLimits], *, owner: str, ttl: float, now: float, capacity: int

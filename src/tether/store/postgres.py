@@ -223,8 +223,7 @@ class PostgresStore:
         self._listening = threading.Lock()  # guards the listener thread and connection
         self._listen_thread: threading.Thread | None = None
         self._waiters: dict[int, tuple[threading.Event, frozenset[str]]] = {}
-        self._unwritten: dict[str, int] = {}  # run id -> epoch: its final event was lost
-        self._unwritten_lock = threading.Lock()
+        self.unwritten_end: Callable[[str, int], None] | None = None  # see Store
         self._closing = threading.Event()
         self._commits: GroupCommit[_Statement] = GroupCommit(self._flush, lanes=lanes)
         self._wires: list[WireConnection | None] = [None] * lanes  # one per group-commit lane
@@ -467,29 +466,18 @@ class PostgresStore:
         return expected_seq + len(events)
 
     def _posted_failed(self, statement: _Statement, epoch: int, error: BaseException) -> None:
-        """A posted append (a worker run's final event) that was not committed: the next
-        heartbeat gives its lease back (it would otherwise extend it while the worker
-        lives, no thread of which executes the run any more); then a worker claims it and,
-        replaying its log, writes the final event again."""
+        """A posted append (a worker run's final event) that was not committed: its lease
+        is given back (``unwritten_end``: no thread executes the run any more, and the
+        heartbeat would extend it); then a worker claims it and, replaying its log,
+        writes the final event again."""
         log.warning(
-            "run %s: its final event was not committed (%s); it is given back at the next "
-            "heartbeat, and the worker that claims it writes the event again",
+            "run %s: its final event was not committed (%s); its lease is given back, and "
+            "the worker that claims it writes the event again",
             statement.run_id,
             _first_line(error),
         )
-        with self._unwritten_lock:
-            self._unwritten[statement.run_id] = epoch
-
-    def _give_back_unwritten(self, conn: Conn) -> None:
-        """Release the leases of runs whose final event was lost (see _posted_failed), at
-        their epoch (a newer claim keeps its own); kept for the next beat on failure."""
-        with self._unwritten_lock:
-            pending = list(self._unwritten.items())
-        for run_id, epoch in pending:
-            conn.execute(_Q["release"], (run_id, epoch))
-            with self._unwritten_lock:
-                if self._unwritten.get(run_id) == epoch:
-                    del self._unwritten[run_id]
+        if self.unwritten_end is not None:
+            self.unwritten_end(statement.run_id, epoch)
 
     def _flush(self, batch: list[Pending[_Statement]], lane: int) -> None:
         """Commit a batch of hot statements (see groupcommit): appends, and the loads and
@@ -660,7 +648,6 @@ class PostgresStore:
 
     def renew(self, owner: str, *, ttl: float, now: float) -> int:
         with self._borrow() as conn:
-            self._give_back_unwritten(conn)
             return conn.execute(_Q["renew"], (now + ttl, owner)).rowcount
 
     # -- effects, signals, audit --------------------------------------------
@@ -857,7 +844,6 @@ class PostgresStore:
     ) -> tuple[bool, dict[str, int]]:
         params = {"id": worker_id, "expires": now + ttl, "now": now}
         with self._borrow() as conn:
-            self._give_back_unwritten(conn)
             rows = conn.execute(_Q["worker_heartbeat"], params).fetchall()
         cancels = {run_id: int(flag) for _, run_id, flag in rows if run_id is not None}
         return bool(rows[0][0]), cancels

@@ -16,7 +16,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 
@@ -192,6 +192,8 @@ class SQLiteStore:
 
     dialect = "sqlite"
     concurrent_claims = False  # a claim is a write transaction of its own (see Store)
+    # never called: a posted append that failed is queued again for the next transaction
+    unwritten_end: Callable[[str, int], None] | None = None
 
     def __init__(
         self, path: str, *, synchronous: str = "normal", busy_timeout: float = 10.0
