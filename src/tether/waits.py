@@ -249,7 +249,7 @@ def append_outside(
             now=now,
         )
     except BaseException:
-        app.store.release(state.run_id, epoch=lease.epoch)  # a worker need not wait for expiry
+        app.let_go(state.run_id, lease.epoch)  # a worker need not wait for its expiry
         raise
     queue = app.store.get_run(state.run_id).queue
     if queue:
