@@ -182,7 +182,8 @@ def register(subparsers: Subparsers) -> None:
             "list live workers, their leases and heartbeats",
             _workers_arguments,
             _workers,
-            "Workers on this host whose process is gone are forgotten first, and "
+            "Workers of this host and pid namespace whose process is gone are forgotten "
+            "first, and "
             "their runs become claimable at once.",
         ),
     )

@@ -6,6 +6,7 @@ how lease expiry, retry backoff and timers are tested.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import threading
@@ -64,18 +65,51 @@ def new_run_id(now: float | None = None) -> str:
 
 
 def process_owner() -> str:
-    """This process's lease owner name: ``host:pid:nonce``."""
-    return f"{os.uname().nodename}:{os.getpid()}:{secrets.token_hex(3)}"
+    """This process's lease owner name: ``host:pid:pids:nonce``.
+
+    ``pids`` names where ``pid`` means this process (see :func:`pid_space`): a hostname
+    alone does not (containers on host networking share the host's name but each has
+    its own pids, and machines may share a name).
+    """
+    return f"{os.uname().nodename}:{os.getpid()}:{pid_space() or '-'}:{secrets.token_hex(3)}"
+
+
+_PID_SPACE: list[str] = []
+
+
+def pid_space() -> str:
+    """Where this process's pids are valid: a digest of the kernel's boot id (this boot of
+    this machine) and the inode of its pid namespace (this container), '' when they
+    cannot be read (not Linux). Two processes that see the same pid space see the same
+    processes under the same pids."""
+    if not _PID_SPACE:
+        try:
+            with open("/proc/sys/kernel/random/boot_id") as f:
+                boot = f.read().strip()
+            namespace = os.stat("/proc/self/ns/pid").st_ino
+        except OSError:
+            _PID_SPACE.append("")
+        else:
+            digest = hashlib.blake2b(f"{boot}/{namespace}".encode(), digest_size=4)
+            _PID_SPACE.append(digest.hexdigest())
+    return _PID_SPACE[0]
 
 
 def owner_is_dead_local(owner: str) -> bool:
-    """True when ``owner`` names a process on this host that no longer exists."""
+    """True when ``owner`` (a :func:`process_owner` name, or a worker's ``worker:`` one)
+    names a process of this machine and pid namespace that no longer exists.
+
+    False whenever that cannot be known for sure: another host or pid namespace (the same
+    hostname is not enough), an owner name of another form, a pid that is alive (or
+    reused). The lease's expiry then decides.
+    """
     try:
-        host, pid_text, _ = owner.rsplit(":", 2)
+        host, pid_text, space, _ = owner.removeprefix("worker:").rsplit(":", 3)
         pid = int(pid_text)
     except ValueError:
         return False
-    if host != os.uname().nodename or pid == os.getpid():
+    here = pid_space()
+    if not here or space != here or host != os.uname().nodename or pid == os.getpid():
         return False
     try:
         os.kill(pid, 0)

@@ -10,7 +10,8 @@ A claim is a lease with an expiry and a fencing token (the run's epoch): every
 append carries the token, so a worker that lost its lease (paused, partitioned,
 presumed dead) cannot write. A heartbeat extends the worker's leases every
 third of their time to live. A worker killed with SIGKILL loses its leases at
-expiry (or at once, when a worker on the same host sees its process is gone),
+expiry (or at once, when a worker on the same host, in the same pid namespace, sees its
+process is gone),
 and another worker resumes its runs from their logs. Waiting runs hold no lease;
 what ends their wait (a decision, a signal, a due time) makes them claimable.
 
@@ -524,13 +525,19 @@ def heartbeat(
 
 
 def reap_dead_workers(app: App, *, exclude: str | None = None) -> list[WorkerRecord]:
-    """Forget workers whose process is gone (same host), or whose heartbeat is long
-    past; their leases become claimable at once. Returns the workers left."""
+    """Forget workers whose process is gone, or whose heartbeat is long past; their
+    leases become claimable at once. Returns the workers left.
+
+    A process is known gone only on its own host and pid namespace (its worker id says
+    which: see ``clock.owner_is_dead_local``); a worker in another container, even one
+    sharing this host's name, is left to its heartbeat and leases. So is a worker given
+    an id of its own (``worker_id``), which names no process.
+    """
     left = []
     now = app.clock.now()
     for w in app.store.list_workers():
         gone = now - w.heartbeat_at > 10 * app.lease_ttl
-        if w.id != exclude and (gone or owner_is_dead_local(f"{w.host}:{w.pid}:x")):
+        if w.id != exclude and (gone or owner_is_dead_local(w.id)):
             app.store.remove_worker(w.id, expire_leases=True)
             continue
         left.append(w)

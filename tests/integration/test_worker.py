@@ -604,3 +604,40 @@ def test_a_worker_refuses_a_bad_max_runs(qapp: tether.App, bad: object) -> None:
         qapp.worker().run(max_runs=bad, install_signals=False)  # type: ignore[arg-type]
     assert qapp.store.list_workers() == []  # refused before it registered or claimed
     assert qapp.store.get_run(qapp.runs()[0].id).status == "queued"
+
+
+def test_a_worker_of_another_pid_namespace_is_not_reaped_by_pid(tmp_path: Path) -> None:
+    """Two containers on host networking share the host's name; a pid of one means
+    nothing in the other. A worker starting here must not take the runs of a worker
+    there because no process here has its pid: only its heartbeat's age can tell."""
+    from tether.clock import pid_space
+    from tether.worker import reap_dead_workers
+
+    clock = tether.FakeClock()
+    app = tether.open(str(tmp_path / "ns.db"), clock=clock)
+
+    @app.agent
+    def job(run: tether.Run) -> None:
+        return None
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # its pid is free here, as another container's worker's pid would be
+    host, now = os.uname().nodename, app.clock.now()
+    other = "0badf00d" if pid_space() != "0badf00d" else "0badf00e"
+    there = f"worker:{host}:{child.pid}:{other}:abc123"
+    gone = f"worker:{host}:{child.pid}:{pid_space()}:def456"
+    for wid in (there, gone):
+        record = WorkerRecord(wid, host, child.pid, ["default"], 8, now, now)
+        app.store.register_worker(record, now=now)
+    held = app.start(job)
+    clock.advance(1)  # claims take the oldest first
+    lost = app.start(job)
+    assert _claim(app, there, 1) == [held] and _claim(app, gone, 1) == [lost]
+
+    left = reap_dead_workers(app)
+    assert [w.id for w in left] == [there]
+    assert app.store.get_run(held).lease_owner == there  # still its
+    assert app.store.get_run(lost).lease_expires <= now  # claimable at once
+    clock.advance(10 * app.lease_ttl + 1)  # its heartbeat is long past: now it goes
+    assert reap_dead_workers(app) == []
+    app.close()
