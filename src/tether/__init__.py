@@ -24,6 +24,7 @@ from .codec import decode, encode
 from .errors import (
     ApprovalDenied,
     ArtifactCorrupt,
+    ClockSkew,
     Conflict,
     DecisionRefused,
     EncodeError,
@@ -55,6 +56,7 @@ __all__ = [
     "ArtifactCorrupt",
     "AsyncRun",
     "Clock",
+    "ClockSkew",
     "Conflict",
     "DecisionRefused",
     "EncodeError",

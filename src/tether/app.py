@@ -21,6 +21,7 @@ from .clock import Clock, SystemClock, new_run_id, owner_is_dead_local, process_
 from .conversation import Session, Summarizer, make_policy, open_session
 from .effects import ToolDef, define_tool
 from .errors import (
+    ClockSkew,
     Conflict,
     EncodeError,
     InvalidState,
@@ -119,6 +120,7 @@ class App:
         self.policy = policy or Policy()
         self.approver_groups = {g: set(m) for g, m in (approver_groups or {}).items()}
         self.inline_sleep_max = inline_sleep_max
+        self._clock_checked = False
 
     # -- registration -----------------------------------------------------
 
@@ -504,6 +506,8 @@ class App:
         kwargs: dict[str, Any],
         session: Session | None = None,
     ) -> tuple[Journal, Run | AsyncRun]:
+        if not self._clock_checked:
+            self.check_clock()
         now = self.clock.now()
         run_id = new_run_id(now)
         payload = self._input(d, args, kwargs)
@@ -637,7 +641,46 @@ class App:
             )
         return RunHandle(record.id, state.status, state.output, None)
 
+    def check_clock(self) -> float:
+        """Seconds the database's clock is ahead of this process's; ``tether.ClockSkew`` when
+        they differ by more than a third of a lease.
+
+        A lease is a due time written with its holder's clock and judged expired by other
+        processes' clocks, on other machines. A process whose clock is ahead sees live
+        leases as expired (and takes their runs while they still execute: a step runs
+        twice); one whose clock is behind writes leases that expire early. Checked once
+        per App, before its first lease (a worker's start, the first ``app.run`` or
+        resume), and logged from a second off. An injected clock (``clock=``, a test's
+        own time) is not checked.
+        """
+        if not isinstance(self.clock, SystemClock):
+            return 0.0
+        offset = self.store.clock_offset(self.clock.now)
+        if abs(offset) > self.lease_ttl / 3:
+            raise ClockSkew(
+                f"this machine's clock is {abs(offset):.1f} s "
+                f"{'behind' if offset > 0 else 'ahead of'} the database's at "
+                f"{getattr(self.store, 'where', 'the store')}: "
+                f"leases last {self.lease_ttl:g} s and are checked against other machines' "
+                f"clocks, so with more than a third of that ({self.lease_ttl / 3:.1f} s) off a "
+                f"live run could be taken by a second process. Synchronise this machine's clock "
+                f"(NTP, chrony), or raise lease_ttl in tether.open(...)."
+            )
+        if abs(offset) > 1.0:
+            log.warning(
+                "this machine's clock is %.1f s %s the database's; leases of %g s tolerate "
+                "up to %.1f s: synchronise it (NTP, chrony)",
+                abs(offset),
+                "behind" if offset > 0 else "ahead of",
+                self.lease_ttl,
+                self.lease_ttl / 3,
+            )
+        self._clock_checked = True
+        return offset
+
     def _claim(self, record: RunRecord) -> Lease:
+        if not self._clock_checked:
+            self.check_clock()
         holder = record.lease_owner
         takeover = holder if holder and owner_is_dead_local(holder) else None
         return self.store.claim(

@@ -60,6 +60,11 @@ class ArtifactCorrupt(StoreError):
         self.sha256 = sha256
 
 
+class ClockSkew(TetherError):
+    """This machine's clock is too far from the database's for leases: they last a time
+    written by one machine's clock and read by another's."""
+
+
 class NotFound(TetherError, LookupError):
     """No such run, agent or event."""
 

@@ -187,6 +187,7 @@ class Worker:
                 f"max_runs is a number of claims (an int >= 1) or None, not {max_runs!r}"
             )
         self._max_runs = max_runs
+        self.app.check_clock()  # leases compare clocks across machines: refuse a skewed one
         self.pin()
         if install_signals and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, lambda *_: self.stop())

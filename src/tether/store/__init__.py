@@ -434,6 +434,14 @@ class Store(Protocol):
         """Forget a worker; with ``expire_leases`` its runs become claimable at once."""
         ...
 
+    def clock_offset(self, now: Callable[[], float]) -> float:
+        """Seconds the database's clock is ahead of ``now`` (this process's clock, in seconds
+        since the epoch; negative: behind).
+        Leases are due times from one process's clock checked against another's, so
+        processes on several machines need their clocks to agree (0.0 where they share
+        one: SQLite)."""
+        ...
+
     def workers_sharing(self, workers: int) -> None:
         """A hint from a worker of this process: ``workers`` live workers share the
         database (a store may size its batching to it; SQLite: no-op)."""

@@ -1006,6 +1006,10 @@ class SQLiteStore:
         rows = self._conn().execute(_Q["list_workers"]).fetchall()
         return [WorkerRecord(r[0], r[1], r[2], json.loads(r[3]), *r[4:]) for r in rows]
 
+    def clock_offset(self, now: Callable[[], float]) -> float:
+        """Every process of a SQLite database runs on its machine: one clock."""
+        return 0.0
+
     def workers_sharing(self, workers: int) -> None:
         """SQLite has one writer whatever the number of workers: nothing to size."""
 

@@ -254,6 +254,10 @@ SELECT
        AND seq > COALESCE((SELECT max(seq) FROM snapshots
                            WHERE run_id = %(id)s::text AND seq <= %(upto)s::bigint), 0));
 
+-- name: server_clock
+-- The server's clock now, in seconds since the epoch (not the transaction's start: now()).
+SELECT extract(epoch FROM clock_timestamp())::float8;
+
 -- name: schema_exists
 -- One row when the schema exists (creating it needs a privilege that using it does not).
 SELECT 1 FROM pg_namespace WHERE nspname = %s;
