@@ -318,3 +318,15 @@ def test_flush_without_waiting_returns_while_a_batch_is_in_flight_and_the_post_c
     until(lambda: store.read_events("b"))
     assert [e.seq for e in store.read_events("b")] == [1]  # the leader went on with it
     store.close()
+
+
+def test_the_lanes_plan_each_statement_once(pg_backend: Backend) -> None:
+    """The group commit's connections use generic plans: a claim planned at each call cost
+    more than the claim itself, and whether PostgreSQL plans each call depends on the
+    table's statistics. Each lane says so to the server as it connects."""
+    store = _store(pg_backend)
+    _run(store, "r")
+    store.append("r", [_event(1)], expected_seq=0, epoch=1, now=NOW)
+    lane = store._wire_connection(0)
+    res = lane._pg.exec_(b"SHOW plan_cache_mode")
+    assert res.get_value(0, 0) == b"force_generic_plan"

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 import pytest
-from _conformance import T0, Backend, ev, new_run, seqs
+from _conformance import PG_URL, T0, Backend, ev, new_run, seqs
 
 from tether.errors import Conflict, LeaseLost, QueueFull
 from tether.store import NewRun, QueueLimits, Store, Transition, WorkerRecord
@@ -371,6 +371,65 @@ def test_a_claim_reads_the_queue_through_its_order_index(backend: Backend) -> No
         )
     assert "runs_queued_order" in plan, plan
     assert _claimed(store, QueueLimits("q"), now=T0 + 1000, capacity=2) == ["r002", "r005"]
+
+
+def _claim_plan(backend: Backend, now: float) -> str:
+    """The plan of a claim of this queue: SQLite's query plan; on PostgreSQL the generic plan
+    (made once for all parameters), which is what the group commit's connections run."""
+    if backend.name == "sqlite":
+        from tether.store.sqlite import _Q as SQ
+
+        rows = backend.sql_params(
+            "EXPLAIN QUERY PLAN " + SQ["claim_candidates"], {"queue": "q", "now": now, "scan": 2}
+        )
+        return " ".join(str(r) for r in rows)
+    import psycopg
+
+    from tether.store.pgwire import Prepared
+    from tether.store.postgres import _Q as PQ
+
+    claim = Prepared("claim", PQ["claim_fast"])
+    values = {"queue": "'q'", "now": repr(now), "scan": "2", "owner": "'w'", "expires": repr(now)}
+    # a few dozen rows fit a page or two, which PostgreSQL rightly reads whole: the question
+    # is which index it would use on a big table
+    options = (
+        f"-c search_path={backend.schema} -c plan_cache_mode=force_generic_plan "
+        "-c enable_seqscan=off"
+    )
+    with psycopg.connect(PG_URL, autocommit=True, options=options) as conn:
+        conn.execute("ANALYZE runs")
+        conn.execute(b"PREPARE claim AS " + claim.sql)
+        args = ", ".join(values[name] for name in claim.params)
+        return " ".join(r[0] for r in conn.execute(f"EXPLAIN EXECUTE claim({args})".encode()))
+
+
+def test_a_claim_reads_neither_runs_waiting_for_later_nor_runs_executing_elsewhere(
+    backend: Backend,
+) -> None:
+    """A claim read every waiting run of its queue to find the due ones, and every running
+    run to find expired leases: work in proportion to the approvals pending and the runs in
+    flight, at every claim. Both are ranges of an index now (schema 8)."""
+    store = backend.open()
+    for i in range(60):  # timers due long after the claim: approvals pending for a day
+        new_run(store, f"later-{i:02}", owner="w0", queue="q")
+        later = Transition("waiting", release=True, available_at=T0 + 86_400 + i)
+        store.set_status(f"later-{i:02}", later, now=T0)
+    for i in range(30):  # executing on other workers under live leases
+        new_run(store, f"busy-{i:02}", owner=f"w{i}", ttl=3_600, queue="q")
+    new_run(store, "due", owner="w0", queue="q")
+    store.set_status("due", Transition("waiting", release=True, available_at=T0 + 5), now=T0)
+    new_run(store, "expired", owner="w0", ttl=1, queue="q")
+    new_run(store, "released", owner="w0", ttl=3_600, queue="q")
+    store.release("released", epoch=1)  # no owner, still running: claimable at once
+    plan = _claim_plan(backend, T0 + 10)
+    assert "runs_lease_due" in plan and "runs_claimable" in plan, plan
+    assert "runs_waiting_due" not in plan and "runs_status" not in plan, plan
+    assert sorted(_claimed(store, QueueLimits("q"), now=T0 + 10, capacity=9)) == [
+        "due",
+        "expired",
+        "released",
+    ]
+    assert _claimed(store, QueueLimits("q"), now=T0 + 10, capacity=9) == []
 
 
 def test_the_load_after_a_claim_sees_the_claimed_run(store: Store) -> None:

@@ -151,6 +151,14 @@ class WireConnection:
     def close(self) -> None:
         self._pg.finish()
 
+    def plan_once(self) -> None:
+        """Plan each prepared statement once for all parameters (a generic plan) instead of
+        at every execution (PostgreSQL 12+; an older server keeps its default)."""
+        if self._pg.server_version >= 120000:
+            res = self._pg.exec_(b"SET plan_cache_mode = force_generic_plan")
+            if res.status != pq.ExecStatus.COMMAND_OK:
+                raise self._error(res)
+
     def _prepare(self, q: Prepared) -> None:
         if q.name in self._prepared:
             return

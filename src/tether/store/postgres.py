@@ -528,7 +528,15 @@ class PostgresStore:
         wire = self._wires[lane]
         if wire is None:
             try:
-                wire = self._wires[lane] = WireConnection(self._wire_conninfo)
+                wire = WireConnection(self._wire_conninfo)
+                try:
+                    # the claim's plan must not depend on the queue's size (a custom plan per
+                    # claim cost more than the claim; see claim_fast)
+                    wire.plan_once()
+                except BaseException:
+                    wire.close()
+                    raise
+                self._wires[lane] = wire
             except (ConnectionError, psycopg.Error) as e:
                 raise StoreUnavailable(
                     f"cannot connect to PostgreSQL at {self.where}: {_first_line(e)}. Check "

@@ -396,9 +396,12 @@ SELECT count(*) FROM runs WHERE queue = %s::text AND claimed_at > %s::float8;
 
 -- name: _claimable
 -- Fragment of claim_fast and claim_candidates: the claimable runs of a queue in the claim's
--- order, each kind from its own index (schema 6), locked (FOR UPDATE SKIP LOCKED: rows
--- another worker is claiming are passed over, a row changed since the statement began is
--- re-checked), at most scan of each.
+-- order, at most scan of each kind, locked (FOR UPDATE SKIP LOCKED: rows another worker is
+-- claiming are passed over, a row changed since the statement began is re-checked). Queued
+-- runs are read in that order from runs_queued_order (schema 6); waiting runs whose time is
+-- due and running runs whose lease expired are ranges of runs_claimable and runs_lease_due
+-- (schema 8), sorted once found: a claim never reads the runs that wait for later or
+-- execute elsewhere.
 queued AS (
     SELECT id, agent, version, status, code, created_at, updated_at, epoch, lease_owner,
            lease_expires, parent_id, fork_seq, session_id, owner, queue, priority, available_at,
@@ -424,16 +427,16 @@ queued AS (
            waiting_for, cancel_requested, dedup_key, concurrency_key, claimed_at
     FROM runs
     WHERE queue = %(queue)s::text AND status = 'running'
-      AND (lease_owner IS NULL OR lease_expires < %(now)s::float8)
+      AND (CASE WHEN lease_owner IS NULL THEN 0 ELSE lease_expires END) < %(now)s::float8
     ORDER BY priority DESC, COALESCE(available_at, created_at), created_at, id
     LIMIT %(scan)s::bigint
     FOR UPDATE SKIP LOCKED
 )
 
 -- name: claim_candidates
--- Claimable runs of one queue, best first, locked (as in claim_fast: three ordered, locked
--- scans, the best of them): queued and due, waiting and due, or running under an expired
--- lease. The rows as they are before the claim.
+-- Claimable runs of one queue, best first, locked (as in claim_fast: three locked scans,
+-- the best of them): queued and due, waiting and due, or running under an expired lease.
+-- The rows as they are before the claim.
 WITH {{_claimable}}
 SELECT * FROM (SELECT * FROM queued UNION ALL SELECT * FROM due
                UNION ALL SELECT * FROM expired) AS claimable
@@ -444,11 +447,14 @@ LIMIT %(scan)s::bigint;
 -- One statement (one round trip) for a queue without limits: take the best claimable runs,
 -- skipping rows other workers are claiming; returns each row as it was before the claim, as
 -- JSON text, with the new fencing token, and the run's log as load_run reads it (its newest
--- snapshot and the events after it: the worker loads the run next, so the claim brings it). (Sent through pgwire, which reads text: JSON is one
--- cheap parse for a whole row.) Claimable: queued and due, waiting and due, or running under
--- an expired lease; each kind is read in the claim's order from its own index (schema 6) and
--- locked (FOR UPDATE SKIP LOCKED: rows another worker is claiming are passed over, a row
--- changed since the statement began is re-checked), then the best of the three are taken.
+-- snapshot and the events after it: the worker loads the run next, so the claim brings
+-- it). (Sent through pgwire, which reads text: JSON is one cheap parse for a whole row.)
+-- Claimable: queued and due, waiting and due, or running under an expired lease, each kind
+-- read and locked as _claimable says; then the best of the three are taken.
+-- The claimed rows are updated by primary key (= ANY of their ids), never joined: a plan
+-- made once (the group commit's connections use generic plans) cannot know how many rows
+-- LIMIT takes, and joined it scanned the whole table for them; left to plan each claim,
+-- PostgreSQL spent more time planning than claiming.
 WITH {{_claimable}}, picked AS (
     SELECT * FROM (SELECT * FROM queued UNION ALL SELECT * FROM due
                    UNION ALL SELECT * FROM expired) AS claimable
@@ -458,7 +464,7 @@ WITH {{_claimable}}, picked AS (
     UPDATE runs AS r SET status = 'running', epoch = r.epoch + 1, lease_owner = %(owner)s::text,
            lease_expires = %(expires)s::float8, claimed_at = %(now)s::float8,
            updated_at = %(now)s::float8, waiting_for = NULL
-    FROM picked WHERE r.id = picked.id
+    WHERE r.id = ANY(ARRAY(SELECT id FROM picked))
     RETURNING r.id, r.epoch AS new_epoch
 )
 SELECT row_to_json(picked)::text, taken.new_epoch,

@@ -199,8 +199,11 @@ SELECT COUNT(*) FROM runs WHERE queue = ? AND status = 'queued';
 
 -- name: claim_candidates
 -- Claimable runs of one queue, best first: queued and due, waiting and due, or running
--- under an expired lease (its worker died). Each kind is read in the claim's order from its
--- own index (schema 6), so a claim reads a few rows whatever the queue's depth.
+-- under an expired lease (its worker died). Queued runs are read in the claim's order from
+-- runs_queued_order (schema 6); due waiting runs and expired leases are ranges of
+-- runs_claimable and runs_lease_due (schema 8), sorted once found. So a claim reads a few
+-- rows whatever the queue's depth, and never the runs that wait for later or execute
+-- elsewhere.
 SELECT id, concurrency_key FROM (
     SELECT * FROM (
         SELECT id, concurrency_key, priority, COALESCE(available_at, created_at) AS due, created_at FROM runs
@@ -216,7 +219,7 @@ SELECT id, concurrency_key FROM (
     SELECT * FROM (
         SELECT id, concurrency_key, priority, COALESCE(available_at, created_at) AS due, created_at FROM runs
         WHERE queue = :queue AND status = 'running'
-          AND (lease_owner IS NULL OR lease_expires < :now)
+          AND (CASE WHEN lease_owner IS NULL THEN 0 ELSE lease_expires END) < :now
         ORDER BY priority DESC, COALESCE(available_at, created_at), created_at, id LIMIT :scan)
 )
 ORDER BY priority DESC, due, created_at, id
