@@ -15,7 +15,9 @@ a claim of 2 runs (PostgreSQL: ``claim_fast`` through the group commit's libpq
 connection, autocommit, so its commit too; SQLite: ``claim_candidates``, the read that
 picks the runs) alternates between the two stores, each claim's runs then marked
 completed. Prints the median µs per claim of each and busy ÷ empty (1.00: the runs that
-are not claimable cost a claim nothing).
+are not claimable cost a claim nothing). Then what a rate-limited queue adds to each
+claim: its count of the claims of the last minute, among the 20,000 completed runs that
+were claimed over the day before (``claims_since``).
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ def fill(execute: Callable[[str], object], waiting: int, running: int, now: floa
         20_000,
         f"'c' || n, 'bench', NULL, 'completed', '{{}}', {now}, {now}, 1, NULL, NULL, 'q', 0, NULL",
     )
+    # each claimed once, over the last day: what a rate limit's count reads past
+    execute(f"UPDATE runs SET claimed_at = {now} - 86400 + CAST(substr(id, 2) AS INTEGER) * 4")
     day = now + 86_400
     run = "'bench', NULL"  # agent, version
     rows(
@@ -104,6 +108,8 @@ def postgres(args: argparse.Namespace) -> dict[str, list[float]]:
 
         claimers[kind] = one
         claimers[kind + "_app"] = app.close
+    since = load_queries("postgres")["claims_since"].replace("runs", f"{schemas[-1]}.runs")
+    claimers["count"] = lambda: admin.execute(since.encode(), ("q", time.time() - 60)).fetchone()
     try:
         return measure(claimers, args.rounds)
     finally:
@@ -138,6 +144,8 @@ def sqlite(args: argparse.Namespace) -> dict[str, list[float]]:
                 conn.execute("UPDATE runs SET status = 'completed' WHERE id IN (?, ?)", ids)
 
             claimers[kind] = one
+        since = load_queries("sqlite")["claims_since"]
+        claimers["count"] = lambda: conn.execute(since, ("q", time.time() - 60)).fetchone()
         try:
             return measure(claimers, args.rounds)
         finally:
@@ -146,14 +154,15 @@ def sqlite(args: argparse.Namespace) -> dict[str, list[float]]:
 
 
 def measure(claimers: dict[str, Callable[[], None]], rounds: int) -> dict[str, list[float]]:
-    """µs per claim, in blocks of 5 claims, the two stores alternating which goes first."""
-    kinds = ["empty", "busy"]
+    """µs per claim, in blocks of 5 claims, the two stores alternating which goes first;
+    and a rate limit's count on the busy one."""
+    kinds = ["empty", "busy", "count"]
     out: dict[str, list[float]] = {k: [] for k in kinds}
     for k in kinds:
         for _ in range(5):  # warm up: prepare, cache
             claimers[k]()
     for r in range(rounds):
-        for k in kinds if r % 2 else kinds[::-1]:
+        for k in kinds[r % 3 :] + kinds[: r % 3]:
             start = time.perf_counter()
             for _ in range(5):
                 claimers[k]()
@@ -176,6 +185,8 @@ def main() -> None:
         empty, busy = (statistics.median(times[k]) for k in ("empty", "busy"))
         ratio = busy / empty
         print(f"{name:10}  empty {empty:8.1f} µs  busy {busy:8.1f} µs  busy/empty {ratio:5.2f}×")
+        count = statistics.median(times["count"])
+        print(f"{'':10}  a rate limit's count of the last minute's claims: {count:6.1f} µs")
 
 
 if __name__ == "__main__":

