@@ -184,7 +184,6 @@ def register(subparsers: Subparsers) -> None:
             _workers_arguments,
             _workers,
             "Workers of this host and pid namespace whose process is gone are forgotten "
-            "first, and "
-            "their runs become claimable at once.",
+            "first, and their runs become claimable at once.",
         ),
     )

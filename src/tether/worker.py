@@ -10,9 +10,8 @@ A claim is a lease with an expiry and a fencing token (the run's epoch): every
 append carries the token, so a worker that lost its lease (paused, partitioned,
 presumed dead) cannot write. A heartbeat extends the worker's leases every
 third of their time to live. A worker killed with SIGKILL loses its leases at
-expiry (or at once, when a worker on the same host, in the same pid namespace, sees its
-process is gone),
-and another worker resumes its runs from their logs. Waiting runs hold no lease;
+expiry (or at once, when a worker on the same host and pid namespace sees its process
+is gone), and another worker resumes its runs from their logs. Waiting runs hold no lease;
 what ends their wait (a decision, a signal, a due time) makes them claimable.
 
 A worker whose runs are short claims ahead (``prefetch``): besides the runs it
