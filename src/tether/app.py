@@ -12,14 +12,14 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TextIO, TypeVar, overload
+from typing import Any, TextIO, TypeVar, cast, overload
 
 from . import codec, compensation, export, retention, snapshots, timetravel, waits
 from . import events as ev
 from .artifacts import Artifacts, ArtifactStore, DatabaseArtifacts
 from .clock import Clock, SystemClock, new_run_id, owner_is_dead_local, process_owner
 from .conversation import Session, Summarizer, make_policy, open_session
-from .effects import ToolDef, define_tool
+from .effects import ToolDef, define_tool, guarded
 from .errors import (
     ClockSkew,
     Conflict,
@@ -33,7 +33,7 @@ from .errors import (
     TetherError,
 )
 from .events import Event
-from .journal import Cancelling, Core, Journal, Stopping, Suspended
+from .journal import Cancelling, Core, Journal, Stopping, Suspended, agent_body
 from .memory import Memory
 from .retry import NO_RETRY, Retry
 from .runtime import AsyncRun, Policy, Run, adrive, drive
@@ -166,10 +166,12 @@ class App:
         """
 
         def register(f: F) -> F:
-            tool(risk=risk, compensate=compensate, on_doubt=on_doubt, retry=retry, name=name)(f)
-            d: ToolDef = f.__tether_tool__  # type: ignore[attr-defined]
+            declared = tool(
+                risk=risk, compensate=compensate, on_doubt=on_doubt, retry=retry, name=name
+            )(f)
+            d: ToolDef = declared.__tether_tool__  # type: ignore[attr-defined]
             self._tools[d.name] = d
-            return f
+            return declared
 
         return register(fn) if fn is not None else register
 
@@ -711,7 +713,8 @@ class App:
             return asyncio.run(self._aexecute(d, journal, run, args, kwargs))
         with self._outage(journal):
             try:
-                output = d.fn(run, *args, **kwargs)
+                with agent_body(journal.run_id):
+                    output = d.fn(run, *args, **kwargs)
             except BaseException as exc:
                 ended = self._ended(journal, exc)
                 if isinstance(ended, RunHandle):
@@ -731,8 +734,9 @@ class App:
     ) -> RunHandle:
         with self._outage(journal):
             try:
-                result = d.fn(run, *args, **kwargs)
-                output = await result if inspect.isawaitable(result) else result
+                with agent_body(journal.run_id):
+                    result = d.fn(run, *args, **kwargs)
+                    output = await result if inspect.isawaitable(result) else result
             except BaseException as exc:
                 ended = self._ended(journal, exc)
                 if isinstance(ended, RunHandle):
@@ -1204,8 +1208,10 @@ def tool(
         d = define_tool(
             f, name=name, risk=risk, compensate=compensate, on_doubt=on_doubt, retry=retry
         )
+        # the function is the tool too (app.tool(send) without rebinding send); what the
+        # decorator returns also refuses a direct call in an agent (effects.guarded)
         f.__tether_tool__ = d  # type: ignore[attr-defined]
-        return f
+        return cast(F, guarded(d))
 
     return declare(fn) if fn is not None else declare
 

@@ -16,10 +16,17 @@ one transaction. On replay:
 A tool that declares a keyword parameter ``idempotency_key`` receives the key;
 :func:`tether.current_step` gives it (with the attempt and run id) anywhere
 inside the call.
+
+A decorated tool called directly in an agent's body (``send(...)`` instead of
+``run.tool(send, ...)``) would run outside all of this: no key, no intent, no
+record, again at every replay. It raises instead (:func:`guarded`). Called
+anywhere else (a test, a script, inside a step or another tool) it is the plain
+function.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 from collections.abc import Callable, Sequence
@@ -28,7 +35,8 @@ from typing import Any
 
 from . import codec
 from . import events as ev
-from .journal import Call, Core, Journal, Slot, attempts, step_key
+from .errors import InvalidState
+from .journal import Call, Core, Journal, Slot, attempts, in_agent_body, step_key
 from .retry import Retry
 from .store import EffectWrite
 
@@ -89,6 +97,43 @@ def define_tool(
         _takes_key(fn),
         compensate is not None and _takes_key(compensate),
     )
+
+
+def guarded(d: ToolDef) -> Callable[..., Any]:
+    """The tool's function as its decorator returns it: the function itself, except in an
+    agent's body (outside any step or tool call), where calling it raises InvalidState
+    and says to call it through the run."""
+    fn = d.fn
+
+    def refuse(run_id: str) -> InvalidState:
+        return InvalidState(
+            f"run {run_id}: tool {d.name!r} was called directly in the agent, so its call "
+            f"would be neither journaled nor done once (it would run again at every replay). "
+            f"Call it through the run: run.tool({fn.__name__}, ...)"
+        )
+
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def direct_async(*args: Any, **kwargs: Any) -> Any:
+            run_id = in_agent_body()
+            if run_id is not None:
+                raise refuse(run_id)
+            return await fn(*args, **kwargs)
+
+        wrapper: Callable[..., Any] = direct_async
+    else:
+
+        @functools.wraps(fn)
+        def direct(*args: Any, **kwargs: Any) -> Any:
+            run_id = in_agent_body()
+            if run_id is not None:
+                raise refuse(run_id)
+            return fn(*args, **kwargs)
+
+        wrapper = direct
+    wrapper.__tether_tool__ = d  # type: ignore[attr-defined]
+    return wrapper
 
 
 def _takes_key(fn: Callable[..., Any]) -> bool:

@@ -14,10 +14,11 @@ either synchronously or with ``await``. There are no sync/async twins.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import time
 import traceback
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,6 +96,31 @@ class StepInfo:
 _CURRENT: contextvars.ContextVar[StepInfo | None] = contextvars.ContextVar(
     "tether_current_step", default=None
 )
+
+
+# The run whose agent body this context executes (set around the agent function by App):
+# a tool called there outside any step or tool call bypasses the journal (see effects).
+_AGENT: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "tether_agent_run", default=None
+)
+
+
+@contextlib.contextmanager
+def agent_body(run_id: str) -> Iterator[None]:
+    """Mark this context as executing run ``run_id``'s agent function, outside any step
+    (an agent run inline inside another's step has a body of its own)."""
+    token, step = _AGENT.set(run_id), _CURRENT.set(None)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(step)
+        _AGENT.reset(token)
+
+
+def in_agent_body() -> str | None:
+    """The run whose agent body is executing here, outside any step or tool call, or None."""
+    run_id = _AGENT.get()
+    return run_id if run_id is not None and _CURRENT.get() is None else None
 
 
 def current_step() -> StepInfo:

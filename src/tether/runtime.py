@@ -37,6 +37,9 @@ def drive(core: Core, clock: Clock) -> Any:
                 result = call_with_timeout(cmd.fn, cmd.args, cmd.kwargs, cmd.timeout)
             except Exception as exc:
                 cmd = core.throw(exc)
+            except BaseException:  # KeyboardInterrupt, SystemExit: not the step's failure,
+                core.close()  # but the core unmarks its step (current_step) on the way out
+                raise
             else:
                 cmd = core.send(result)
     except StopIteration as stop:
@@ -56,6 +59,9 @@ async def adrive(core: Core, clock: Clock) -> Any:
                 result = await _acall(cmd)
             except Exception as exc:
                 cmd = core.throw(exc)
+            except BaseException:  # cancelled, interrupted: see drive
+                core.close()
+                raise
             else:
                 cmd = core.send(result)
     except StopIteration as stop:

@@ -277,3 +277,87 @@ def test_snapshots_make_loading_start_from_the_newest(db_path: str) -> None:
     assert loaded.events == []
     assert app.get(h.id) == full
     app.close()
+
+
+def test_a_tool_called_directly_in_an_agent_is_refused_before_it_runs(app: tether.App) -> None:
+    """`send(...)` in an agent instead of `run.tool(send, ...)` would run outside the
+    journal: no key, no intent, no record, and again at every replay. It raises instead,
+    and the tool's body never runs; anywhere else the tool is its plain function."""
+    sent: list[str] = []
+
+    @app.tool(risk="write")
+    def send(to: str) -> str:
+        sent.append(to)
+        return f"sent to {to}"
+
+    @app.agent
+    def direct(run: tether.Run) -> str:
+        return send("ada")
+
+    @app.agent
+    def through(run: tether.Run) -> list[str]:
+        inside_a_step = run.step("fan", lambda: send("bob"))  # the step's own business
+        return [run.tool(send, "cy"), inside_a_step]
+
+    with pytest.raises(tether.RunFailed, match=r"run\.tool\(send, \.\.\.\)") as e:
+        app.run(direct)
+    failure = app.get(e.value.run_id).failure or {}
+    assert failure["type"].endswith("InvalidState")
+    assert "called directly in the agent" in failure["message"]
+    assert sent == []  # refused before it ran
+    assert app.run(through).output == ["sent to cy", "sent to bob"]
+    assert send("dee") == "sent to dee"  # outside a run: the plain function
+    assert sent == ["bob", "cy", "dee"]
+
+
+def test_an_async_tool_called_directly_in_an_async_agent_is_refused(app: tether.App) -> None:
+    calls: list[str] = []
+
+    @tether.tool(risk="irreversible")
+    async def charge(amount: int) -> int:
+        calls.append("charge")
+        return amount
+
+    @app.agent
+    async def pay(run: tether.AsyncRun) -> int:
+        return await charge(5)
+
+    @app.agent
+    async def pay_through(run: tether.AsyncRun) -> int:
+        return int(await run.tool(charge, 7))
+
+    with pytest.raises(tether.RunFailed, match="called directly in the agent"):
+        app.run(pay)
+    assert calls == []
+    assert app.run(pay_through).output == 7 and calls == ["charge"]
+    assert asyncio.run(charge(9)) == 9
+
+
+def test_a_function_registered_by_a_call_is_the_tool_itself(app: tether.App) -> None:
+    def notify(who: str) -> str:
+        return f"told {who}"
+
+    app.tool(notify, risk="write")  # not rebound: the function carries its definition
+
+    @app.agent
+    def tell(run: tether.Run) -> str:
+        return str(run.tool(notify, "ada"))
+
+    assert app.run(tell).output == "told ada"
+
+
+def test_an_interrupt_inside_a_step_leaves_no_step_marked(app: tether.App) -> None:
+    """Ctrl-C in a step (a notebook, a CLI) goes up as it is; the step stops being the
+    current one on the way (tether.current_step() and the direct-tool guard read it)."""
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    @app.agent
+    def stopped(run: tether.Run) -> None:
+        run.step("wait", interrupted)
+
+    with pytest.raises(KeyboardInterrupt):
+        app.run(stopped)
+    with pytest.raises(LookupError):
+        tether.current_step()
