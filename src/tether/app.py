@@ -120,7 +120,7 @@ class App:
         self.policy = policy or Policy()
         self.approver_groups = {g: set(m) for g, m in (approver_groups or {}).items()}
         self.inline_sleep_max = inline_sleep_max
-        self._clock_checked = False
+        self._clock_offset: float | None = None  # measured by check_clock, once
 
     # -- registration -----------------------------------------------------
 
@@ -508,8 +508,7 @@ class App:
         kwargs: dict[str, Any],
         session: Session | None = None,
     ) -> tuple[Journal, Run | AsyncRun]:
-        if not self._clock_checked:
-            self.check_clock()
+        self.check_clock()
         now = self.clock.now()
         run_id = new_run_id(now)
         payload = self._input(d, args, kwargs)
@@ -650,11 +649,13 @@ class App:
         A lease is a due time written with its holder's clock and judged expired by other
         processes' clocks, on other machines. A process whose clock is ahead sees live
         leases as expired (and takes their runs while they still execute: a step runs
-        twice); one whose clock is behind writes leases that expire early. Checked once
+        twice); one whose clock is behind writes leases that expire early. Measured once
         per App, before its first lease (a worker's start, the first ``app.run`` or
-        resume), and logged from a second off. An injected clock (``clock=``, a test's
-        own time) is not checked.
+        resume; later calls return that measure), and logged from a second off. An
+        injected clock (``clock=``, a test's own time) is not checked.
         """
+        if self._clock_offset is not None:
+            return self._clock_offset
         if not isinstance(self.clock, SystemClock):
             return 0.0
         offset = self.store.clock_offset(self.clock.now)
@@ -677,12 +678,11 @@ class App:
                 self.lease_ttl,
                 self.lease_ttl / 3,
             )
-        self._clock_checked = True
+        self._clock_offset = offset
         return offset
 
     def _claim(self, record: RunRecord) -> Lease:
-        if not self._clock_checked:
-            self.check_clock()
+        self.check_clock()
         holder = record.lease_owner
         takeover = holder if holder and owner_is_dead_local(holder) else None
         return self.store.claim(

@@ -383,24 +383,32 @@ def _claim_plan(backend: Backend, now: float) -> str:
             "EXPLAIN QUERY PLAN " + SQ["claim_candidates"], {"queue": "q", "now": now, "scan": 2}
         )
         return " ".join(str(r) for r in rows)
-    import psycopg
-
     from tether.store.pgwire import Prepared
     from tether.store.postgres import _Q as PQ
 
     claim = Prepared("claim", PQ["claim_fast"])
     values = {"queue": "'q'", "now": repr(now), "scan": "2", "owner": "'w'", "expires": repr(now)}
-    # a few dozen rows fit a page or two, which PostgreSQL rightly reads whole: the question
-    # is which index it would use on a big table
+    args = ", ".join(values[name] for name in claim.params)
+    prepare = b"PREPARE claim AS " + claim.sql
+    return _pg_plan(backend, f"EXECUTE claim({args})".encode(), prepare)
+
+
+def _pg_plan(backend: Backend, statement: bytes, *before: bytes) -> str:
+    """PostgreSQL's plan of ``statement`` (after ``before``), as made once for all
+    parameters (as the group commit's connections do), and as for a big table: a few
+    dozen rows fit a page or two, which PostgreSQL rightly reads whole, while the question
+    is which index it would use."""
+    import psycopg
+
     options = (
         f"-c search_path={backend.schema} -c plan_cache_mode=force_generic_plan "
         "-c enable_seqscan=off"
     )
     with psycopg.connect(PG_URL, autocommit=True, options=options) as conn:
         conn.execute("ANALYZE runs")
-        conn.execute(b"PREPARE claim AS " + claim.sql)
-        args = ", ".join(values[name] for name in claim.params)
-        return " ".join(r[0] for r in conn.execute(f"EXPLAIN EXECUTE claim({args})".encode()))
+        for sql in before:
+            conn.execute(sql)
+        return " ".join(r[0] for r in conn.execute(b"EXPLAIN " + statement))
 
 
 def test_a_claim_reads_neither_runs_waiting_for_later_nor_runs_executing_elsewhere(
@@ -447,11 +455,7 @@ def test_a_rate_limit_counts_the_recent_claims_by_claim_time(backend: Backend) -
     if backend.name == "sqlite":
         plan = " ".join(str(r) for r in backend.sql("EXPLAIN QUERY PLAN " + count))
     else:
-        import psycopg
-
-        options = f"-c search_path={backend.schema} -c enable_seqscan=off"  # a big table's
-        with psycopg.connect(PG_URL, autocommit=True, options=options) as conn:
-            plan = " ".join(r[0] for r in conn.execute(f"EXPLAIN {count}".encode()))
+        plan = _pg_plan(backend, count.encode())
     assert "runs_claimed" in plan, plan
 
 
