@@ -14,6 +14,7 @@ from functools import partial
 from pathlib import Path
 
 import pytest
+from _wait import until
 
 import tether
 from tether import events as ev
@@ -219,17 +220,6 @@ def test_cancel_a_run_executing_elsewhere_stops_it_at_its_next_step(tmp_path: Pa
     assert state.committed == 2
 
 
-def _until(condition: object, seconds: float) -> bool:
-    import time
-
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():  # type: ignore[operator]
-            return True
-        time.sleep(0.01)
-    return False
-
-
 @pytest.mark.parametrize("executor", ["worker", "app.run"])
 def test_a_cancel_reaches_a_run_executing_elsewhere_between_heartbeats(
     tmp_path: Path, executor: str
@@ -267,7 +257,7 @@ def test_a_cancel_reaches_a_run_executing_elsewhere_between_heartbeats(
         target = partial(app.run, long)
     t = threading.Thread(target=target)
     t.start()
-    assert _until(lambda: len(seen) == 2, 10)
+    assert until(lambda: len(seen) == 2, 10)
     (rid,) = app._active
     if executor == "worker":  # through the CLI, in another process
         cli = [sys.executable, "-m", "tether.cli", "--db", str(tmp_path / "c.db")]
@@ -285,7 +275,7 @@ def test_a_cancel_reaches_a_run_executing_elsewhere_between_heartbeats(
         handle = other.cancel(rid, compensate=True, by="ops", reason="wrong tenant")
         assert handle.status == "running"
     journal = app._active[rid]
-    assert _until(lambda: journal.interrupted is not None, 5 * CANCEL_POLL)
+    assert until(lambda: journal.interrupted is not None, 5 * CANCEL_POLL)
     gate.set()
     t.join(20)
     state = app.get(rid)

@@ -4,7 +4,9 @@ WAL journal, ``synchronous=NORMAL`` by default (``FULL`` on request), writes in
 ``BEGIN IMMEDIATE`` so that concurrent writers wait instead of failing
 mid-transaction, one connection per thread. Writers take turns on a lock, and
 processes on ``flock(2)`` of ``<db>-lock`` beside the file (see _WriterLock), with
-SQLite's busy timeout behind it. Safe for several processes on one machine.
+SQLite's busy timeout behind it. Safe for several processes on one machine. A thread
+of the store copies the WAL into the database file beside the writers (see
+_Checkpointer).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
@@ -108,6 +111,18 @@ def _event(row: tuple[Any, ...]) -> Event:
 
 _MAX_SEQ = 2**32 - 1  # events are keyed (run << 32) | seq
 
+# While writes go on, the checkpointer copies the WAL into the database at most this
+# often (seconds); at 2,500 runs/s a lone worker adds about 600 frames in that time.
+CHECKPOINT_EVERY = 0.01
+# Frames of a page (4 KB): once the WAL is this long, the next writer copies its tail
+# before it lets go of the writer lock (commits one after another never find the WAL
+# all copied, which it must be for a writer to start it over); ~8 MB
+WAL_RESTART = 2000
+# A commit that leaves the WAL longer than this checkpoints itself, as SQLite does past
+# 1,000 by default: the bound where a process (another program, an older tether) has
+# no checkpointer; ~16 MB
+WAL_AUTOCHECKPOINT = 4000
+
 
 def _range(run_id: str, after: int, upto: int) -> dict[str, Any]:
     return {"id": run_id, "after": max(0, after), "upto": min(upto, _MAX_SEQ)}
@@ -135,6 +150,9 @@ class _WriterLock:
 
     def __init__(self, db_path: str) -> None:
         self._db = db_path
+        # as the outermost hold ends: before the file lock is let go, and after
+        self.before_release: Callable[[], None] = lambda: None
+        self.after_release: Callable[[], None] = lambda: None
         self._path = f"{db_path}-lock"
         self._threads = threading.RLock()
         self._depth = 0
@@ -175,8 +193,13 @@ class _WriterLock:
     def __exit__(self, *exc: object) -> None:
         self._depth -= 1
         try:
-            if self._depth == 0 and fcntl is not None and self._fd is not None and self._fd >= 0:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            if self._depth == 0:
+                try:
+                    self.before_release()
+                finally:
+                    if fcntl is not None and self._fd is not None and self._fd >= 0:
+                        fcntl.flock(self._fd, fcntl.LOCK_UN)
+                self.after_release()
         finally:
             self._threads.release()
 
@@ -185,6 +208,162 @@ class _WriterLock:
             if self._fd is not None and self._fd >= 0 and self._pid == os.getpid():
                 os.close(self._fd)
             self._fd = None
+
+
+class _Checkpointer:
+    """Copies the WAL into the database file beside the writers, in a thread of its own.
+
+    SQLite checkpoints in the commit that takes the WAL past ``wal_autocheckpoint``
+    frames: that commit writes every page changed since the last checkpoint into the
+    database file and syncs both files, while it holds the writer lock (tether's, and
+    SQLite's), so every other writer of the file, in this process or another, waits
+    for it. Here a thread runs a PASSIVE checkpoint (it never waits for readers or
+    writers, and they never wait for it) at most every ``CHECKPOINT_EVERY`` seconds
+    while this process writes, and sleeps while it does not.
+
+    Commits that follow each other never find the WAL all copied, and SQLite starts
+    the WAL over only then: once it is ``WAL_RESTART`` frames long, the thread asks for
+    its tail (what came since its last pass), which the next writer copies before it
+    lets go of the writer lock (:meth:`copy_tail`), and the writer after it starts the
+    WAL over. The commits' own checkpoint stays as a bound (``WAL_AUTOCHECKPOINT``).
+
+    Started by the first write of a process. A fork waits for the checkpoint in
+    progress (SQLite's locks, held by the thread inside it, would stay locked in the
+    child forever), and the child starts a thread of its own at its first write.
+    Durability does not depend on it: a committed transaction is in the WAL whether
+    or not it was copied.
+    """
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._fresh()
+        self.checkpoints = 0  # PASSIVE checkpoints run (for tests and diagnostics)
+        _CHECKPOINTERS.add(self)
+
+    def _fresh(self, *, stopped: bool = False) -> None:
+        """New locks and events, and no thread (at creation, and in a forked child)."""
+        self._guard = threading.Lock()  # starting and stopping
+        self._busy = threading.Lock()  # held by the thread while it calls SQLite
+        self._wrote = threading.Event()
+        self._stop = threading.Event()
+        if stopped:
+            self._stop.set()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+        self.tail_wanted = False  # the next writer copies the WAL's tail (copy_tail)
+
+    def wrote(self) -> None:
+        """A write transaction of this process committed (or rolled back)."""
+        if self._pid != os.getpid():
+            self._start()
+        if not self._wrote.is_set():
+            self._wrote.set()
+
+    def _start(self) -> None:
+        with self._guard:
+            if self._pid == os.getpid() or self._stop.is_set():
+                return
+            self._thread = threading.Thread(
+                target=self._loop, name="tether-wal-checkpoint", daemon=True
+            )
+            self._pid = os.getpid()
+            self._thread.start()
+
+    def _loop(self) -> None:
+        with self._busy:
+            try:
+                conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            except sqlite3.Error as e:  # the commits' own checkpoints bound the WAL
+                log.warning("%s: no WAL checkpoint thread (%s)", self._path, e)
+                return
+        try:
+            while True:
+                self._wrote.wait()
+                if self._stop.is_set():
+                    return
+                self._wrote.clear()
+                if not self.tail_wanted:  # else a writer is about to copy the rest
+                    try:
+                        with self._busy:
+                            length = _checkpoint(conn)
+                        self.checkpoints += 1
+                        self.tail_wanted = length >= WAL_RESTART
+                    except sqlite3.Error as e:  # a full disk, say: next time
+                        log.debug("%s: WAL checkpoint: %s", self._path, e)
+                if self._stop.wait(CHECKPOINT_EVERY):
+                    return
+        finally:
+            with self._busy:
+                conn.close()
+
+    def copy_tail(self, conn: sqlite3.Connection) -> None:
+        """Under the writer lock, on the writer's connection, when ``tail_wanted``: copy
+        what the thread has not, so that the next writer starts the WAL over."""
+        try:
+            _checkpoint(conn)
+        except sqlite3.Error as e:  # the thread asks again after its next pass
+            log.debug("%s: WAL checkpoint: %s", self._path, e)
+        self.tail_wanted = False
+
+    def paused(self) -> threading.Lock:
+        """Held, the thread runs no checkpoint (it waits for the one in progress)."""
+        return self._busy
+
+    def stop(self) -> threading.Thread | None:
+        """Tell the thread to end; it, if it runs in this process."""
+        with self._guard:
+            self._stop.set()
+            thread, self._thread = self._thread, None
+        self._wrote.set()
+        return thread if self._pid == os.getpid() else None
+
+    def close(self) -> None:
+        """Stop the thread (after the checkpoint in progress, if any)."""
+        thread = self.stop()
+        if thread is not None:
+            thread.join()
+
+    def _before_fork(self) -> None:
+        self._busy.acquire()
+
+    def _after_fork_in_parent(self) -> None:
+        self._busy.release()
+
+    def _after_fork_in_child(self) -> None:
+        self._fresh(stopped=self._stop.is_set())
+
+
+def _checkpoint(conn: sqlite3.Connection) -> int:
+    """A PASSIVE checkpoint: copy what the WAL holds and no reader still needs into the
+    database file. Returns the WAL's length in frames (-1 when another was running)."""
+    row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    return int(row[1]) if row is not None else -1
+
+
+_CHECKPOINTERS: weakref.WeakSet[_Checkpointer] = weakref.WeakSet()
+
+
+def _before_fork() -> None:
+    for c in list(_CHECKPOINTERS):
+        c._before_fork()
+
+
+def _after_fork_in_parent() -> None:
+    for c in list(_CHECKPOINTERS):
+        c._after_fork_in_parent()
+
+
+def _after_fork_in_child() -> None:
+    for c in list(_CHECKPOINTERS):
+        c._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )
 
 
 class SQLiteStore:
@@ -207,6 +386,12 @@ class SQLiteStore:
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()  # guards only the list of connections, never a query
         self._writing = _WriterLock(path)  # one writer at a time (see _tx)
+        self._checkpointer = _Checkpointer(path)
+        self._writing.before_release = self._copy_wal_tail
+        self._writing.after_release = self._checkpointer.wrote
+        # a store dropped without close() ends its thread (which holds the checkpointer,
+        # not the store); close() waits for it
+        weakref.finalize(self, self._checkpointer.stop)
         self._wconn: sqlite3.Connection | None = None  # the writer's, under _writing
         self._wpid = 0
         self._prefetched = Prefetched()  # claimed runs' logs, for the load that follows
@@ -236,6 +421,17 @@ class SQLiteStore:
                 f"{self.path} is not a tether database (not a SQLite file). "
                 f"Check the path; tether never writes to a file it did not create."
             )
+
+    def _copy_wal_tail(self) -> None:
+        """As a writer lets go of the lock (see _Checkpointer)."""
+        conn = self._wconn
+        if (
+            self._checkpointer.tail_wanted
+            and conn is not None
+            and self._wpid == os.getpid()
+            and not conn.in_transaction
+        ):
+            self._checkpointer.copy_tail(conn)
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -271,6 +467,7 @@ class SQLiteStore:
             self._wal(conn)
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
             conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT}")
         except sqlite3.DatabaseError as e:
             raise self._translate(e) from None
         with self._lock:
@@ -437,6 +634,7 @@ class SQLiteStore:
             self.flush()
         except TetherError as e:  # each posted append is written again when its run resumes
             log.warning("%s: posted appends not committed at close: %s", self.path, e)
+        self._checkpointer.close()
         with self._lock:
             conns, self._all = self._all, []
         for c in conns:
@@ -1042,11 +1240,19 @@ class SQLiteStore:
             return int(conn.execute(_Q["delete_runs_rows"], (ids,)).rowcount)
 
     def vacuum(self) -> None:
+        """Rebuild the file, then empty the WAL. A checkpoint of another process's thread
+        in progress makes the truncating checkpoint give up at once (SQLite does not wait
+        for that lock): it is tried again for up to ``busy_timeout``; this process's
+        thread waits meanwhile."""
+        deadline = time.monotonic() + self.busy_timeout
         try:
-            with self._writing:
+            with self._writing, self._checkpointer.paused():
                 conn = self._writer()
                 conn.execute(_Q["vacuum"])
-                conn.execute(_Q["wal_truncate"]).fetchall()
+                while conn.execute(_Q["wal_truncate"]).fetchone()[0] and (
+                    time.monotonic() < deadline
+                ):
+                    time.sleep(0.01)
         except sqlite3.Error as e:
             raise self._translate(e) from None
 
