@@ -64,6 +64,20 @@ def test_a_few_writes_reach_the_database_file_without_a_commit_checkpointing(
     store.close()
 
 
+def test_with_synchronous_full_commits_checkpoint_as_sqlite_does_and_no_thread_runs(
+    tmp_path: Path,
+) -> None:
+    # every commit syncs the WAL there; the thread's syncs would compete with them
+    store = SQLiteStore(str(tmp_path / "t.db"), synchronous="full")
+    _new_run(store, "run-1")
+    _append(store, "run-1", 2)
+    assert store._checkpointer._thread is None
+    conn = store._writer()
+    assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000
+    assert store._writer().execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    store.close()
+
+
 def test_the_thread_sleeps_while_nothing_is_written(tmp_path: Path) -> None:
     store = SQLiteStore(str(tmp_path / "t.db"))
     _new_run(store, "run-1")
