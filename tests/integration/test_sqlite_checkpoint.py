@@ -199,3 +199,18 @@ def test_the_wal_stays_bounded_while_commits_follow_each_other(
     assert largest < bound * (4096 + 24), f"the WAL reached {largest} bytes"
     assert len(store.read_events("run-1")) == seq - 1
     store.close()
+
+
+def test_opening_a_store_to_read_starts_no_thread(tmp_path: Path) -> None:
+    # a CLI command that only reads (tether runs, show, log) opens the store: its
+    # migration check is a write transaction that changes nothing
+    db = str(tmp_path / "t.db")
+    writer = SQLiteStore(db)
+    _new_run(writer, "run-1")
+    writer.close()
+    reader = SQLiteStore(db)
+    assert reader.get_run("run-1").status == "running"
+    assert reader._checkpointer._thread is None
+    _append(reader, "run-1", 2)  # its first change starts it
+    assert reader._checkpointer._thread is not None
+    reader.close()

@@ -397,7 +397,9 @@ class SQLiteStore:
         self._writing = _WriterLock(path)  # one writer at a time (see _tx)
         self._checkpointer = _Checkpointer(path, enabled=self.synchronous == "NORMAL")
         self._writing.before_release = self._copy_wal_tail
-        self._writing.after_release = self._checkpointer.wrote
+        self._writing.after_release = self._wrote
+        self._changes = 0  # the writer connection's total_changes when last seen
+        self._changed = False
         # a store dropped without close() ends its thread (which holds the checkpointer,
         # not the store); close() waits for it
         weakref.finalize(self, self._checkpointer.stop)
@@ -432,15 +434,22 @@ class SQLiteStore:
             )
 
     def _copy_wal_tail(self) -> None:
-        """As a writer lets go of the lock (see _Checkpointer)."""
+        """As a writer lets go of the lock, before the file lock (see _Checkpointer); and
+        whether it changed rows (a transaction that changed none, such as opening a
+        store whose schema is current, starts no checkpoint thread)."""
         conn = self._wconn
-        if (
-            self._checkpointer.tail_wanted
-            and conn is not None
-            and self._wpid == os.getpid()
-            and not conn.in_transaction
-        ):
+        if conn is None or self._wpid != os.getpid():
+            self._changed = False
+            return
+        changes = conn.total_changes
+        self._changed, self._changes = changes != self._changes, changes
+        if self._checkpointer.tail_wanted and not conn.in_transaction:
             self._checkpointer.copy_tail(conn)
+
+    def _wrote(self) -> None:
+        """As a writer has let go of the lock (see _Checkpointer)."""
+        if self._changed:
+            self._checkpointer.wrote()
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
