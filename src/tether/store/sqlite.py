@@ -319,7 +319,8 @@ class _Checkpointer:
         return self._busy
 
     def stop(self) -> threading.Thread | None:
-        """Tell the thread to end; it, if it runs in this process."""
+        """Tell the thread to end, without waiting; the thread (to join), when it runs in
+        this process."""
         with self._guard:
             self._stop.set()
             thread, self._thread = self._thread, None
