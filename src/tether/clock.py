@@ -6,6 +6,7 @@ how lease expiry, retry backoff and timers are tested.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import secrets
@@ -74,25 +75,19 @@ def process_owner() -> str:
     return f"{os.uname().nodename}:{os.getpid()}:{pid_space() or '-'}:{secrets.token_hex(3)}"
 
 
-_PID_SPACE: list[str] = []
-
-
+@functools.cache
 def pid_space() -> str:
     """Where this process's pids are valid: a digest of the kernel's boot id (this boot of
     this machine) and the inode of its pid namespace (this container), '' when they
     cannot be read (not Linux). Two processes that see the same pid space see the same
     processes under the same pids."""
-    if not _PID_SPACE:
-        try:
-            with open("/proc/sys/kernel/random/boot_id") as f:
-                boot = f.read().strip()
-            namespace = os.stat("/proc/self/ns/pid").st_ino
-        except OSError:
-            _PID_SPACE.append("")
-        else:
-            digest = hashlib.blake2b(f"{boot}/{namespace}".encode(), digest_size=4)
-            _PID_SPACE.append(digest.hexdigest())
-    return _PID_SPACE[0]
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return ""
+    return hashlib.blake2b(f"{boot}/{namespace}".encode(), digest_size=4).hexdigest()
 
 
 def owner_is_dead_local(owner: str) -> bool:

@@ -150,9 +150,7 @@ class _WriterLock:
 
     def __init__(self, db_path: str) -> None:
         self._db = db_path
-        # as the outermost hold ends: before the file lock is let go, and after
-        self.before_release: Callable[[], None] = lambda: None
-        self.after_release: Callable[[], None] = lambda: None
+        self.on_release: Callable[[], None] = lambda: None  # as the outermost hold ends
         self._path = f"{db_path}-lock"
         self._threads = threading.RLock()
         self._depth = 0
@@ -195,11 +193,10 @@ class _WriterLock:
         try:
             if self._depth == 0:
                 try:
-                    self.before_release()
+                    self.on_release()
                 finally:
                     if fcntl is not None and self._fd is not None and self._fd >= 0:
                         fcntl.flock(self._fd, fcntl.LOCK_UN)
-                self.after_release()
         finally:
             self._threads.release()
 
@@ -235,7 +232,8 @@ class _Checkpointer:
 
     Started by the first write of a process. A fork waits for the checkpoint in
     progress (SQLite's locks, held by the thread inside it, would stay locked in the
-    child forever), and the child starts a thread of its own at its first write.
+    child forever), and the child, which has no thread, starts its own at its first
+    write (the fork hooks below).
     Durability does not depend on it: a committed transaction is in the WAL whether
     or not it was copied.
     """
@@ -255,27 +253,25 @@ class _Checkpointer:
         self._stop = threading.Event()
         if stopped:
             self._stop.set()
-        self._thread: threading.Thread | None = None
-        self._pid = 0
+        self._thread: threading.Thread | None = None  # in this process
         self.tail_wanted = False  # the next writer copies the WAL's tail (copy_tail)
 
     def wrote(self) -> None:
         """A write transaction of this process committed (or rolled back)."""
         if not self.enabled:
             return
-        if self._pid != os.getpid():
+        if self._thread is None:
             self._start()
         if not self._wrote.is_set():
             self._wrote.set()
 
     def _start(self) -> None:
         with self._guard:
-            if self._pid == os.getpid() or self._stop.is_set():
+            if self._thread is not None or self._stop.is_set():
                 return
             self._thread = threading.Thread(
                 target=self._loop, name="tether-wal-checkpoint", daemon=True
             )
-            self._pid = os.getpid()
             self._thread.start()
 
     def _loop(self) -> None:
@@ -319,28 +315,18 @@ class _Checkpointer:
         return self._busy
 
     def stop(self) -> threading.Thread | None:
-        """Tell the thread to end, without waiting; the thread (to join), when it runs in
-        this process."""
+        """Tell the thread to end, without waiting; the thread (to join), if any."""
         with self._guard:
             self._stop.set()
             thread, self._thread = self._thread, None
         self._wrote.set()
-        return thread if self._pid == os.getpid() else None
+        return thread
 
     def close(self) -> None:
         """Stop the thread (after the checkpoint in progress, if any)."""
         thread = self.stop()
         if thread is not None:
             thread.join()
-
-    def _before_fork(self) -> None:
-        self._busy.acquire()
-
-    def _after_fork_in_parent(self) -> None:
-        self._busy.release()
-
-    def _after_fork_in_child(self) -> None:
-        self._fresh(stopped=self._stop.is_set())
 
 
 def _checkpoint(conn: sqlite3.Connection) -> int:
@@ -353,19 +339,25 @@ def _checkpoint(conn: sqlite3.Connection) -> int:
 _CHECKPOINTERS: weakref.WeakSet[_Checkpointer] = weakref.WeakSet()
 
 
+_FORKING: list[_Checkpointer] = []  # those whose thread a fork in progress holds
+
+
 def _before_fork() -> None:
-    for c in list(_CHECKPOINTERS):
-        c._before_fork()
+    _FORKING[:] = _CHECKPOINTERS
+    for c in _FORKING:
+        c._busy.acquire()
 
 
 def _after_fork_in_parent() -> None:
-    for c in list(_CHECKPOINTERS):
-        c._after_fork_in_parent()
+    for c in _FORKING:
+        c._busy.release()
+    _FORKING.clear()
 
 
 def _after_fork_in_child() -> None:
-    for c in list(_CHECKPOINTERS):
-        c._after_fork_in_child()
+    for c in _FORKING:
+        c._fresh(stopped=c._stop.is_set())
+    _FORKING.clear()
 
 
 if hasattr(os, "register_at_fork"):
@@ -397,10 +389,8 @@ class SQLiteStore:
         self._lock = threading.Lock()  # guards only the list of connections, never a query
         self._writing = _WriterLock(path)  # one writer at a time (see _tx)
         self._checkpointer = _Checkpointer(path, enabled=self.synchronous == "NORMAL")
-        self._writing.before_release = self._copy_wal_tail
-        self._writing.after_release = self._wrote
+        self._writing.on_release = self._released
         self._changes = 0  # the writer connection's total_changes when last seen
-        self._changed = False
         # a store dropped without close() ends its thread (which holds the checkpointer,
         # not the store); close() waits for it
         weakref.finalize(self, self._checkpointer.stop)
@@ -434,22 +424,19 @@ class SQLiteStore:
                 f"Check the path; tether never writes to a file it did not create."
             )
 
-    def _copy_wal_tail(self) -> None:
-        """As a writer lets go of the lock, before the file lock (see _Checkpointer); and
-        whether it changed rows (a transaction that changed none, such as opening a
-        store whose schema is current, starts no checkpoint thread)."""
+    def _released(self) -> None:
+        """As a writer lets go of the lock, before the file lock (see _Checkpointer): the
+        WAL's tail copied when the thread asked, and the thread told of rows changed (a
+        transaction that changed none, such as opening a store whose schema is current,
+        starts no thread). Every write of a process goes through its writer connection,
+        which each write opens anew in a forked child."""
         conn = self._wconn
-        if conn is None or self._wpid != os.getpid():
-            self._changed = False
+        if conn is None:
             return
-        changes = conn.total_changes
-        self._changed, self._changes = changes != self._changes, changes
         if self._checkpointer.tail_wanted and not conn.in_transaction:
             self._checkpointer.copy_tail(conn)
-
-    def _wrote(self) -> None:
-        """As a writer has let go of the lock (see _Checkpointer)."""
-        if self._changed:
+        if conn.total_changes != self._changes:
+            self._changes = conn.total_changes
             self._checkpointer.wrote()
 
     def _conn(self) -> sqlite3.Connection:
