@@ -10,7 +10,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, TextIO, TypeVar, cast, overload
 
@@ -752,6 +752,8 @@ class App:
         for a pause (a crash-like exit, a lost lease, the database gone)."""
         if isinstance(exc, Suspended):
             return self._waiting(journal, exc)
+        with suppress(LeaseLost, StoreUnavailable):  # poisons the journal: a pause below
+            journal.flush()  # the step before the exception: its record, before the log is read
         if isinstance(exc, Cancelling):
             return self._cancel_inside(journal, exc)
         core = self._stopped(journal, exc)

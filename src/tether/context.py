@@ -199,6 +199,7 @@ def _state_of(run: Any) -> RunState:
             f"tether.context takes a Session, a RunState or the run object of an agent, "
             f"not {run!r}; for a stored run pass app.get(run_id)"
         )
+    journal.flush()  # the step just before this call: its record is in the log read below
     loaded = journal.store.load(journal.run_id)
     start = from_data(codec.decode(loaded.snapshot.data)) if loaded.snapshot else None
     return fold(loaded.events, start, run_id=journal.run_id)

@@ -180,6 +180,7 @@ class Journal:
         self.detached_end = False
         self._deferred: list[NewEvent] = []
         self._deferred_transition: Transition | None = None
+        self._step_deferred = False  # a step's record waits for the next position (flush)
         self.interrupted: BaseException | None = None  # raised at the next position
         self.reused: list[tuple[int, str]] = []
         self.executed: list[tuple[int, str]] = []
@@ -255,6 +256,7 @@ class Journal:
             events = [*self._deferred, *events]
             transition = transition or self._deferred_transition
             self._deferred, self._deferred_transition = [], None
+            self._step_deferred = False
         try:
             self.seq = self.store.append(
                 self.run_id,
@@ -280,6 +282,13 @@ class Journal:
         loses only the record that an execution began, which changed nothing."""
         self._deferred.extend(events)
         self._deferred_transition = transition or self._deferred_transition
+
+    def flush(self) -> None:
+        """Append a step's deferred record now (see :meth:`record_success`): before a
+        call runs (``attempts``), before the run's own log is read, and before a
+        failure or a cancel is recorded."""
+        if self._step_deferred:
+            self.append([])
 
     def event(self, type_: str, data: dict[str, Any]) -> NewEvent:
         return ev.new(type_, data, self.clock.now(), self.actor)
@@ -309,6 +318,12 @@ class Journal:
         extra: Mapping[str, Any] | None = None,
         writes: Sequence[SignalTake] = (),
     ) -> None:
+        """Record a completed step. Its record rides with the run's next append, and
+        :meth:`flush` writes it before the next call runs: the last step's record shares
+        the run's final commit, a wait's, a decision's or a write tool's intent shares
+        theirs, and a step followed by a step costs what it did. No other step has seen
+        the result meanwhile; a crash in between runs the step again, as a crash during
+        it would. A write tool's outcome and a taken signal are appended at once."""
         data = {
             "pos": slot.pos,
             "name": slot.name,
@@ -327,7 +342,11 @@ class Journal:
             side = [_with_result(effect, output)] if effect is not None else []
         except EncodeError as e:
             raise self._encode_error(slot, e) from None
-        self.append([event], writes=[*side, *writes])
+        if side or writes:  # a write tool's outcome, a taken signal: at once, as the intent
+            self.append([event], writes=[*side, *writes])
+        else:
+            self.defer([event])
+            self._step_deferred = True
         self.executed.append((slot.pos, slot.name))
 
     def _encode_error(self, slot: Slot, e: EncodeError) -> EncodeError:
@@ -473,6 +492,7 @@ def attempts(
     while True:
         if before is not None:
             before(attempt)
+        j.flush()  # the step before this one is durable before this call runs
         t0 = time.perf_counter()
         token = _CURRENT.set(StepInfo(j.run_id, slot.pos, slot.name, slot.kind, attempt, key))
         try:

@@ -1,6 +1,7 @@
 """A 20-step agent run in child processes by test_crash_resume.py.
 
-usage: python _twenty.py DB SIDE_FILE start|resume RUN_ID [--kill-in N] [--hold S]
+usage: python _twenty.py DB SIDE_FILE start|resume RUN_ID [--kill-in N] [--kill-after N]
+                         [--hold S]
 Every executed step body appends its name to SIDE_FILE (one line, fsync'd), so
 the test can count executions across processes.
 """
@@ -16,6 +17,7 @@ import tether
 
 DB, SIDE = sys.argv[1], sys.argv[2]
 KILL_IN = int(sys.argv[sys.argv.index("--kill-in") + 1]) if "--kill-in" in sys.argv else 0
+KILL_AFTER = int(sys.argv[sys.argv.index("--kill-after") + 1]) if "--kill-after" in sys.argv else 0
 HOLD = float(sys.argv[sys.argv.index("--hold") + 1]) if "--hold" in sys.argv else 0.0
 app = tether.open(DB)
 
@@ -37,6 +39,8 @@ def twenty(run: tether.Run) -> int:
     total = 0
     for i in range(1, 21):
         total += run.step(f"step{i}", work, i)["square"]
+        if i == KILL_AFTER:  # the step returned; the next one has not been called
+            os.kill(os.getpid(), signal.SIGKILL)
     return total
 
 

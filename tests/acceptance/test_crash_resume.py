@@ -55,6 +55,26 @@ def test_sigkill_in_step_12_resumes_from_another_process(tmp_path: Path) -> None
     app.close()
 
 
+def test_sigkill_between_two_steps_runs_only_the_last_returned_step_again(
+    tmp_path: Path,
+) -> None:
+    """A step's record is written with the run's next append, before the next call runs
+    (journal.record_success): killed after step 7 returned and before step 8 was called,
+    the run has steps 1-6 committed, and the resume runs step 7 again, then goes on."""
+    db, side = str(tmp_path / "agent.db"), tmp_path / "side.txt"
+    first = _child(db, str(side), "start", "-", "--kill-after", "7")
+    assert first.returncode == -signal.SIGKILL, first.stderr
+    app = tether.open(db)
+    (record,) = app.runs()
+    assert app.get(record.id).committed == 6
+    app.close()
+    second = _child(db, str(side), "resume", record.id)
+    assert second.returncode == 0, second.stderr
+    counts = _counts(side)
+    assert counts["step7"] == 2, counts
+    assert all(counts[f"step{i}"] == 1 for i in (*range(1, 7), *range(8, 21))), counts
+
+
 def test_two_processes_resuming_at_once_one_wins(tmp_path: Path) -> None:
     db, side = str(tmp_path / "agent.db"), tmp_path / "side.txt"
     first = _child(db, str(side), "start", "-", "--kill-in", "3")

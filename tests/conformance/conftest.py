@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from _conformance import PG_URL, Backend, with_schema
 
+import tether
 from tether.store import Store
 
 SKIP_PG = os.environ.get("TETHER_SKIP_PG") == "1"
@@ -95,6 +96,14 @@ def pg_backend(tmp_path: Path) -> Iterator[Backend]:
     """A fresh PostgreSQL schema, for the cases only PostgreSQL has."""
     with _location("postgres", tmp_path) as b:
         yield b
+
+
+@pytest.fixture
+def app(backend: Backend) -> Iterator[tether.App]:
+    """An App on a fresh store of each backend (a test file may define its own)."""
+    a = tether.open(backend.url)
+    yield a
+    a.close()
 
 
 @pytest.fixture

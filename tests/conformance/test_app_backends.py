@@ -21,13 +21,6 @@ class Crash(BaseException):
     """Stands for the process dying mid-run (not an Exception: the run pauses)."""
 
 
-@pytest.fixture
-def app(backend: Backend) -> Iterator[tether.App]:
-    a = tether.open(backend.url)
-    yield a
-    a.close()
-
-
 def _register(app: tether.App, calls: list[str], crash_after_first: list[bool]) -> Any:
     def send(to: str, *, idempotency_key: str) -> str:
         calls.append(f"send:{to}")

@@ -4,11 +4,9 @@ paging and recall, tool stubs restored after a fault, dedup, and the token repor
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _conformance import Backend
 
 import tether
 from tether import context, tokens
@@ -38,13 +36,6 @@ def result(tag: str, size: int = 2000) -> str:
     """A tool result of ``size`` characters that names ``tag``."""
     line = f"{tag}: rows for the query, latency 870 ms, host web-{len(tag)}; "
     return (line * (size // len(line) + 1))[:size]
-
-
-@pytest.fixture
-def app(backend: Backend) -> Iterator[tether.App]:
-    a = tether.open(backend.url)
-    yield a
-    a.close()
 
 
 def turn(s: Session, tool: str, output: Any, **args: Any) -> None:

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,13 +17,6 @@ import tether
 from tether.conversation import Session
 
 pytestmark = pytest.mark.conformance
-
-
-@pytest.fixture
-def app(backend: Backend) -> Iterator[tether.App]:
-    a = tether.open(backend.url)
-    yield a
-    a.close()
 
 
 def summary_of(entries: list[dict[str, Any]]) -> str:

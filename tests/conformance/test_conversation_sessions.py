@@ -3,7 +3,6 @@ dedup, owners, runs in a session, and model prompts recorded as references."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,13 +14,6 @@ from tether.conversation import Message, Session, load_session, pack
 pytestmark = pytest.mark.conformance
 
 BIG = "the checkout p99 rose after the 14:02 deploy; " * 40  # ~1.9 KB
-
-
-@pytest.fixture
-def app(backend: Backend) -> Iterator[tether.App]:
-    a = tether.open(backend.url)
-    yield a
-    a.close()
 
 
 def model(messages: list[dict[str, Any]]) -> dict[str, Any]:

@@ -148,10 +148,11 @@ def test_an_idle_worker_survives_its_connections_dying_and_takes_the_next_run(
 
 
 def test_a_final_event_lost_with_the_connection_is_written_again(pg_backend: Backend) -> None:
-    """A worker run's final event is posted (nobody waits for its commit). When the
-    connection dies under it, the worker's next heartbeat gives the run's lease back
-    (before, the heartbeat kept extending it, so the run stayed running while the worker
-    lived), and a claim writes the event again, replaying the steps without running them."""
+    """A worker run's final event is posted (nobody waits for its commit), with the last
+    step's record. When the connection dies under it, the worker's next heartbeat gives
+    the run's lease back (before, the heartbeat kept extending it, so the run stayed
+    running while the worker lived), and a claim writes the events again: the first step
+    is replayed, the last one, whose record was lost with the commit, runs again."""
     name = f"tether-kill-{secrets.token_hex(4)}"
     app = tether.open(f"{pg_backend.url}&application_name={name}", lease_ttl=3, lanes=1)
     watcher = tether.open(pg_backend.url)
@@ -160,17 +161,24 @@ def test_a_final_event_lost_with_the_connection_is_written_again(pg_backend: Bac
     rid = app.start(last, queue="q")
     try:
         with _lone_worker(app, gate):
-            assert until(lambda: executions == [1] and calls == [1], 10)
-            assert until(lambda: len(watcher.events(rid)) == 3, 5)  # created, started, step
+            assert until(lambda: executions == [1] and calls == [1, 2], 10)
+            assert until(lambda: len(watcher.events(rid)) == 3, 5)  # created, started, first
             _terminate(name)
             gate.set()  # the run returns; its posted final event meets the dead connection
             assert until(lambda: watcher.get(rid).status == "completed", 15)
     finally:
         watcher.close()
         app.close()
-    assert calls == [1] and len(executions) == 2  # replayed, the step not run again
+    assert calls == [1, 2, 2] and len(executions) == 2  # the first step replayed
     types = [e.type for e in _events_of(pg_backend.url, rid)]
-    assert types == ["run.created", "run.started", "step.completed", "run.started", "run.completed"]
+    assert types == [
+        "run.created",
+        "run.started",
+        "step.completed",
+        "run.started",
+        "step.completed",
+        "run.completed",
+    ]
 
 
 def _events_of(url: str, rid: str) -> list[Any]:
@@ -181,13 +189,15 @@ def _events_of(url: str, rid: str) -> list[Any]:
 def _last_blocks(
     app: tether.App, gate: threading.Event, calls: list[int], executions: list[int]
 ) -> Any:
-    """An agent of one step whose first execution waits on ``gate`` after that step,
-    before it returns (the connections die there, under its final event)."""
+    """An agent of two steps whose first execution waits on ``gate`` after the second,
+    before it returns (the connections die there, under its final append, which also
+    holds the second step's record; the first one's was appended before the second ran)."""
 
     @app.agent
     def last(run: tether.Run) -> int:
         executions.append(1)
-        out = int(run.step("only", lambda: calls.append(1) or 7))
+        run.step("first", lambda: calls.append(1))
+        out = int(run.step("last", lambda: calls.append(2) or 7))
         if len(executions) == 1:
             gate.wait(10)
         return out
@@ -257,18 +267,18 @@ def test_app_run_whose_final_event_meets_a_dead_connection_is_resumable(
     killable: tuple[tether.App, str], pg_backend: Backend
 ) -> None:
     """The connection dies after the last step, so the run's final append fails: the run
-    is left resumable (its lease given back), and resume completes it without running a
-    step again."""
+    is left resumable (its lease given back), and resume completes it without running the
+    first step again (the last step's record was in the lost append: it runs again)."""
     app, name = killable
     gate, calls, executions = threading.Event(), [], []
     last = _last_blocks(app, gate, calls, executions)
-    rid, error = _run_raising(app, last, gate, lambda: calls == [1], lambda: _terminate(name))
+    rid, error = _run_raising(app, last, gate, lambda: calls == [1, 2], lambda: _terminate(name))
     assert isinstance(error, StoreUnavailable)
     with tether.open(pg_backend.url) as watcher:  # connections of its own
         record = watcher.store.get_run(rid)
     assert (record.status, record.lease_owner) == ("running", None)
     handle = app.resume(rid)
-    assert (handle.status, handle.output, calls) == ("completed", 7, [1])
+    assert (handle.status, handle.output, calls) == ("completed", 7, [1, 2, 2])
 
 
 def test_a_sqlite_file_locked_too_long_pauses_the_run(sqlite_backend: Backend) -> None:
