@@ -32,6 +32,10 @@ from .state import RunState, StepState
 from .store import EffectWrite, Lease, SignalTake, Store, Transition
 
 MAX_INPUT_REPR = 2000
+# A step that took less than this (a model call never) has its record written with the run's
+# next append (Journal.record_success): a crash before it runs the step again, which costs
+# less than the commit it saves. A slower one is written at once.
+DEFER_BELOW = 0.05  # seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,12 +322,13 @@ class Journal:
         extra: Mapping[str, Any] | None = None,
         writes: Sequence[SignalTake] = (),
     ) -> None:
-        """Record a completed step. Its record rides with the run's next append, and
-        :meth:`flush` writes it before the next call runs: the last step's record shares
-        the run's final commit, a wait's, a decision's or a write tool's intent shares
-        theirs, and a step followed by a step costs what it did. No other step has seen
-        the result meanwhile; a crash in between runs the step again, as a crash during
-        it would. A write tool's outcome and a taken signal are appended at once."""
+        """Record a completed step. A fast one's record (under ``DEFER_BELOW``) rides with
+        the run's next append, and :meth:`flush` writes it before the next call runs: the
+        last step's record shares the run's final commit, a wait's, a decision's or a
+        write tool's intent shares theirs, and a step followed by a step costs what it
+        did. No other step has seen the result meanwhile; a crash in between runs the
+        step again, as a crash during it would. A slower step's record, a model call's, a
+        write tool's outcome and a taken signal are appended at once."""
         data = {
             "pos": slot.pos,
             "name": slot.name,
@@ -342,7 +347,7 @@ class Journal:
             side = [_with_result(effect, output)] if effect is not None else []
         except EncodeError as e:
             raise self._encode_error(slot, e) from None
-        if side or writes:  # a write tool's outcome, a taken signal: at once, as the intent
+        if side or writes or slot.kind == "llm" or duration >= DEFER_BELOW:
             self.append([event], writes=[*side, *writes])
         else:
             self.defer([event])

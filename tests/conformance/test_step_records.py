@@ -3,6 +3,7 @@ runs anything (journal.record_success). On both backends."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 from _conformance import Backend
 
 import tether
+from tether.journal import DEFER_BELOW
 
 pytestmark = pytest.mark.conformance
 
@@ -145,3 +147,24 @@ def test_a_write_tool_outcome_is_written_before_the_agent_goes_on(
         ["step.completed"],
         ["run.completed"],
     ]
+
+
+def test_a_slow_step_and_a_model_call_are_written_at_once(
+    app: tether.App, other: tether.App
+) -> None:
+    """Running them again would cost more than the commit deferring saves; a fast step's
+    record waits for the run's next append."""
+    seen: list[list[str]] = []
+
+    @app.agent
+    def costly(run: tether.Run) -> str:
+        run.step("slow", time.sleep, DEFER_BELOW * 1.5)
+        seen.append(_steps_seen(other, run.id))
+        run.llm("model", lambda: {"content": "hi", "usage": {"input": 3, "output": 1}})
+        seen.append(_steps_seen(other, run.id))
+        run.step("fast", lambda: 1)
+        seen.append(_steps_seen(other, run.id))
+        return "done"
+
+    app.run(costly)
+    assert seen == [["slow"], ["slow", "model"], ["slow", "model"]]
