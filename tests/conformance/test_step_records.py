@@ -3,6 +3,7 @@ runs anything (journal.record_success). On both backends."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -168,3 +169,22 @@ def test_a_slow_step_and_a_model_call_are_written_at_once(
 
     app.run(costly)
     assert seen == [["slow"], ["slow", "model"], ["slow", "model"]]
+
+
+def test_an_async_agent_defers_the_same_way(app: tether.App, other: tether.App) -> None:
+    seen: list[list[str]] = []
+
+    async def fetch(x: int) -> int:
+        await asyncio.sleep(0)
+        return x + 1
+
+    @app.agent
+    async def twice(run: tether.AsyncRun) -> int:
+        a = await run.step("a", fetch, 1)
+        b = await run.step("b", lambda: seen.append(_steps_seen(other, run.id)) or a * 2)
+        return int(b)
+
+    appends = _appends(app)
+    assert app.run(twice).output == 4
+    assert seen == [["a"]]
+    assert appends == [["step.completed"], ["step.completed", "run.completed"]]
