@@ -105,20 +105,20 @@ def guarded(d: ToolDef) -> Callable[..., Any]:
     and says to call it through the run."""
     fn = d.fn
 
-    def refuse(run_id: str) -> InvalidState:
-        return InvalidState(
-            f"run {run_id}: tool {d.name!r} was called directly in the agent, so its call "
-            f"would be neither journaled nor done once (it would run again at every replay). "
-            f"Call it through the run: run.tool({fn.__name__}, ...)"
-        )
+    def check() -> None:
+        run_id = in_agent_body()
+        if run_id is not None:
+            raise InvalidState(
+                f"run {run_id}: tool {d.name!r} was called directly in the agent, so its "
+                f"call would be neither journaled nor done once (it would run again at every "
+                f"replay). Call it through the run: run.tool({fn.__name__}, ...)"
+            )
 
     if inspect.iscoroutinefunction(fn):
 
         @functools.wraps(fn)
         async def direct_async(*args: Any, **kwargs: Any) -> Any:
-            run_id = in_agent_body()
-            if run_id is not None:
-                raise refuse(run_id)
+            check()
             return await fn(*args, **kwargs)
 
         wrapper: Callable[..., Any] = direct_async
@@ -126,9 +126,7 @@ def guarded(d: ToolDef) -> Callable[..., Any]:
 
         @functools.wraps(fn)
         def direct(*args: Any, **kwargs: Any) -> Any:
-            run_id = in_agent_body()
-            if run_id is not None:
-                raise refuse(run_id)
+            check()
             return fn(*args, **kwargs)
 
         wrapper = direct

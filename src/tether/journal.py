@@ -184,7 +184,6 @@ class Journal:
         self.detached_end = False
         self._deferred: list[NewEvent] = []
         self._deferred_transition: Transition | None = None
-        self._step_deferred = False  # a step's record waits for the next position (flush)
         self.interrupted: BaseException | None = None  # raised at the next position
         self.reused: list[tuple[int, str]] = []
         self.executed: list[tuple[int, str]] = []
@@ -260,7 +259,6 @@ class Journal:
             events = [*self._deferred, *events]
             transition = transition or self._deferred_transition
             self._deferred, self._deferred_transition = [], None
-            self._step_deferred = False
         try:
             self.seq = self.store.append(
                 self.run_id,
@@ -291,7 +289,7 @@ class Journal:
         """Append a step's deferred record now (see :meth:`record_success`): before a
         call runs (``attempts``), before the run's own log is read, and before a
         failure or a cancel is recorded."""
-        if self._step_deferred:
+        if any(e.type == ev.STEP_COMPLETED for e in self._deferred):  # not run.started alone
             self.append([])
 
     def event(self, type_: str, data: dict[str, Any]) -> NewEvent:
@@ -351,7 +349,6 @@ class Journal:
             self.append([event], writes=[*side, *writes])
         else:
             self.defer([event])
-            self._step_deferred = True
         self.executed.append((slot.pos, slot.name))
 
     def _encode_error(self, slot: Slot, e: EncodeError) -> EncodeError:

@@ -11,6 +11,7 @@ import shutil
 import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _wait import until
@@ -49,14 +50,20 @@ def _in_database_file(db: str, tmp: Path, run_id: str) -> bool:
             copy.with_name(copy.name + suffix).unlink(missing_ok=True)
 
 
+def _with_run(tmp_path: Path, **options: Any) -> tuple[str, SQLiteStore]:
+    """A store on a new file of ``tmp_path`` (``options``: SQLiteStore's) holding run-1."""
+    db = str(tmp_path / "t.db")
+    store = SQLiteStore(db, **options)
+    _new_run(store, "run-1")
+    return db, store
+
+
 def test_a_few_writes_reach_the_database_file_without_a_commit_checkpointing(
     tmp_path: Path,
 ) -> None:
     # a run and 20 events are a few dozen WAL frames, far below the commits' own
     # checkpoint (WAL_AUTOCHECKPOINT frames): only the thread copies them
-    db = str(tmp_path / "t.db")
-    store = SQLiteStore(db)
-    _new_run(store, "run-1")
+    db, store = _with_run(tmp_path)
     for seq in range(2, 22):
         _append(store, "run-1", seq)
     assert until(lambda: _in_database_file(db, tmp_path, "run-1"))
@@ -68,8 +75,7 @@ def test_with_synchronous_full_commits_checkpoint_as_sqlite_does_and_no_thread_r
     tmp_path: Path,
 ) -> None:
     # every commit syncs the WAL there; the thread's syncs would compete with them
-    store = SQLiteStore(str(tmp_path / "t.db"), synchronous="full")
-    _new_run(store, "run-1")
+    _, store = _with_run(tmp_path, synchronous="full")
     _append(store, "run-1", 2)
     assert store._checkpointer._thread is None
     conn = store._writer()
@@ -79,8 +85,7 @@ def test_with_synchronous_full_commits_checkpoint_as_sqlite_does_and_no_thread_r
 
 
 def test_the_thread_sleeps_while_nothing_is_written(tmp_path: Path) -> None:
-    store = SQLiteStore(str(tmp_path / "t.db"))
-    _new_run(store, "run-1")
+    _, store = _with_run(tmp_path)
     assert until(lambda: store._checkpointer.checkpoints >= 1)
     time.sleep(0.1)  # the last write's checkpoint done
     before = store._checkpointer.checkpoints
@@ -92,8 +97,7 @@ def test_the_thread_sleeps_while_nothing_is_written(tmp_path: Path) -> None:
 
 
 def test_close_stops_the_thread(tmp_path: Path) -> None:
-    store = SQLiteStore(str(tmp_path / "t.db"))
-    _new_run(store, "run-1")
+    _, store = _with_run(tmp_path)
     thread = store._checkpointer._thread
     assert thread is not None and thread.is_alive()
     store.close()
@@ -101,8 +105,7 @@ def test_close_stops_the_thread(tmp_path: Path) -> None:
 
 
 def test_a_store_dropped_without_close_ends_its_thread(tmp_path: Path) -> None:
-    store = SQLiteStore(str(tmp_path / "t.db"))
-    _new_run(store, "run-1")
+    _, store = _with_run(tmp_path)
     thread = store._checkpointer._thread
     assert thread is not None and thread.is_alive()
     del store
@@ -152,9 +155,7 @@ def _wal_restarts(db: str) -> int:
 def test_a_writer_copies_the_tail_when_asked_and_the_next_starts_the_wal_over(
     tmp_path: Path,
 ) -> None:
-    db = str(tmp_path / "t.db")
-    store = SQLiteStore(db)
-    _new_run(store, "run-1")
+    db, store = _with_run(tmp_path)
     _append(store, "run-1", 2)
     checkpointer = store._checkpointer
     with checkpointer._busy:  # the thread's passes wait: only a writer copies
@@ -187,9 +188,7 @@ def test_the_wal_stays_bounded_while_commits_follow_each_other(
     tmp_path: Path, commits: int, events: int, bound: int
 ) -> None:
     # without checkpoints the WAL would hold all of it
-    db = str(tmp_path / "t.db")
-    store = SQLiteStore(db)
-    _new_run(store, "run-1")
+    db, store = _with_run(tmp_path)
     seq = 2
     largest = 0
     for _ in range(commits):
