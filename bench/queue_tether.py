@@ -11,6 +11,7 @@ and none executes.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import tether
@@ -20,7 +21,13 @@ QUEUE = "bench"
 
 
 def open_app(url: str, **options: Any) -> tuple[tether.App, Any]:
-    """The app on ``url`` (``options``: tether.open's) with the benchmark agent registered."""
+    """The app on ``url`` (``options``: tether.open's) with the benchmark agent registered.
+
+    ``TETHER_BENCH_LINGER`` in the environment sets a PostgreSQL store's ``linger`` (an
+    A/B of the group commit's lingering: bench/README.md item 21)."""
+    linger = os.environ.get("TETHER_BENCH_LINGER")
+    if linger is not None and url.startswith("postgresql"):
+        options.setdefault("linger", float(linger))
     app = tether.open(url, **options)
 
     @app.agent(name="bench")

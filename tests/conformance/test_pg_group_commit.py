@@ -89,8 +89,10 @@ def test_a_stale_fencing_token_in_a_batch_writes_nothing_for_that_run(pg_backend
         store.append("b", [_event(0)], expected_seq=0, epoch=1, now=NOW)
 
 
-def test_threads_share_commits_and_lose_nothing(pg_backend: Backend) -> None:
-    store = _store(pg_backend)
+@pytest.mark.parametrize("linger", [0.0, 0.0005, 0.05])
+def test_threads_share_commits_and_lose_nothing(pg_backend: Backend, linger: float) -> None:
+    store = pg_backend.open(linger=linger)
+    assert isinstance(store, PostgresStore)
     threads, per_thread = 8, 40
     for t in range(threads):
         _run(store, f"r{t}")
@@ -123,6 +125,8 @@ def test_threads_share_commits_and_lose_nothing(pg_backend: Backend) -> None:
     assert effects == [(threads * (per_thread - per_thread // 5),)]
     assert store._commits.writes == threads * per_thread
     assert store._commits.batches <= store._commits.writes
+    if linger >= 0.05:  # the threads write again at once: they wait for each other
+        assert store._commits.batches <= store._commits.writes // 2
 
 
 def test_values_reach_the_server_intact(pg_backend: Backend) -> None:
@@ -231,6 +235,12 @@ def test_close_commits_what_was_posted(pg_backend: Backend) -> None:
 def test_bad_lanes_are_refused_before_connecting(lanes: object) -> None:
     with pytest.raises(ValueError, match=r"lanes .* must be an int >= 1"):
         PostgresStore("postgresql://nobody@127.0.0.1:1/none", lanes=lanes)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("linger", [-0.001, float("nan"), "0.001", True, None])
+def test_a_bad_linger_is_refused_before_connecting(linger: object) -> None:
+    with pytest.raises(ValueError, match=r"linger .* must be a number >= 0"):
+        PostgresStore("postgresql://nobody@127.0.0.1:1/none", linger=linger)  # type: ignore[arg-type]
 
 
 def test_lanes_open_their_connections_on_first_use(pg_backend: Backend) -> None:

@@ -243,10 +243,13 @@ def test_a_lane_narrowed_away_while_busy_finishes_its_batch_and_stays_unused() -
     assert gc.submit(3) == 3 and used[-1] == 0
 
 
-def test_many_threads_lanes_changing_and_posted_writes_lose_no_wakeup() -> None:
+@pytest.mark.parametrize("linger", [0.0, 0.0003, 0.05])
+def test_many_threads_lanes_changing_and_posted_writes_lose_no_wakeup(linger: float) -> None:
     """Each waiting thread sleeps on its own write's gate: a batch wakes its writers and
     one leader per free lane. Under load, with lanes narrowed and widened and posted
-    writes mixed in, every write gets its own outcome and no thread is left asleep."""
+    writes mixed in, every write gets its own outcome and no thread is left asleep; with
+    lingering too, and no posted write is left queued once every writer has returned
+    (each thread's last write is posted, as a worker run's final event is)."""
     import random
 
     posted: list[int] = []
@@ -260,7 +263,7 @@ def test_many_threads_lanes_changing_and_posted_writes_lose_no_wakeup() -> None:
                     posted.append(p.item)
             p.succeed(p.item * 2)
 
-    gc: GroupCommit[int] = GroupCommit(flush, lanes=3, max_batch=4)
+    gc: GroupCommit[int] = GroupCommit(flush, lanes=3, max_batch=4, linger=linger)
     results: dict[int, int] = {}
     stop = threading.Event()
 
@@ -270,6 +273,9 @@ def test_many_threads_lanes_changing_and_posted_writes_lose_no_wakeup() -> None:
             if i % 10 == 0:
                 gc.post(-item - 1, lambda e: None)
             results[item] = gc.submit(item)
+            if random.random() < 0.05:
+                time.sleep(linger * 2)  # a slow step: lingerers stop waiting for it
+        gc.post(-t * 1000 - 999, lambda e: None)
 
     def steer() -> None:
         while not stop.is_set():
@@ -287,7 +293,108 @@ def test_many_threads_lanes_changing_and_posted_writes_lose_no_wakeup() -> None:
     stop.set()
     steering.join(5)
     assert not any(t.is_alive() for t in threads), "a waiting thread was never woken"
+    assert gc._queue == [], "a posted write was left for a leader that never came"
     gc.drain()
     assert results == {t * 1000 + i: (t * 1000 + i) * 2 for t in range(12) for i in range(150)}
     every_tenth = [t * 1000 + i for t in range(12) for i in range(0, 150, 10)]
-    assert sorted(posted) == sorted(-item - 1 for item in every_tenth)
+    lasts = [t * 1000 + 998 for t in range(12)]
+    assert sorted(posted) == sorted(-item - 1 for item in every_tenth + lasts)
+
+
+def _released_together(linger: float) -> tuple[list[list[int]], GroupCommit[int]]:
+    """A group commit of one lane where writes 2 and 3, of two threads, were committed
+    together (queued behind a posted write, 0): two writers are out. The batches."""
+    flushed: list[list[int]] = []
+    hold = threading.Event()
+
+    def flush(batch: list[Pending[int]], lane: int) -> None:
+        flushed.append([p.item for p in batch])
+        if len(flushed) == 1:
+            hold.wait(5)
+        for p in batch:
+            p.succeed(p.item)
+
+    gc: GroupCommit[int] = GroupCommit(flush, linger=linger)
+    poster = threading.Thread(target=gc.post, args=(0, lambda e: None))
+    poster.start()  # nobody was out: it flushes its write at once
+    while not flushed:
+        time.sleep(0.001)
+    writers = [threading.Thread(target=gc.submit, args=(i,)) for i in (2, 3)]
+    for t in writers:
+        t.start()
+    while len(gc._queue) < 2:
+        time.sleep(0.001)
+    hold.set()
+    for t in [poster, *writers]:
+        t.join(5)
+    assert flushed == [[0], [2, 3]]
+    return flushed, gc
+
+
+def test_writers_a_batch_released_share_the_next_one_when_the_first_back_lingers() -> None:
+    # writes 2 and 3 were committed together; their threads come back one after the
+    # other: with lingering the first waits for the second, without it leads alone
+    flushed, gc = _released_together(linger=5.0)
+    writers = [threading.Thread(target=gc.submit, args=(i,)) for i in (4, 5)]
+    for t in writers:
+        t.start()
+        time.sleep(0.05)  # the second comes back 50 ms after the first
+    for t in writers:
+        t.join(5)
+    assert flushed[2:] == [[4, 5]]
+
+    flushed, gc = _released_together(linger=0.0)
+    writers = [threading.Thread(target=gc.submit, args=(i,)) for i in (4, 5)]
+    for t in writers:
+        t.start()
+        t.join(5)
+    assert flushed[2:] == [[4], [5]]
+
+
+def test_a_lone_writer_never_lingers() -> None:
+    # each of its writes is the only one out: it leads at once, whatever the linger
+    flushed: list[list[int]] = []
+
+    def flush(batch: list[Pending[int]], lane: int) -> None:
+        flushed.append([p.item for p in batch])
+        for p in batch:
+            p.succeed(p.item)
+
+    gc: GroupCommit[int] = GroupCommit(flush, linger=60.0)
+    writer = threading.Thread(target=lambda: [gc.submit(i) for i in range(5)], daemon=True)
+    writer.start()
+    writer.join(10)
+    assert not writer.is_alive() and flushed == [[0], [1], [2], [3], [4]]
+
+
+def test_a_lingerer_stops_waiting_for_writers_that_do_not_come_back() -> None:
+    # 2 and 3 were released; only 2 writes again (3's run ended): after the linger the
+    # write leads alone, and the next write does not linger for 3 again
+    flushed, gc = _released_together(linger=0.2)
+    started = time.monotonic()
+    assert gc.submit(4) == 4
+    assert time.monotonic() - started >= 0.2  # it waited the linger out, once
+    writer = threading.Thread(target=gc.submit, args=(5,), daemon=True)
+    writer.start()
+    writer.join(0.15)  # under the linger: it did not wait for 3 again
+    assert not writer.is_alive()
+    assert flushed[2:] == [[4], [5]]
+
+
+def test_a_posting_lingerer_is_taken_over_by_a_writer_that_comes_back() -> None:
+    # 2 posts its run's final event (nobody waits for it) while 3 is still out: 2's
+    # thread lingers for 3, and leaves as soon as 3 comes back, 3 leading both
+    flushed, gc = _released_together(linger=5.0)
+    posted = threading.Thread(target=gc.post, args=(20, lambda e: None))
+    posted.start()
+    while gc._lingerer is None:
+        time.sleep(0.001)
+    assert posted.is_alive()
+    assert gc.submit(30) == 30
+    posted.join(5)
+    assert not posted.is_alive() and [sorted(b) for b in flushed[2:]] == [[20, 30]]
+
+
+def test_linger_must_not_be_negative() -> None:
+    with pytest.raises(ValueError, match="linger"):
+        GroupCommit(lambda batch, lane: None, linger=-1)

@@ -16,6 +16,18 @@ or leads the next batch (leader/follower). One lane gives the biggest batches;
 a few lanes let the database work on several batches at once (each lane is one
 connection, so one server process).
 
+*Lingering.* A batch's commit releases its writers together, and on a worker
+they come back together: each runs its next step (they take the GIL one after
+another) and writes again. Leading at once, the first of them would commit
+alone, and the rest would queue behind it for the next commit. With ``linger``
+set, a writer that finds a lane free waits up to that long while writers that
+a batch released have not written again, then leads them all in one batch
+(PostgreSQL's ``commit_delay`` and ``commit_siblings``, here counted rather
+than guessed). Such writers that do not come back within ``linger`` (their run
+ended, or their next step is slow) stop being waited for. A write nobody waits
+for (``post``) never holds its thread for them: the first writer that comes
+back takes it over.
+
 The store supplies ``flush(batch, lane)``, which must set an outcome on every
 :class:`Pending` it is given (and should isolate one write's failure from the
 others: a batch that fails is retried write by write).
@@ -25,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -65,8 +78,15 @@ class GroupCommit(Generic[T]):
     """Leader/follower batching of writes from many threads (see the module doc)."""
 
     def __init__(
-        self, flush: Callable[[list[Pending[T]], int], None], *, lanes: int = 1, max_batch: int = 64
+        self,
+        flush: Callable[[list[Pending[T]], int], None],
+        *,
+        lanes: int = 1,
+        max_batch: int = 64,
+        linger: float = 0.0,
     ) -> None:
+        if not linger >= 0:
+            raise ValueError(f"linger must be >= 0 seconds, not {linger}")
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, not {max_batch}")
         if lanes < 1:
@@ -80,6 +100,10 @@ class GroupCommit(Generic[T]):
         self._free = list(range(lanes - 1, -1, -1))  # active lanes without a leader (0 first)
         self._busy: set[int] = set()  # lanes with a leader
         self._waiting = 0  # queued writes whose thread waits (submit), not posted ones
+        self.linger = linger
+        self._awake = 0  # writers that batches released and that have not written since
+        self._lingerer: Pending[T] | None = None  # the queued write whose thread lingers
+        self._inflight = 0  # writes with a waiting thread in batches being flushed
         self.batches = 0  # flushes so far, and the writes they carried: for benchmarks
         self.writes = 0
 
@@ -102,20 +126,28 @@ class GroupCommit(Generic[T]):
         in the thread that submitted it.
         """
         pending = Pending(item)
+        batch: list[Pending[T]] = []
         with self._cv:
-            if self._free and not self._queue:  # nothing queued, a lane free: lead at once
-                pending.taken = True
-                lane = self._free.pop()
-                self._busy.add(lane)
+            self._came_back()
+            lingering = bool(self._free) and not self._waiting and self._should_linger(pending)
+            if self._free and not self._waiting and not lingering:
+                lane, batch = self._take(pending)  # a lane free, no writer queued: lead now
             else:
                 lane = -1
                 pending.gate = threading.Lock()
                 pending.gate.acquire()
                 self._queue.append(pending)
                 self._waiting += 1
+                if lingering:
+                    self._hand_over(pending)
+                elif self._lingerer is not None and self._enough():
+                    self._cv.notify_all()  # the lingerer need not wait more
+        if lingering:
+            lane, batch = self._linger(pending)
         if lane >= 0:
-            self._lead([pending], lane)
-            return pending.outcome()
+            self._lead(batch, lane)
+            if pending.done:
+                return pending.outcome()
         while True:
             gate = pending.gate
             assert gate is not None
@@ -139,10 +171,19 @@ class GroupCommit(Generic[T]):
         """
         pending = Pending(item, on_error)
         with self._cv:
+            self._came_back()
             self._queue.append(pending)
-            if not self._free:
-                return
-            lane, batch = self._take()
+            if not self._free or self._lingerer is not None:
+                return  # a busy lane's leader, or the lingerer, takes it
+            lingering = self._should_linger(pending)
+            if lingering:
+                self._hand_over(pending)
+            else:
+                lane, batch = self._take()
+        if lingering:
+            lane, batch = self._linger(pending)
+            if lane < 0:
+                return  # a writer that came back took it over
         self._lead(batch, lane)
 
     def drain(self) -> None:
@@ -156,16 +197,76 @@ class GroupCommit(Generic[T]):
                 lane, batch = self._take()
             self._lead(batch, lane)
 
-    def _take(self) -> tuple[int, list[Pending[T]]]:
-        """Under the lock: a free lane and the oldest queued writes."""
+    def _came_back(self) -> None:
+        """Under the lock: a writer writes again (or a released thread posts)."""
+        if self._awake:
+            self._awake -= 1
+            if self._lingerer is not None and self._enough():
+                self._cv.notify_all()  # the lingerer need not wait more
+
+    def _should_linger(self, pending: Pending[T]) -> bool:
+        """Under the lock, with a lane free: should ``pending``'s thread wait for the
+        writers a batch released? Not if none is out, or another writer already waits
+        (a posted write's lingerer is taken over by a writer that waits)."""
+        if not self.linger or not self._awake:
+            return False
+        current = self._lingerer
+        return current is None or (current.on_error is not None and pending.on_error is None)
+
+    def _enough(self) -> bool:
+        """Under the lock: the lingerer's batch is as big as it should wait for: no writer a
+        batch released is still out, or the queue holds its share of the writers (those
+        out, queued and in flight, over the lanes), or a full batch."""
+        waiting = self._waiting
+        if not self._awake or len(self._queue) >= self.max_batch:
+            return True
+        return waiting * self.active >= self._awake + waiting + self._inflight
+
+    def _hand_over(self, pending: Pending[T]) -> None:
+        """Under the lock: ``pending``'s thread lingers now (a posting one leaves)."""
+        if self._lingerer is not None:
+            self._cv.notify_all()
+        self._lingerer = pending
+
+    def _linger(self, pending: Pending[T]) -> tuple[int, list[Pending[T]]]:
+        """Wait while writers a batch released may still write (see the module doc), then
+        take a lane and the queue; ``(-1, [])`` if another thread took ``pending`` (or the
+        lingering over), or no lane is free."""
+        deadline = time.monotonic() + self.linger
+        with self._cv:
+            while self._lingerer is pending and not pending.taken and not self._enough():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self._awake = 0  # the others are busy elsewhere: wait for them no more
+                    break
+                self._cv.wait(left)
+            if self._lingerer is not pending:
+                return -1, []
+            self._lingerer = None
+            if pending.taken or not self._free:
+                return -1, []
+            return self._take()
+
+    def _take(self, first: Pending[T] | None = None) -> tuple[int, list[Pending[T]]]:
+        """Under the lock: a free lane and the oldest queued writes (after ``first``, a
+        write of the calling thread that was not queued)."""
         lane = self._free.pop()
         self._busy.add(lane)
-        batch = self._queue[: self.max_batch]  # oldest first: a write may wait a round
-        del self._queue[: self.max_batch]
+        room = self.max_batch - (first is not None)
+        batch = self._queue[:room]  # oldest first: a write may wait a round
+        del self._queue[:room]
         for p in batch:
             p.taken = True
             if p.on_error is None:
                 self._waiting -= 1
+                self._inflight += 1
+        if first is not None:
+            first.taken = True
+            batch.insert(0, first)
+            self._inflight += 1
+        if self._lingerer is not None and self._lingerer.taken:
+            self._lingerer = None  # its write was taken: its thread stops lingering
+            self._cv.notify_all()
         return lane, batch
 
     def _lead(self, batch: list[Pending[T]], lane: int) -> None:
@@ -177,6 +278,9 @@ class GroupCommit(Generic[T]):
                 self._release(lane)
                 for p in batch:
                     self._open(p)
+                    if p.on_error is None:
+                        self._inflight -= 1
+                        self._awake += 1  # its thread goes on, and may write again soon
                 if not self._queue or self._waiting or not self._free:
                     self._wake_leaders()
                     self._cv.notify_all()  # drain() waits here (submit waits on gates)
@@ -193,8 +297,9 @@ class GroupCommit(Generic[T]):
 
     def _wake_leaders(self) -> None:
         """Under the lock: one waiting thread per free lane leads the queued writes (the
-        oldest waiting writes' threads; one already woken counts)."""
-        room = len(self._free)
+        oldest waiting writes' threads; one already woken counts; a lingering thread will
+        lead one)."""
+        room = len(self._free) - (self._lingerer is not None)
         for p in self._queue:
             if room <= 0:
                 return

@@ -87,6 +87,9 @@ _MIGRATIONS = migrations("postgres")
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
 DEFAULT_SCHEMA = "tether"
 AUTO_LANES = 2  # group-commit lanes of a lone worker (see PostgresStore.workers_sharing)
+# How long a writer that finds a lane free waits for the writers the last batches released
+# (groupcommit: lingering), about one commit here; bench/README.md item 21 measures it.
+LINGER = 0.001
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _LOCK_CLASS = 0x7465_7468  # "teth": the advisory-lock class of tether's migrations
 _QUEUE_LOCK_CLASS = 0x7465_7471  # "tetq": the advisory-lock class of queue claims
@@ -179,6 +182,9 @@ class PostgresStore:
     connection of its own (1 makes the biggest batches, more let the server work on
     several at once). By default 2 while this process's worker is the only one on
     the database, and 1 when several workers share it (see :meth:`workers_sharing`).
+    ``linger``: seconds a write that finds a lane free waits for the other writes of
+    threads that the last commits released, to share one commit with them (default
+    0.001; 0 commits at once; a lone writer never waits: see ``groupcommit``).
     """
 
     dialect = "postgres"
@@ -193,6 +199,7 @@ class PostgresStore:
         max_size: int = 10,
         timeout: float = 10.0,
         lanes: int | None = None,
+        linger: float = LINGER,
     ) -> None:
         self._auto_lanes = lanes is None
         lanes = AUTO_LANES if lanes is None else lanes
@@ -200,6 +207,11 @@ class PostgresStore:
             raise ValueError(
                 f"lanes (batches the group commit keeps in flight, one connection each) must "
                 f"be an int >= 1, not {lanes!r}; e.g. tether.open(url, lanes=2)"
+            )
+        if isinstance(linger, bool) or not isinstance(linger, int | float) or not linger >= 0:
+            raise ValueError(
+                f"linger (seconds a write waits for others to share its commit) must be a "
+                f"number >= 0, not {linger!r}; e.g. tether.open(url, linger=0.002), or 0"
             )
         base, url_schema = split_url(url)
         self.schema = _check_schema(schema or url_schema or DEFAULT_SCHEMA)
@@ -225,7 +237,9 @@ class PostgresStore:
         self._waiters: dict[int, tuple[threading.Event, frozenset[str]]] = {}
         self.unwritten_end: Callable[[str, int], None] | None = None  # see Store
         self._closing = threading.Event()
-        self._commits: GroupCommit[_Statement] = GroupCommit(self._flush, lanes=lanes)
+        self._commits: GroupCommit[_Statement] = GroupCommit(
+            self._flush, lanes=lanes, linger=float(linger)
+        )
         self._wires: list[WireConnection | None] = [None] * lanes  # one per group-commit lane
         self._prefetched = Prefetched()  # claimed runs' logs, for the load that follows
         # JSON results carry floats as text: ask for the shortest exact digits whatever the
