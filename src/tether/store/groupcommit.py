@@ -21,9 +21,11 @@ they come back together: each runs its next step (they take the GIL one after
 another) and writes again. Leading at once, the first of them would commit
 alone, and the rest would queue behind it for the next commit. With ``linger``
 set, a writer that finds a lane free waits up to that long while writers that
-a batch released have not written again, then leads them all in one batch
-(PostgreSQL's ``commit_delay`` and ``commit_siblings``, here counted rather
-than guessed). Such writers that do not come back within ``linger`` (their run
+a batch released have not written again, until the queue holds its share of
+the writers (those out, queued and in flight, over the lanes: with two lanes,
+two cohorts take turns, one committing while the other runs), then leads the
+queue in one batch (PostgreSQL's ``commit_delay`` and ``commit_siblings``, here
+counted rather than guessed). Such writers that do not come back within ``linger`` (their run
 ended, or their next step is slow) stop being waited for. A write nobody waits
 for (``post``) never holds its thread for them: the first writer that comes
 back takes it over.
