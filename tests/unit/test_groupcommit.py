@@ -112,7 +112,9 @@ def test_max_batch_must_be_positive() -> None:
         GroupCommit(lambda batch, lane: None, max_batch=0)
 
 
-def _recording() -> tuple[list[list[int]], threading.Event, GroupCommit[int]]:
+def _recording(linger: float = 0.0) -> tuple[list[list[int]], threading.Event, GroupCommit[int]]:
+    """A group commit of one lane whose first flush holds its lane until released; the
+    batches it flushed (a negative write fails)."""
     flushed: list[list[int]] = []
     release = threading.Event()
 
@@ -126,7 +128,7 @@ def _recording() -> tuple[list[list[int]], threading.Event, GroupCommit[int]]:
             else:
                 p.succeed(p.item)
 
-    return flushed, release, GroupCommit(flush)
+    return flushed, release, GroupCommit(flush, linger=linger)
 
 
 def test_a_post_with_a_free_lane_is_flushed_by_the_poster() -> None:
@@ -304,17 +306,7 @@ def test_many_threads_lanes_changing_and_posted_writes_lose_no_wakeup(linger: fl
 def _released_together(linger: float) -> tuple[list[list[int]], GroupCommit[int]]:
     """A group commit of one lane where writes 2 and 3, of two threads, were committed
     together (queued behind a posted write, 0): two writers are out. The batches."""
-    flushed: list[list[int]] = []
-    hold = threading.Event()
-
-    def flush(batch: list[Pending[int]], lane: int) -> None:
-        flushed.append([p.item for p in batch])
-        if len(flushed) == 1:
-            hold.wait(5)
-        for p in batch:
-            p.succeed(p.item)
-
-    gc: GroupCommit[int] = GroupCommit(flush, linger=linger)
+    flushed, hold, gc = _recording(linger)
     poster = threading.Thread(target=gc.post, args=(0, lambda e: None))
     poster.start()  # nobody was out: it flushes its write at once
     while not flushed:

@@ -131,9 +131,10 @@ class GroupCommit(Generic[T]):
         batch: list[Pending[T]] = []
         with self._cv:
             self._came_back()
-            lingering = bool(self._free) and not self._waiting and self._should_linger(pending)
-            if self._free and not self._waiting and not lingering:
-                lane, batch = self._take(pending)  # a lane free, no writer queued: lead now
+            may_lead = bool(self._free) and not self._waiting  # a lane free, no writer queued
+            lingering = may_lead and self._should_linger(pending)
+            if may_lead and not lingering:
+                lane, batch = self._take(pending)  # lead now
             else:
                 lane = -1
                 pending.gate = threading.Lock()
