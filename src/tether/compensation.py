@@ -11,6 +11,12 @@ not run again.
 An undo function is called as ``undo(result, *args, **kwargs)``: the tool's
 recorded result, then the arguments of the original call (and
 ``idempotency_key=`` when it declares that parameter).
+
+A run undoes only the calls it made itself. A fork's copied calls belong to the
+run that made them (their idempotency key names it): undoing them would undo its
+parent's work. Each undo marks the effects-table row of the call it undoes,
+``compensating`` with its intent and ``compensated`` with its completion, so that
+no fork reuses an effect that no longer holds (:func:`tether.effects.undone`).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from typing import Any
 
 from . import codec
 from . import events as ev
-from .effects import ToolDef
+from .effects import ToolDef, owns
 from .journal import Call, Core, Journal, attempts, step_key
 from .retry import Retry
 from .state import RunState, StepState
@@ -30,10 +36,13 @@ FindTool = Callable[[str, Mapping[str, Any]], ToolDef | None]
 
 
 def compensable(state: RunState, find_tool: FindTool) -> list[StepState]:
-    """The completed write-tool steps that have a compensation, newest first."""
+    """The completed write-tool steps the run made itself that have a compensation, newest
+    first (a fork's copied calls are its parent's to undo)."""
     out = []
     for s in reversed(state.steps):
         if s.kind != "tool" or s.status != "completed" or not s.key or not s.detail:
+            continue
+        if not owns(state.run_id, s.key):
             continue
         if s.detail.get("risk") in (None, "read"):
             continue
@@ -88,6 +97,12 @@ def _undo(j: Journal, target: StepState, tool: ToolDef, default_retry: Retry) ->
     assert tool.compensate is not None
     call = Call(tool.compensate, [target.output, *inputs.get("args", [])], kwargs, None)
     effect = EffectWrite(key, j.run_id, slot.pos, name, "intent")
+    undone_key = target.key
+    assert undone_key is not None  # compensable() keeps keyed calls only
+    result = codec.encode(target.output, what="tool result")
+
+    def mark(status: str) -> EffectWrite:  # the undone call's own row says so
+        return EffectWrite(undone_key, j.run_id, target.position, tool.name, status, result)
 
     def intent(attempt: int) -> None:
         data = {
@@ -102,7 +117,9 @@ def _undo(j: Journal, target: StepState, tool: ToolDef, default_retry: Retry) ->
             "input": None,
             "code": tool.code,
         }
-        j.append([j.event(ev.TOOL_INTENT, data)], writes=[effect])
+        j.append([j.event(ev.TOOL_INTENT, data)], writes=[effect, mark("compensating")])
 
-    yield from attempts(j, slot, call, tool.retry or default_retry, digest, key, intent, effect)
+    policy = tool.retry or default_retry
+    done = [mark("compensated")]
+    yield from attempts(j, slot, call, policy, digest, key, intent, effect, also=done)
     return None

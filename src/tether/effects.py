@@ -38,7 +38,7 @@ from . import events as ev
 from .errors import InvalidState
 from .journal import Call, Core, Journal, Slot, attempts, in_agent_body, step_key
 from .retry import Retry
-from .store import EffectWrite
+from .store import EffectWrite, Store
 
 RISKS = ("read", "write", "irreversible")
 DOUBT_POLICIES = ("retry", "ask")
@@ -156,6 +156,8 @@ def tool_core(
     slot = j.slot("tool", tool.name, digest)
     rec = slot.recorded
     if rec is not None and rec.status == "completed":
+        if tool.writes and rec.key and not owns(j.run_id, rec.key):
+            still_holds(j, slot, rec.key)  # a fork's copied call: undone by its owner since?
         return rec.output
     key = step_key(j.run_id, slot.pos, tool.name, digest)
     if tool.writes:
@@ -197,3 +199,42 @@ def _already_done(j: Journal, slot: Slot, key: str) -> tuple[Any] | None:
     attempt = slot.recorded.attempts if slot.recorded else 1
     j.record_success(slot, attempt, None, output, 0.0, key=key)
     return (output,)
+
+
+# An effects-table row's status: ``intent`` (committed before the call runs),
+# ``completed`` (with its result), and, when a compensation undoes the call,
+# ``compensating`` (committed before the undo runs) then ``compensated`` (with its end).
+UNDONE = ("compensating", "compensated")
+
+
+def owns(run_id: str, key: str) -> bool:
+    """Whether run ``run_id`` made the call of ``key``: a fork's copied calls keep the key
+    (and so the effect) of the run that made them."""
+    return key.startswith(f"{run_id}:")
+
+
+def undone(store: Store, key: str) -> str | None:
+    """``compensating`` or ``compensated`` when a compensation undid, or is undoing, the
+    call of ``key`` (whichever run of its lineage did); None while its effect holds."""
+    effect = store.get_effect(key)
+    return effect.status if effect is not None and effect.status in UNDONE else None
+
+
+def still_holds(j: Journal, slot: Slot, key: str) -> None:
+    """Refuse to replay a copied call whose effect a compensation undid since the fork:
+    the run would build on an effect that no longer holds (ship an order whose charge was
+    refunded). Raised at its position, so the run fails and undoes its own calls."""
+    status = undone(j.store, key)
+    if status is None:
+        return
+    owner = key.split(":", 1)[0]
+    err = InvalidState(
+        f"run {j.run_id}: tool {slot.name!r} at position {slot.pos} reuses the call run "
+        f"{owner} made (key {key}), which a compensation has undone since this fork was made "
+        f"(its effect is {status}); this run cannot go on from it. Fork {owner} before that "
+        f"step instead (app.fork({owner!r}, step={slot.pos}, when='before')), where the call "
+        f"runs again with the fork's own idempotency key."
+    )
+    j.poisoned = err  # every later call of this execution raises it too
+    j.last_failure = (err, j.failure_context(err, slot, None, None))
+    raise err

@@ -318,7 +318,7 @@ class Journal:
         key: str | None = None,
         effect: EffectWrite | None = None,
         extra: Mapping[str, Any] | None = None,
-        writes: Sequence[SignalTake] = (),
+        writes: Sequence[EffectWrite | SignalTake] = (),
     ) -> None:
         """Record a completed step. A fast one's record (under ``DEFER_BELOW``) rides with
         the run's next append, and :meth:`flush` writes it before the next call runs: the
@@ -479,11 +479,13 @@ def attempts(
     before: Callable[[int], None] | None = None,
     effect: EffectWrite | None = None,
     extra: Mapping[str, Any] | None = None,
+    also: Sequence[EffectWrite] = (),
 ) -> Core:
     """Call until success or the policy gives up, recording every attempt.
 
     ``before(attempt)`` runs ahead of each attempt (a tool's durable intent);
-    ``effect`` is completed in the effects table with the result, atomically.
+    ``effect`` is completed in the effects table with the result, and the writes
+    ``also`` made, in the same transaction.
     """
     attempt = slot.recorded.attempts + 1 if slot.recorded else 1
     if slot.recorded is not None and slot.recorded.next_retry_at is not None:
@@ -522,5 +524,6 @@ def attempts(
             key=key if effect is not None else None,
             effect=effect,
             extra=extra,
+            writes=also,
         )
         return output

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from . import codec, snapshots
+from . import codec, effects, snapshots
 from . import events as ev
 from .clock import new_run_id
 from .errors import EncodeError, InvalidState, NotFound, TetherError
@@ -372,6 +372,7 @@ def fork(
     base = state_at(app, run_id, at=at, step=step, when=when)
     if base.seq < 1:
         raise NotFound(f"run {run_id}: a fork needs at least the run's first event (seq 1)")
+    _refuse_undone(app, base)
     copies = [
         NewEvent(e.type, e.data, e.at, e.actor)
         for e in app.store.read_events(run_id, upto=base.seq)
@@ -409,6 +410,30 @@ def fork(
     if record.queue is not None:
         app.store.notify_work(record.queue)  # a worker of the queue takes it now
     return new_id
+
+
+def _refuse_undone(app: App, base: RunState) -> None:
+    """Refuse a fork whose copied prefix holds a write-tool call a compensation undid (or
+    is undoing, or tried to undo), in this run or any run of its lineage: the fork would
+    reuse an effect that no longer holds. Re-executing that one call instead would leave
+    the copied steps after it built on the old result, so the fork must start before it."""
+    head = app.load(base.run_id)  # undo steps come after every recorded one
+    tried = {(s.detail or {}).get("of"): s.status for s in head.steps if s.kind == "compensate"}
+    for s in base.steps:
+        if s.kind != "tool" or s.status != "completed" or not s.key:
+            continue
+        if (s.detail or {}).get("risk") in (None, "read"):
+            continue
+        status = effects.undone(app.store, s.key) or tried.get(s.position)
+        if status is not None:
+            raise InvalidState(
+                f"run {base.run_id}: step {s.position} ({s.name}) is a call whose effect a "
+                f"compensation has undone (undo {status}), so a fork at seq {base.seq} would "
+                f"reuse an effect that no longer holds. Fork before it: app.fork("
+                f"{base.run_id!r}, step={s.position}, when='before') or `tether fork "
+                f"{base.run_id} --step {s.position} --when before`; the call then runs again "
+                f"with the fork's own idempotency key. Nothing was forked."
+            )
 
 
 def fork_data(

@@ -140,7 +140,7 @@ class Effect:
     run_id: str
     position: int
     tool: str
-    status: str  # intent | completed
+    status: str  # intent | completed | compensating | compensated (tether.effects.UNDONE)
     result: str | None  # JSON (tether.codec) when completed
     created_at: float
     updated_at: float
