@@ -153,7 +153,7 @@ class App:
         *,
         risk: str = "write",
         compensate: Callable[..., Any] | None = None,
-        on_doubt: str = "retry",
+        on_doubt: str | None = None,
         retry: Retry | None = None,
         name: str | None = None,
     ) -> F | Callable[[F], F]:
@@ -161,8 +161,10 @@ class App:
 
         ``compensate(result, *args, **kwargs)`` undoes a completed call when the run
         fails or is cancelled with compensation; ``on_doubt`` is ``retry`` (call again
-        with the same idempotency key) or ``ask`` (pause for a human) after a crash
-        that hid whether the call happened.
+        with the same idempotency key) or ``ask`` (pause for a human) after a crash or
+        a timeout that hid whether the call happened. Left out, it is ``retry`` for a
+        ``write`` tool that takes ``idempotency_key`` and ``ask`` otherwise (see
+        :mod:`tether.effects` and docs/guarantees.md).
         """
 
         def register(f: F) -> F:
@@ -1189,7 +1191,7 @@ def tool(
     *,
     risk: str = "write",
     compensate: Callable[..., Any] | None = None,
-    on_doubt: str = "retry",
+    on_doubt: str | None = None,
     retry: Retry | None = None,
     name: str | None = None,
 ) -> Callable[[F], F]: ...
@@ -1200,7 +1202,7 @@ def tool(
     *,
     risk: str = "write",
     compensate: Callable[..., Any] | None = None,
-    on_doubt: str = "retry",
+    on_doubt: str | None = None,
     retry: Retry | None = None,
     name: str | None = None,
 ) -> F | Callable[[F], F]:

@@ -9,9 +9,24 @@ one transaction. On replay:
 - a completed call returns its recorded result (nothing runs);
 - a key already ``completed`` in the effects table returns that result;
 - an intent without a completion means the process died around the call: the
-  effect is *in doubt*. ``on_doubt="retry"`` (default) calls the tool again
-  with the same key, for APIs that dedup by key; ``on_doubt="ask"`` pauses the
-  run until a human says it happened (with its result) or did not (retry).
+  effect is *in doubt*. ``on_doubt="retry"`` calls the tool again with the same
+  key, for APIs that dedup by key; ``on_doubt="ask"`` pauses the run until a
+  human says it happened (with its result) or did not (call again).
+
+An attempt that ran past its ``Retry.timeout`` is in doubt too: it may have taken
+effect, and a sync call's thread may still run (it is abandoned, not killed).
+With ``retry`` it is retried by its policy, but never while the abandoned attempt
+still runs in this process: the next attempt waits for it instead (bounded by the
+same timeout) and takes its outcome once it ends; when the policy gives up on a
+timeout, the run asks (a failure would leave an effect that may have happened
+neither recorded nor undone). With ``ask`` the first timeout asks. An error the
+tool raises is its own word that the call did not take effect: it is retried by
+the policy in both cases.
+
+``on_doubt`` left out (None) is derived: ``ask`` for an ``irreversible`` tool and
+for a ``write`` tool that takes no ``idempotency_key`` (tether cannot know it
+dedups); ``retry`` for a ``write`` tool that takes the key, since it can pass it
+on. Say ``on_doubt="retry"`` to declare that a tool without the key dedups.
 
 A tool that declares a keyword parameter ``idempotency_key`` receives the key;
 :func:`tether.current_step` gives it (with the attempt and run id) anywhere
@@ -35,9 +50,9 @@ from typing import Any
 
 from . import codec
 from . import events as ev
-from .errors import InvalidState
-from .journal import Call, Core, Journal, Slot, attempts, in_agent_body, step_key
-from .retry import Retry
+from .errors import InvalidState, StepTimeout
+from .journal import Call, Core, Journal, Slot, attempts, error_info, in_agent_body, step_key
+from .retry import Retry, keyed_call
 from .store import EffectWrite, Store
 
 RISKS = ("read", "write", "irreversible")
@@ -52,7 +67,7 @@ class ToolDef:
     fn: Callable[..., Any]
     risk: str
     compensate: Callable[..., Any] | None
-    on_doubt: str
+    on_doubt: str  # retry | ask: as declared, or derived (see the module's docstring)
     retry: Retry | None
     code: dict[str, Any]
     takes_key: bool
@@ -70,15 +85,16 @@ def define_tool(
     name: str | None,
     risk: str,
     compensate: Callable[..., Any] | None,
-    on_doubt: str,
+    on_doubt: str | None,
     retry: Retry | None,
 ) -> ToolDef:
     """Validate and build a ToolDef (what ``@app.tool`` does)."""
     if risk not in RISKS:
         raise ValueError(f"tool {fn.__qualname__!r}: risk must be one of {RISKS}, not {risk!r}")
-    if on_doubt not in DOUBT_POLICIES:
+    if on_doubt is not None and on_doubt not in DOUBT_POLICIES:
         raise ValueError(
-            f"tool {fn.__qualname__!r}: on_doubt must be one of {DOUBT_POLICIES}, not {on_doubt!r}"
+            f"tool {fn.__qualname__!r}: on_doubt must be one of {DOUBT_POLICIES} (or None: "
+            f"derived from risk and the idempotency_key parameter), not {on_doubt!r}"
         )
     if compensate is not None and not callable(compensate):
         raise TypeError(f"tool {fn.__qualname__!r}: compensate must be callable")
@@ -86,17 +102,23 @@ def define_tool(
     source = inspect.getsourcefile(fn)
     if source:
         code["file"] = os.path.abspath(source)
+    takes_key = _takes_key(fn)
     return ToolDef(
         name or fn.__name__,
         fn,
         risk,
         compensate,
-        on_doubt,
+        on_doubt or derived_doubt(risk, takes_key),
         retry,
         code,
-        _takes_key(fn),
+        takes_key,
         compensate is not None and _takes_key(compensate),
     )
+
+
+def derived_doubt(risk: str, takes_key: bool) -> str:
+    """The ``on_doubt`` of a tool that did not declare one: retry only what can dedup."""
+    return "retry" if risk == "write" and takes_key else "ask"
 
 
 def guarded(d: ToolDef) -> Callable[..., Any]:
@@ -165,12 +187,13 @@ def tool_core(
         if done is not None:
             return done[0]
         if rec is not None and rec.status == "running" and tool.on_doubt == "ask":
-            data = {"pos": slot.pos, "name": tool.name, "key": key}
+            data = {"pos": slot.pos, "name": tool.name, "key": key, "reason": "crash"}
             raise j.suspend([j.event(ev.TOOL_IN_DOUBT, data)], f"doubt:{key}", None)
     call_kwargs = {**kwargs, "idempotency_key": key} if tool.takes_key else kwargs
-    call = Call(tool.fn, args, call_kwargs, policy.timeout)
     if not tool.writes:
+        call = Call(tool.fn, args, call_kwargs, policy.timeout)
         return (yield from attempts(j, slot, call, policy, digest, key))
+    call = Call(keyed_call(tool.fn, key, policy.timeout), args, call_kwargs, None)
 
     def intent(attempt: int) -> None:
         data = {
@@ -186,8 +209,26 @@ def tool_core(
         }
         j.append([j.event(ev.TOOL_INTENT, data)], writes=[effect])
 
+    def in_doubt(exc: BaseException, attempt: int) -> None:
+        """A timed-out attempt that is not to be retried now: ask, in one append."""
+        if not isinstance(exc, StepTimeout) or not exc.in_doubt:
+            return  # the tool's own error: its word that the call did not take effect
+        if tool.on_doubt == "retry" and policy.should_retry(exc, attempt):
+            return
+        data = {
+            "pos": slot.pos,
+            "name": tool.name,
+            "key": key,
+            "reason": "timeout",
+            "attempt": attempt,
+            "error": error_info(exc, j.clock.now()),
+        }
+        raise j.suspend([j.event(ev.TOOL_IN_DOUBT, data)], f"doubt:{key}", None)
+
     effect = EffectWrite(key, j.run_id, slot.pos, tool.name, "intent")
-    return (yield from attempts(j, slot, call, policy, digest, key, intent, effect))
+    return (
+        yield from attempts(j, slot, call, policy, digest, key, intent, effect, in_doubt=in_doubt)
+    )
 
 
 def _already_done(j: Journal, slot: Slot, key: str) -> tuple[Any] | None:

@@ -107,7 +107,15 @@ class NondeterminismError(TetherError):
 
 
 class StepTimeout(TetherError, TimeoutError):
-    """A step attempt ran longer than its retry policy allows."""
+    """A step attempt ran longer than its retry policy allows.
+
+    ``in_doubt`` is True for a write tool's call: it may have taken effect, or still run
+    (a sync call's thread is abandoned, not killed), so it is retried only when that is
+    safe (see :mod:`tether.effects`)."""
+
+    def __init__(self, message: str, *, in_doubt: bool = False) -> None:
+        super().__init__(message)
+        self.in_doubt = in_doubt
 
 
 class InvalidState(TetherError):

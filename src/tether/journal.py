@@ -480,12 +480,15 @@ def attempts(
     effect: EffectWrite | None = None,
     extra: Mapping[str, Any] | None = None,
     also: Sequence[EffectWrite] = (),
+    in_doubt: Callable[[BaseException, int], None] | None = None,
 ) -> Core:
     """Call until success or the policy gives up, recording every attempt.
 
     ``before(attempt)`` runs ahead of each attempt (a tool's durable intent);
     ``effect`` is completed in the effects table with the result, and the writes
-    ``also`` made, in the same transaction.
+    ``also`` made, in the same transaction. ``in_doubt(error, attempt)`` sees a
+    failed attempt before it is recorded and raises to record it otherwise (a write
+    tool's call in doubt makes the run wait for a human).
     """
     attempt = slot.recorded.attempts + 1 if slot.recorded else 1
     if slot.recorded is not None and slot.recorded.next_retry_at is not None:
@@ -505,6 +508,8 @@ def attempts(
             _CURRENT.reset(token)
             if isinstance(exc, LeaseLost) or j.poisoned is not None:
                 raise
+            if in_doubt is not None:
+                in_doubt(exc, attempt)
             delay = j.record_failure(slot, attempt, digest, exc, policy, inputs)
             if delay is None:
                 raise

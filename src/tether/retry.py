@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import contextvars
+import functools
+import inspect
 import random
 import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import StepTimeout
@@ -22,8 +27,11 @@ class Retry:
     attempt ``n+1`` is ``backoff * multiplier**(n-1)``, capped at ``max_delay``,
     spread by ``±jitter`` (a fraction). ``retry_on`` is a tuple of exception
     types or a predicate; other errors fail the step at once. ``timeout`` bounds
-    one attempt in seconds (sync steps run in a helper thread that is abandoned,
-    not killed, when it times out: keep such steps idempotent).
+    one attempt in seconds: a sync call runs in a helper thread that is abandoned,
+    not killed, when it times out (an async one is cancelled). A step or a read
+    tool is then simply retried (keep it idempotent); a write tool's call is in
+    doubt, retried only when its tool dedups and never while the abandoned attempt
+    still runs in this process (see :mod:`tether.effects`).
     """
 
     max_attempts: int = 1
@@ -65,25 +73,127 @@ def call_with_timeout(fn: Callable[..., Any], args: Any, kwargs: Any, timeout: f
     """Call ``fn``; with a timeout, in a daemon thread that is abandoned on expiry."""
     if timeout is None:
         return fn(*args, **kwargs)
-    box: dict[str, Any] = {}
+    attempt = _Attempt.start(fn, args, kwargs)
+    if not attempt.join(timeout):
+        raise StepTimeout(f"{_name(fn)} ran past its {timeout}s timeout")
+    return attempt.outcome()
 
-    def target() -> None:
-        try:
-            box["value"] = fn(*args, **kwargs)
-        except BaseException as e:  # handed over to the caller's thread
-            box["error"] = e
 
-    ctx = contextvars.copy_context()  # tether.current_step() works inside the thread too
-    t = threading.Thread(
-        target=ctx.run,
-        args=(target,),
-        daemon=True,
-        name=f"tether-step-{getattr(fn, '__name__', 'call')}",
+def _name(fn: Callable[..., Any]) -> str:
+    return repr(getattr(fn, "__qualname__", fn))
+
+
+@dataclass(frozen=True, slots=True)
+class _Attempt:
+    """A call in its own thread: joined with a bound, abandoned (never killed) past it."""
+
+    thread: threading.Thread
+    box: dict[str, Any]
+    since: float = field(default_factory=time.monotonic)
+
+    @classmethod
+    def start(cls, fn: Callable[..., Any], args: Any, kwargs: Any) -> _Attempt:
+        box: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                box["value"] = fn(*args, **kwargs)
+            except BaseException as e:  # handed over to the caller's thread
+                box["error"] = e
+
+        ctx = contextvars.copy_context()  # tether.current_step() works inside the thread too
+        name = f"tether-step-{getattr(fn, '__name__', 'call')}"
+        thread = threading.Thread(target=ctx.run, args=(target,), daemon=True, name=name)
+        thread.start()
+        return cls(thread, box)
+
+    def join(self, timeout: float | None) -> bool:
+        """Wait up to ``timeout`` seconds (None: until it ends); whether it ended."""
+        self.thread.join(timeout)
+        return not self.thread.is_alive()
+
+    def outcome(self) -> Any:
+        if "error" in self.box:
+            raise self.box["error"]
+        return self.box.get("value")
+
+
+# A write tool's attempts that ran past their timeout and may still run, by idempotency
+# key: the next attempt of the key in this process waits for one instead of calling again,
+# and takes its outcome when it ends. An entry goes when an attempt takes it; one that no
+# attempt takes (a human settled the doubt) is forgotten once it ended and is an hour old.
+_ABANDONED: dict[str, _Attempt] = {}
+_ABANDONED_LOCK = threading.Lock()
+_FORGET_AFTER = 3600.0  # seconds
+
+
+def keyed_call(fn: Callable[..., Any], key: str, timeout: float | None) -> Callable[..., Any]:
+    """``fn`` as a write tool's call of idempotency key ``key`` runs, bounded by ``timeout``:
+    past it the call is abandoned (a thread) or cancelled (a coroutine) and StepTimeout
+    says it is in doubt. While an earlier attempt of ``key`` still runs in this process it
+    is waited for (with the same bound) instead of calling ``fn`` again, and its outcome
+    is this attempt's."""
+    if inspect.iscoroutinefunction(fn):
+        return functools.partial(_keyed_async, fn, key, timeout)
+    return functools.partial(_keyed_sync, fn, key, timeout)
+
+
+def _keyed_sync(fn: Callable[..., Any], key: str, timeout: float | None, *a: Any, **kw: Any) -> Any:
+    earlier = _take_abandoned(key) if _ABANDONED else None
+    if earlier is not None:
+        return _outcome_of(earlier, fn, key, timeout)
+    if timeout is None:
+        return fn(*a, **kw)
+    attempt = _Attempt.start(fn, a, kw)
+    if not attempt.join(timeout):
+        _keep_abandoned(key, attempt)
+        raise StepTimeout(
+            f"{_name(fn)} ran past its {timeout}s timeout: the call may have taken effect and "
+            f"may still be running (its thread is abandoned, not killed), so it is in doubt",
+            in_doubt=True,
+        )
+    return attempt.outcome()
+
+
+def _outcome_of(earlier: _Attempt, fn: Callable[..., Any], key: str, timeout: float | None) -> Any:
+    if earlier.join(timeout):
+        return earlier.outcome()
+    _keep_abandoned(key, earlier)
+    ago = time.monotonic() - earlier.since
+    raise StepTimeout(
+        f"{_name(fn)}: the attempt abandoned at its timeout {ago:.1f}s ago still runs in this "
+        f"process, so it is not called again while it may take effect; still in doubt",
+        in_doubt=True,
     )
-    t.start()
-    t.join(timeout)
-    if t.is_alive():
-        raise StepTimeout(f"{getattr(fn, '__qualname__', fn)!r} ran past its {timeout}s timeout")
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
+
+
+async def _keyed_async(
+    fn: Callable[..., Any], key: str, timeout: float | None, *a: Any, **kw: Any
+) -> Any:
+    task = asyncio.ensure_future(fn(*a, **kw))
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    if not done:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task  # it stops at its next await, or ends meanwhile
+        if task.cancelled():
+            raise StepTimeout(
+                f"{_name(fn)} ran past its {timeout}s timeout and was cancelled: the call "
+                f"may have taken effect before, so it is in doubt",
+                in_doubt=True,
+            )
+    return task.result()  # it ended (at last): its outcome, as for a sync call
+
+
+def _take_abandoned(key: str) -> _Attempt | None:
+    with _ABANDONED_LOCK:
+        return _ABANDONED.pop(key, None)
+
+
+def _keep_abandoned(key: str, attempt: _Attempt) -> None:
+    now = time.monotonic()
+    with _ABANDONED_LOCK:
+        for k, a in list(_ABANDONED.items()):
+            if now - a.since > _FORGET_AFTER and not a.thread.is_alive():
+                del _ABANDONED[k]
+        _ABANDONED[key] = attempt

@@ -275,8 +275,9 @@ def _tool_intent(f: _Fold, e: Event, d: dict[str, Any]) -> None:
 
 def _in_doubt(f: _Fold, e: Event, d: dict[str, Any]) -> None:
     old = f.get_step(d["pos"], d, e)
-    f.put_step(d["pos"], replace(old, status="in_doubt", seq=e.seq))
-    f.wait("doubt", d, e, key=d["key"])
+    errors = (*old.errors, d["error"]) if d.get("error") else old.errors  # a timeout's
+    f.put_step(d["pos"], replace(old, status="in_doubt", errors=errors, seq=e.seq))
+    f.wait("doubt", d, e, key=d["key"], reason=d.get("reason", "crash"))
 
 
 def _resolved(f: _Fold, e: Event, d: dict[str, Any]) -> None:

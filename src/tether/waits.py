@@ -338,7 +338,8 @@ def resumable(app: App, state: RunState) -> str | None:
         "approval": f"it waits for approval {name!r}: `tether approve {state.run_id} {name} "
         f"--by NAME` (or deny)",
         "signal": f"it waits for signal {name!r}: `tether signal {state.run_id} {name} PAYLOAD`",
-        "doubt": f"tool {name!r} may or may not have run before a crash: `tether resolve "
+        "doubt": f"tool {name!r} may or may not have run before a "
+        f"{'timeout' if w.get('reason') == 'timeout' else 'crash'}: `tether resolve "
         f"{state.run_id} --happened|--not-happened --by NAME`",
     }
     return f"run {state.run_id} cannot resume yet: " + hints.get(str(kind), f"it waits ({kind})")

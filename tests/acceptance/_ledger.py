@@ -2,6 +2,8 @@
 
 ``aware=True``: honours the ``Idempotency-Key`` header (a repeated key returns the
 first response and appends nothing). ``aware=False``: every POST appends.
+``hang=True``: the service performs the effect, then holds every response until
+``release()`` (a call that hangs after it took effect, as a slow API does).
 """
 
 from __future__ import annotations
@@ -15,8 +17,12 @@ from typing import Any
 class Ledger:
     """The service: start(), url, entries, stop()."""
 
-    def __init__(self, *, aware: bool) -> None:
+    def __init__(self, *, aware: bool, hang: bool = False) -> None:
         self.aware = aware
+        self.requests = 0  # every POST received, whether it appended or not
+        self.released = threading.Event()
+        if not hang:
+            self.released.set()
         self.entries: list[dict[str, Any]] = []
         self.by_key: dict[str, dict[str, Any]] = {}
         self.lock = threading.Lock()
@@ -32,12 +38,18 @@ class Ledger:
         self.thread.start()
         return self
 
+    def release(self) -> None:
+        """Answer the held requests (and every later one at once)."""
+        self.released.set()
+
     def stop(self) -> None:
+        self.release()
         self.server.shutdown()
         self.server.server_close()
 
     def charge(self, body: dict[str, Any], key: str | None) -> dict[str, Any]:
         with self.lock:
+            self.requests += 1
             if self.aware and key and key in self.by_key:
                 return self.by_key[key]
             entry = {"n": len(self.entries) + 1, "amount": body.get("amount"), "key": key}
@@ -55,6 +67,7 @@ class Ledger:
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 out = json.dumps(ledger.charge(body, self.headers.get("Idempotency-Key")))
+                ledger.released.wait(60)  # a hanging service: the effect is done, no answer
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.end_headers()
