@@ -118,7 +118,7 @@ class App:
         store.unwritten_end = self._unwritten_end
         self._heartbeat: _Heartbeat | None = None
         self.policy = policy or Policy()
-        self.approver_groups = {g: set(m) for g, m in (approver_groups or {}).items()}
+        self.approver_groups = waits.approver_groups(approver_groups)
         self.inline_sleep_max = inline_sleep_max
         self._clock_offset: float | None = None  # measured by check_clock, once
 
@@ -383,9 +383,17 @@ class App:
         journal.interrupted = exc
         return True
 
-    def may_approve(self, by: str, approvers: Iterable[str]) -> bool:
-        """Whether ``by`` is one of ``approvers`` or a member of one of their groups."""
-        return any(by == a or by in self.approver_groups.get(a, ()) for a in approvers)
+    def may_approve(self, by: str, approvers: Iterable[str], *, groups: Iterable[str] = ()) -> bool:
+        """Whether identity ``by`` is one of ``approvers`` or a member of one of their groups.
+
+        A name in ``approver_groups`` (or in ``groups``: the ones the request recorded as
+        groups) is a group: never an identity, so ``by`` equal to it does not count."""
+        named = set(groups) | self.approver_groups.keys()
+        if by in named:
+            return False
+        return any(
+            by in self.approver_groups.get(a, ()) if a in named else by == a for a in approvers
+        )
 
     def _resolve(self, agent: Callable[..., Any] | str) -> AgentDef:
         if isinstance(agent, str):
@@ -563,7 +571,8 @@ class App:
         )
         cls = AsyncRun if d.is_async else Run
         self._active[state.run_id] = journal
-        return journal, cls(journal, d.name, self.retry, self.policy, self.inline_sleep_max)
+        groups = self.approver_groups.keys()  # recorded with approval requests
+        return journal, cls(journal, d.name, self.retry, self.policy, self.inline_sleep_max, groups)
 
     def _prepare_resume(
         self, run_id: str, *, retry: bool
@@ -961,8 +970,14 @@ class App:
         """Deny a waiting run's request ``name``: ``run.approve`` raises ApprovalDenied."""
         waits.decide(self, run_id, name, approved=False, by=by, reason=reason)
 
-    def resolve(self, run_id: str, *, happened: bool, by: str, result: Any = None) -> None:
-        """Settle a tool call in doubt: it ``happened`` (with its ``result``) or not (retry)."""
+    def resolve(
+        self, run_id: str, *, happened: bool, by: str, result: Any = waits.NO_RESULT
+    ) -> None:
+        """Settle a tool call in doubt: it ``happened`` (with its ``result``) or not (retry).
+
+        ``happened=True`` needs the call's ``result`` (``None`` included) unless the tool
+        is registered here and annotated ``-> None``; refused (DecisionRefused, audited)
+        without it, and for ``by`` naming an approver group rather than a person."""
         waits.resolve(self, run_id, happened=happened, by=by, result=result)
 
     def signal(

@@ -9,13 +9,16 @@ from typing import Any
 from . import codec
 from .app import App
 from .cli import Command, CommandError, Context, Subparsers, add_command, report_handle, when
+from .waits import NO_RESULT
 from .worker import CANCEL_POLL
 
 
 def _decision_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", help="the run id")
     parser.add_argument("name", help="the approval's name (as in run.approve(NAME, …))")
-    parser.add_argument("--by", required=True, help="who decides (must be an approver)")
+    parser.add_argument(
+        "--by", required=True, help="who decides: a person among the approvers, never a group"
+    )
     parser.add_argument("--reason", help="why, kept in the run's log")
 
 
@@ -76,18 +79,27 @@ def _resolve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", help="the run id")
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument(
-        "--happened", action="store_true", help="the tool call did happen (give --result)"
+        "--happened",
+        action="store_true",
+        help="the tool call did happen: give --result, unless the tool returns nothing",
     )
     which.add_argument(
         "--not-happened", action="store_true", help="the tool call did not happen: call it again"
     )
-    parser.add_argument("--result", help="the call's result as JSON (with --happened)")
+    parser.add_argument(
+        "--result",
+        help="the call's result as JSON, as the service reports it (with --happened; "
+        "'null' if it returned nothing); the run goes on with it",
+    )
     parser.add_argument("--by", required=True, help="who settles it")
 
 
 def _resolve(args: argparse.Namespace, ctx: Context) -> int:
     app = ctx.app()
-    app.resolve(args.run, happened=args.happened, by=args.by, result=_payload(args.result))
+    if args.not_happened and args.result is not None:
+        raise CommandError("--result goes with --happened: a call that did not happen has none")
+    result = NO_RESULT if args.result is None else _payload(args.result)
+    app.resolve(args.run, happened=args.happened, by=args.by, result=result)
     verdict = "happened" if args.happened else "did not happen (it will be called again)"
     ctx.print(f"run {args.run}: the call in doubt {verdict}; {_goes_on(app, args.run)}")
     return 0
@@ -172,11 +184,12 @@ def register(subparsers: Subparsers) -> None:
         ),
         Command(
             "resolve",
-            "settle a tool call left in doubt by a crash",
+            "settle a tool call left in doubt by a crash or a timeout",
             _resolve_arguments,
             _resolve,
-            "For tools with on_doubt='ask': say whether the call happened "
-            "(with its result) or not (it is called again with the same key).",
+            "For tools that ask when in doubt: say whether the call happened (with the "
+            "result it returned, --result JSON, unless the tool is known to return None) "
+            "or not (it is called again with the same key).",
         ),
         Command(
             "cancel",

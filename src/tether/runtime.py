@@ -8,7 +8,7 @@ calls and sleeps, the async one awaits.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Collection, Iterator, MutableMapping
 from functools import partial
 from typing import Any
 
@@ -169,12 +169,14 @@ class _RunBase:
         default_retry: Retry,
         policy: Policy | None = None,
         inline_sleep_max: float = 60.0,
+        approver_groups: Collection[str] = (),
     ) -> None:
         self._j = journal
         self.agent = agent
         self._retry = default_retry
         self._policy = policy or Policy()
         self._inline_sleep_max = inline_sleep_max
+        self._groups = frozenset(approver_groups)  # recorded with approval requests
         self.vars = Vars(journal)
         self._session: Session | object | None = _UNSET  # loaded on first use
 
@@ -232,7 +234,8 @@ class _RunBase:
             recorded is not None and recorded.kind == "approve" and recorded.name == gate
         ):
             payload = {"tool": d.name, "risk": d.risk, "args": list(args), "kwargs": kwargs}
-            approve_core(self._j, gate, payload, self._policy.approvers, self._policy.timeout)
+            policy = self._policy
+            approve_core(self._j, gate, payload, policy.approvers, policy.timeout, self._groups)
         return tool_core(self._j, d, args, kwargs, d.retry or self._retry)
 
     def _decide(self, name: str, choice: Any, why: str, details: dict[str, Any]) -> Any:
@@ -292,7 +295,7 @@ class Run(_RunBase):
         Returns the decision (``approved``, ``by``, ``reason``); a denial or a timeout
         raises :class:`tether.ApprovalDenied`, which the agent may catch.
         """
-        return approve_core(self._j, name, payload, approvers, timeout)
+        return approve_core(self._j, name, payload, approvers, timeout, self._groups)
 
     def sleep(self, duration: str | float, name: str = "sleep") -> None:
         """A durable sleep (``"10m"``): a restart sleeps only the time that is left."""
@@ -348,7 +351,7 @@ class AsyncRun(_RunBase):
         timeout: str | float | None = None,
     ) -> Any:
         """Ask a human; see :meth:`Run.approve`."""
-        return approve_core(self._j, name, payload, approvers, timeout)
+        return approve_core(self._j, name, payload, approvers, timeout, self._groups)
 
     async def sleep(self, duration: str | float, name: str = "sleep") -> None:
         """A durable sleep; see :meth:`Run.sleep`."""

@@ -10,8 +10,9 @@ or simply goes on after the timer.
 
 from __future__ import annotations
 
+import inspect
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import codec
@@ -60,9 +61,18 @@ def parse_duration(value: float | int | str | None, *, what: str = "duration") -
 
 
 def approve_core(
-    j: Journal, name: str, payload: Any, approvers: Iterable[str] | None, timeout: Any
+    j: Journal,
+    name: str,
+    payload: Any,
+    approvers: Iterable[str] | None,
+    timeout: Any,
+    groups: Collection[str] = (),
 ) -> Any:
-    """Request an approval, or return the decision (raising ApprovalDenied on a denial)."""
+    """Request an approval, or return the decision (raising ApprovalDenied on a denial).
+
+    ``groups`` are the app's approver group names: the request records which of its
+    approvers are groups, so that no process deciding it later (a CLI without the app)
+    takes a group's name for a person's."""
     slot = j.slot("approve", name)
     rec = slot.recorded
     if rec is not None and rec.status == "completed":
@@ -71,13 +81,16 @@ def approve_core(
     if rec is None:
         seconds = parse_duration(timeout, what=f"approval {name!r} timeout")
         timeout_at = now + seconds if seconds is not None else None
+        names = _approver_names(j.run_id, name, approvers)
         data = {
             "pos": slot.pos,
             "name": name,
             "payload": payload,
-            "approvers": sorted(approvers) if approvers else None,
+            "approvers": names,
             "timeout_at": timeout_at,
         }
+        if names and any(a in groups for a in names):
+            data["groups"] = [a for a in names if a in groups]
         raise j.suspend([j.event(ev.APPROVAL_REQUESTED, data)], f"approval:{name}", timeout_at)
     if rec.due_at is not None and now >= rec.due_at:
         reason = "no decision before the timeout"
@@ -85,6 +98,38 @@ def approve_core(
         j.append([j.event(ev.APPROVAL_DECIDED, {**decision, "reason": reason})])
         raise ApprovalDenied(j.run_id, name, "timeout", reason, timed_out=True)
     raise j.suspend([], f"approval:{name}", rec.due_at)
+
+
+def _approver_names(run_id: str, name: str, approvers: Iterable[str] | None) -> list[str] | None:
+    if approvers is None:
+        return None
+    if isinstance(approvers, str) or not all(isinstance(a, str) and a for a in approvers):
+        raise TypeError(
+            f"run {run_id}: approval {name!r}: approvers is a list of identities or group "
+            f"names, e.g. approvers=['alice', 'ops'], not {approvers!r}"
+        )
+    return sorted(set(approvers)) or None
+
+
+def approver_groups(groups: Mapping[str, Iterable[str]] | None) -> dict[str, set[str]]:
+    """Validate ``App(approver_groups=...)``: group name -> member identities. Groups do
+    not nest, and a group's name is never an identity (nobody decides "as" a group)."""
+    out: dict[str, set[str]] = {}
+    for group, members in (groups or {}).items():
+        if not isinstance(group, str) or not group or isinstance(members, str):
+            raise TypeError(
+                f"approver_groups maps a group name to its members' identities, e.g. "
+                f"{{'ops': ['alice', 'bob']}}; got {group!r}: {members!r}"
+            )
+        out[group] = set(members)
+    for group, members in out.items():
+        nested = sorted(members & out.keys())
+        if nested:
+            raise ValueError(
+                f"approver_groups: group {group!r} lists {', '.join(nested)}, which is a group "
+                f"too; groups do not nest: list the member identities"
+            )
+    return out
 
 
 def _decision(run_id: str, name: str, decision: Mapping[str, Any]) -> Any:
@@ -208,10 +253,31 @@ def _refusal(app: App, state: RunState, step: StepState | None, name: str, by: s
     w = state.waiting or {}
     if state.status != "waiting" or w.get("kind") != "approval" or w.get("name") != name:
         return f"run {state.run_id} is {state.status}, not waiting for approval {name!r}"
-    approvers = (step.detail or {}).get("approvers")
-    if approvers and not app.may_approve(by, approvers):
-        return f"{by!r} is not among the approvers of {name!r} ({', '.join(approvers)})"
-    return None
+    return _not_approver(app, step, name, by)
+
+
+def _not_approver(app: App, step: StepState, name: str, by: str) -> str | None:
+    """Why ``by`` may not decide approval ``name``: a group's name is nobody's identity;
+    a request's approvers are identities, and groups that resolve to their members."""
+    detail = step.detail or {}
+    approvers: list[str] = detail.get("approvers") or []
+    recorded = set(detail.get("groups") or ())
+    if by in app.approver_groups or by in recorded:
+        members = ", ".join(sorted(app.approver_groups.get(by, ()))) or "unknown to this app"
+        return (
+            f"{by!r} is a group, not a person: decide as one of its members ({members}), "
+            f"with --by NAME"
+        )
+    if not approvers or app.may_approve(by, approvers, groups=recorded):
+        return None
+    unknown = sorted(recorded - app.approver_groups.keys())
+    hint = ""
+    if unknown:
+        hint = (
+            f"; group {', '.join(unknown)} is not defined in this app (approver_groups): "
+            f"decide through the app that defines it (--app)"
+        )
+    return f"{by!r} is not among the approvers of {name!r} ({', '.join(approvers)}){hint}"
 
 
 def _refuse(app: App, run_id: str, action: str, why: str, **detail: Any) -> None:
@@ -256,43 +322,47 @@ def append_outside(
         app.store.notify_work(queue)  # the run is queued again: a worker resumes it now
 
 
-def resolve(app: App, run_id: str, *, happened: bool, by: str, result: Any = None) -> None:
-    """Settle a tool call in doubt: it happened (with ``result``) or it did not (retry)."""
+class _NoResult:
+    """``result`` left out of a resolve (``None`` is a result: the JSON null)."""
+
+    def __repr__(self) -> str:
+        return "NO_RESULT"
+
+
+NO_RESULT: Any = _NoResult()
+
+
+def resolve(app: App, run_id: str, *, happened: bool, by: str, result: Any = NO_RESULT) -> None:
+    """Settle a tool call in doubt: it happened (with ``result``) or it did not (retry).
+
+    ``happened=True`` without ``result`` is refused unless the tool is known to return
+    nothing (registered on this app, annotated ``-> None``): the run would go on with
+    None where the agent expects the call's result. Pass ``result=None`` to say so."""
     if not by:
         raise ValueError("resolving an effect in doubt needs who settled it: by='alice'")
+    if not happened and result is not NO_RESULT:
+        raise ValueError(
+            f"run {run_id}: a call that did not happen has no result; leave result out "
+            f"(it is called again with the same key)"
+        )
     state = app.load(run_id)
     w = state.waiting or {}
-    if state.status != "waiting" or w.get("kind") != "doubt":
-        _refuse(
-            app,
-            run_id,
-            "doubt.refused",
-            f"run {run_id} is {state.status}, not waiting for a tool call in doubt",
-            by=by,
-            happened=happened,
-        )
+    why = _unresolvable(app, state, w, by, happened, result)
+    if why is not None:
+        _refuse(app, run_id, "doubt.refused", why, by=by, happened=happened)
+    value = None if result is NO_RESULT else result
     data = {
         "pos": w["position"],
         "name": w["name"],
         "key": w["key"],
         "happened": happened,
-        "result": result if happened else None,
+        "result": value if happened else None,
         "by": by,
     }
-    writes = (
-        [
-            EffectWrite(
-                w["key"],
-                run_id,
-                w["position"],
-                w["name"],
-                "completed",
-                codec.encode(result, what="the effect's result"),
-            )
-        ]
-        if happened
-        else []
-    )
+    writes = []
+    if happened:
+        text = codec.encode(value, what="the effect's result")
+        writes = [EffectWrite(w["key"], run_id, w["position"], w["name"], "completed", text)]
     try:
         append_outside(app, state, ev.TOOL_RESOLVED, data, writes)
     except Conflict:
@@ -304,6 +374,36 @@ def resolve(app: App, run_id: str, *, happened: bool, by: str, result: Any = Non
             by=by,
             happened=happened,
         )
+
+
+def _unresolvable(
+    app: App, state: RunState, w: Mapping[str, Any], by: str, happened: bool, result: Any
+) -> str | None:
+    """Why this resolve cannot be taken (None: it can)."""
+    if state.status != "waiting" or w.get("kind") != "doubt":
+        return f"run {state.run_id} is {state.status}, not waiting for a tool call in doubt"
+    if by in app.approver_groups:
+        return f"{by!r} is a group, not a person: settle it as one of its members"
+    if happened and result is NO_RESULT and not _returns_nothing(app, str(w["name"])):
+        return (
+            f"run {state.run_id}: tool {w['name']!r} (position {w['position']}) returns a "
+            f"value, or may: saying the call happened needs the result it returned, which "
+            f"the run goes on with: `tether resolve {state.run_id} --happened --result JSON "
+            f"--by NAME` (app.resolve(..., result=...)); --result null if it returned nothing"
+        )
+    return None
+
+
+def _returns_nothing(app: App, tool_name: str) -> bool:
+    """Whether the tool is registered here and annotated ``-> None``."""
+    tool = app.tools().get(tool_name)
+    if tool is None:
+        return False
+    try:
+        returns = inspect.signature(tool.fn).return_annotation
+    except (TypeError, ValueError):
+        return False
+    return returns is None or returns is type(None) or returns == "None"
 
 
 def signal(app: App, run_id: str, name: str, payload: Any, *, sender: str | None) -> bool:
