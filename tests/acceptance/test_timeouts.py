@@ -35,6 +35,27 @@ def _post(url: str, key: str | None = None) -> Any:
         return json.loads(resp.read())
 
 
+def _onboard(app: tether.App, ledger: Ledger, policy: tether.Retry, *, keyed: bool) -> Any:
+    """Run an agent that invites through ``ledger`` with a write tool of default settings,
+    with the idempotency key (it dedups, passing it on) or without (nothing can dedup)."""
+    if keyed:
+
+        def send_invite(email: str, *, idempotency_key: str) -> Any:
+            return _post(ledger.url, idempotency_key)
+    else:
+
+        def send_invite(email: str) -> Any:
+            return _post(ledger.url)
+
+    tool = app.tool(risk="write", retry=policy)(send_invite)
+
+    @app.agent
+    def onboard(run: tether.Run, email: str) -> Any:
+        return run.tool(tool, email)
+
+    return app.run(onboard, "ada@example.com")
+
+
 @pytest.fixture
 def app(tmp_path: Path) -> Iterator[tether.App]:
     a = tether.open(str(tmp_path / "agent.db"))
@@ -59,15 +80,8 @@ def hanging_dedup() -> Iterator[Ledger]:
 def test_a_hanging_invite_is_sent_once_and_asks_with_default_settings(
     app: tether.App, hanging: Ledger
 ) -> None:
-    @app.tool(risk="write", retry=tether.Retry(max_attempts=3, timeout=TIMEOUT, backoff=0))
-    def send_invite(email: str) -> Any:  # no idempotency key: nothing can dedup it
-        return _post(hanging.url)
-
-    @app.agent
-    def onboard(run: tether.Run, email: str) -> Any:
-        return run.tool(send_invite, email)
-
-    handle = app.run(onboard, "ada@example.com")
+    policy = tether.Retry(max_attempts=3, timeout=TIMEOUT, backoff=0)
+    handle = _onboard(app, hanging, policy, keyed=False)
     assert handle.status == "waiting", handle
     assert handle.waiting is not None
     assert handle.waiting["kind"] == "doubt" and handle.waiting["reason"] == "timeout"
@@ -89,16 +103,7 @@ def test_a_dedup_tool_waits_for_its_abandoned_attempt_and_takes_its_outcome(
         return True
 
     policy = tether.Retry(max_attempts=3, timeout=TIMEOUT, backoff=0, retry_on=first_timeout)
-
-    @app.tool(risk="write", retry=policy)
-    def send_invite(email: str, *, idempotency_key: str) -> Any:
-        return _post(hanging_dedup.url, idempotency_key)
-
-    @app.agent
-    def onboard(run: tether.Run, email: str) -> Any:
-        return run.tool(send_invite, email)
-
-    handle = app.run(onboard, "ada@example.com")
+    handle = _onboard(app, hanging_dedup, policy, keyed=True)
     assert handle.status == "completed" and handle.output == {"charge_id": 1}
     assert hanging_dedup.requests == 1  # the retry took the first call's answer
     step = app.get(handle.id).steps[0]
@@ -109,16 +114,7 @@ def test_a_dedup_tool_whose_attempt_still_runs_asks_then_uses_its_outcome(
     app: tether.App, hanging_dedup: Ledger
 ) -> None:
     policy = tether.Retry(max_attempts=2, timeout=TIMEOUT, backoff=0)
-
-    @app.tool(risk="write", retry=policy)
-    def send_invite(email: str, *, idempotency_key: str) -> Any:
-        return _post(hanging_dedup.url, idempotency_key)
-
-    @app.agent
-    def onboard(run: tether.Run, email: str) -> Any:
-        return run.tool(send_invite, email)
-
-    handle = app.run(onboard, "ada@example.com")
+    handle = _onboard(app, hanging_dedup, policy, keyed=True)
     assert handle.status == "waiting" and handle.waiting is not None
     assert handle.waiting["reason"] == "timeout"
     assert hanging_dedup.requests == 1  # the second attempt waited instead of calling
