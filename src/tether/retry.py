@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import contextvars
 import functools
@@ -170,6 +169,8 @@ def _outcome_of(earlier: _Attempt, fn: Callable[..., Any], key: str, timeout: fl
 async def _keyed_async(
     fn: Callable[..., Any], key: str, timeout: float | None, *a: Any, **kw: Any
 ) -> Any:
+    import asyncio  # imported here: most agents are not async, and it costs a process start
+
     task = asyncio.ensure_future(fn(*a, **kw))
     done, _ = await asyncio.wait({task}, timeout=timeout)
     if not done:
