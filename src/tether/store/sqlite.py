@@ -18,6 +18,7 @@ import os
 import sqlite3
 import threading
 import time
+import urllib.request
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
@@ -65,9 +66,9 @@ from .queries import load_queries, migrations
 _Q = load_queries("sqlite")
 _MIGRATIONS = migrations("sqlite")
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
-_HEADER = b"SQLite format 3\x00"
 _RUN_FIELDS = frozenset(RunRecord.__dataclass_fields__)
 log = logging.getLogger("tether.sqlite")
+_NOTADB = 26  # SQLite's result code for a file that is not a database
 # An append's arguments: (run_id, events, expected_seq, epoch, transition, snapshot,
 # writes, now).
 _Args = tuple[
@@ -107,6 +108,11 @@ def _record(row: sqlite3.Row) -> RunRecord:
 
 def _event(row: tuple[Any, ...]) -> Event:
     return Event(*row)
+
+
+def _code(e: sqlite3.Error) -> int:
+    """SQLite's primary result code of an error (0 for the sqlite3 module's own)."""
+    return (getattr(e, "sqlite_errorcode", None) or 0) & 0xFF
 
 
 _MAX_SEQ = 2**32 - 1  # events are keyed (run << 32) | seq
@@ -407,21 +413,20 @@ class SQLiteStore:
     # -- connections ------------------------------------------------------
 
     def _check_file(self) -> None:
+        """Refuse what cannot be a database file, without opening it.
+
+        Only SQLite opens the file (see :meth:`_refuse_foreign`, which tells a file that
+        is not SQLite). On Linux, closing *any* descriptor of a file drops every POSIX
+        lock this process holds on it, those of its live SQLite connections included:
+        a second store of the same file in this process that read the header with
+        ``open()`` let another process, closing its last connection, delete the -wal and
+        -shm under this one's ("disk I/O error", commits lost). SQLite itself keeps such
+        descriptors open until the process's last connection to the file closes."""
         if self.path == ":memory:":
             raise StoreError("an in-memory SQLite store cannot be shared; give a file path")
-        try:
-            with open(self.path, "rb") as f:
-                head = f.read(16)
-        except FileNotFoundError:
-            return
-        except IsADirectoryError:
+        if os.path.isdir(self.path):  # a stat: no descriptor
             raise NotATetherDatabase(
                 f"{self.path} is a directory, not a tether database; give a file path"
-            ) from None
-        if head and head != _HEADER:
-            raise NotATetherDatabase(
-                f"{self.path} is not a tether database (not a SQLite file). "
-                f"Check the path; tether never writes to a file it did not create."
             )
 
     def _released(self) -> None:
@@ -495,11 +500,13 @@ class SQLiteStore:
                 time.sleep(0.01)
 
     def _refuse_foreign(self) -> None:
-        """Refuse another program's SQLite file before writing anything to it (read-only)."""
+        """Refuse a file that is not SQLite, or another program's SQLite file, before
+        writing anything to it (read-only, through SQLite: see _check_file)."""
         if not os.path.exists(self.path) or os.path.getsize(self.path) == 0:
             return
+        uri = f"file:{urllib.request.pathname2url(os.path.abspath(self.path))}?mode=ro"
         try:
-            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=self.busy_timeout)
+            conn = sqlite3.connect(uri, uri=True, timeout=self.busy_timeout)
             try:
                 tables = {
                     r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
@@ -507,6 +514,11 @@ class SQLiteStore:
             finally:
                 conn.close()
         except sqlite3.DatabaseError as e:
+            if _code(e) == _NOTADB:
+                raise NotATetherDatabase(
+                    f"{self.path} is not a tether database (not a SQLite file). Check the "
+                    f"path; tether never writes to a file it did not create."
+                ) from None
             raise self._translate(e) from None
         if tables and "tether_meta" not in tables:
             raise NotATetherDatabase(
