@@ -49,13 +49,16 @@ except ImportError as e:  # pragma: no cover - depends on the install
 
 from ..errors import (
     Conflict,
+    EncodeError,
     LeaseLost,
     NotATetherDatabase,
     NotFound,
     QueueFull,
     SchemaTooNew,
     StoreError,
+    StoreFull,
     StoreUnavailable,
+    TetherError,
 )
 from ..events import Event, NewEvent
 from . import (
@@ -74,8 +77,12 @@ from . import (
     Transition,
     WorkerRecord,
     check_reused_pages,
+    data_fault,
     gap_conflict,
     pick_within_limits,
+    schema_number,
+    translated,
+    translating,
 )
 from .groupcommit import GroupCommit, Pending
 from .pgwire import Prepared, WireConnection
@@ -173,6 +180,7 @@ def _one(cur: psycopg.Cursor[Any]) -> Any:
     return row
 
 
+@translated
 class PostgresStore:
     """A :class:`tether.store.Store` on one schema of a PostgreSQL database.
 
@@ -302,17 +310,44 @@ class PostgresStore:
                 f"busy; check the server, or open the store with a larger max_size"
             ) from None
 
-    def _translate(self, e: psycopg.Error, conn: Conn) -> StoreError:
+    def _translate(self, e: psycopg.Error, conn: Conn) -> TetherError:
         if not conn.broken:
-            return StoreError(f"PostgreSQL at {self.where}: {_first_line(e)}")
+            return self._error(e)
         # The server went away (restart, failover): drop the pool's other dead connections
         # now, so that only this call fails.
         with suppress(psycopg.Error):
             self._pool.check()
+        return self._lost(e)
+
+    def _lost(self, e: BaseException) -> StoreUnavailable:
         return StoreUnavailable(
             f"lost the connection to PostgreSQL at {self.where} ({_first_line(e)}); the last "
             f"write may or may not have been committed: reload the run and retry"
         )
+
+    def _error(self, e: psycopg.Error, where: str = "", *, sent: bool = False) -> TetherError:
+        """A statement's error (on a connection that still works) as tether's; ``sent``:
+        the statement writes values of the caller's (a data exception is then theirs)."""
+        at = f"PostgreSQL at {self.where}{f' ({where})' if where else ''}"
+        state = e.sqlstate or ""
+        if state == "53100":  # disk_full
+            return StoreFull(
+                f"{at}: the server's disk is full ({_first_line(e)}); nothing of this write "
+                f"was stored. Free space on the database server: runs paused by it go on, "
+                f"and workers retry on their own."
+            )
+        if state.startswith(("08", "53", "57P")):  # connection, resources, shutting down
+            return StoreUnavailable(f"{at}: {_first_line(e)}; tether retries")
+        if isinstance(e, psycopg.DataError) and (not state or sent):  # a value, not a row
+            return EncodeError(f"{at}: cannot store a value: {_first_line(e)}")
+        return StoreError(f"{at}: {_first_line(e)}")
+
+    def _fault(self, e: Exception, where: str) -> TetherError | None:
+        """The tether error of an exception that escaped a store method (see translated)."""
+        if isinstance(e, psycopg.Error):
+            broken = isinstance(e, psycopg.OperationalError) and not e.sqlstate
+            return self._lost(e) if broken else self._error(e, where)
+        return data_fault(e, f"PostgreSQL at {self.where}: {where}")
 
     def close(self) -> None:
         """Close the pool and every connection in it, the group commit's and the listener
@@ -358,7 +393,7 @@ class PostgresStore:
                 )
             return 0
         row = conn.execute(_Q["schema_version"]).fetchone()
-        version = int(row[0]) if row else 0
+        version = schema_number(row[0], self.where) if row else 0
         if version > SCHEMA_VERSION:
             raise SchemaTooNew(
                 f"PostgreSQL at {self.where} was written by a newer tether (schema {version}; "
@@ -370,7 +405,7 @@ class PostgresStore:
     def schema_version(self) -> int:
         """The schema version of the open database."""
         with self._borrow() as conn:
-            return int(_one(conn.execute(_Q["schema_version"]))[0])
+            return schema_number(_one(conn.execute(_Q["schema_version"]))[0], self.where)
 
     # -- runs -------------------------------------------------------------
 
@@ -533,7 +568,9 @@ class PostgresStore:
                     for q in batch[i:]:
                         q.fail(error)
                     return
-                p.fail(StoreError(f"PostgreSQL at {self.where}: {_first_line(e)}"))
+                name = p.item.query.name.decode().removeprefix("tether_")
+                where = f"{name} (run {p.item.run_id!r})" if p.item.run_id else name
+                p.fail(self._error(e, where, sent=name.startswith("append")))
             else:
                 _answer(p, res)
 
@@ -564,10 +601,7 @@ class PostgresStore:
         if wire is not None:
             with suppress(Exception):
                 wire.close()
-        return StoreUnavailable(
-            f"lost the connection to PostgreSQL at {self.where} ({_first_line(e)}); the last "
-            f"write may or may not have been committed: reload the run and retry"
-        )
+        return self._lost(e)
 
     def flush(self, *, wait: bool = True) -> None:
         """Commit the appends posted without waiting (a worker run's final events).
@@ -986,7 +1020,11 @@ class PostgresStore:
     @contextmanager
     def transaction(self) -> Iterator[Conn]:
         """A pooled connection inside one transaction (see Store)."""
-        with self._borrow() as conn, conn.transaction():
+        with (
+            translating(self._fault, "transaction"),
+            self._borrow() as conn,
+            conn.transaction(),
+        ):
             yield conn
 
 
@@ -1045,10 +1083,12 @@ def _statement(
     run_id: str, name: str, params: dict[str, Any], read: Callable[[PGresult], Any]
 ) -> _Statement:
     query = _WIRE[name]
-    try:
+    try:  # before the statement is queued: a value that cannot be sent fails its caller
         values = query.values(params)
     except (ValueError, TypeError) as e:
-        raise ValueError(f"run {run_id}: cannot append: {e}") from None
+        raise EncodeError(
+            f"run {run_id}: cannot send {name} to PostgreSQL: {e}; nothing was written"
+        ) from None
     return _Statement(run_id, query, values, read)
 
 
