@@ -97,6 +97,10 @@ AUTO_LANES = 2  # group-commit lanes of a lone worker (see PostgresStore.workers
 # How long a writer that finds a lane free waits for the writers the last batches released
 # (groupcommit: lingering), about one commit here; bench/README.md item 21 measures it.
 LINGER = 0.001
+# The pool tries to reconnect a lost connection at most this many seconds apart, however
+# long the database stays away (psycopg_pool doubles the wait after each failure, without
+# a bound: after a 35 s outage work resumed ~20 s after the server was back)
+RECONNECT_EVERY = 0.5
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _LOCK_CLASS = 0x7465_7468  # "teth": the advisory-lock class of tether's migrations
 _QUEUE_LOCK_CLASS = 0x7465_7471  # "tetq": the advisory-lock class of queue claims
@@ -272,7 +276,7 @@ class PostgresStore:
             ) from None
 
     def _open_pool(self, min_size: int, max_size: int) -> ConnectionPool[Conn]:
-        pool: ConnectionPool[Conn] = ConnectionPool(
+        pool: ConnectionPool[Conn] = _POOL(
             self.conninfo,
             min_size=min_size,
             max_size=max_size,
@@ -1026,6 +1030,42 @@ class PostgresStore:
             conn.transaction(),
         ):
             yield conn
+
+
+def _capped_pool() -> type[ConnectionPool[Conn]]:
+    """A pool class whose reconnection attempts are at most RECONNECT_EVERY apart: work
+    resumes within about that long of the database's return.
+
+    psycopg_pool waits ~1 s before its first retry and doubles the wait after each failure
+    (AttemptWithBackoff), with no option to bound it. The subclass hooks
+    ``_add_connection``, which every (re)connection goes through, with a capped schedule;
+    a psycopg_pool without these names keeps its own (tests/unit/test_pg_reconnect.py
+    checks that this one is capped)."""
+    try:
+        from psycopg_pool.base import AttemptWithBackoff
+    except ImportError:  # pragma: no cover - another psycopg_pool
+        return ConnectionPool
+    if not callable(getattr(ConnectionPool, "_add_connection", None)):  # pragma: no cover
+        return ConnectionPool
+
+    class CappedAttempt(AttemptWithBackoff):
+        INITIAL_DELAY = RECONNECT_EVERY
+
+        def update_delay(self, now: float) -> None:
+            super().update_delay(now)
+            self.delay = min(self.delay, RECONNECT_EVERY)
+
+    class Pool(ConnectionPool[Conn]):
+        def _add_connection(self, attempt: Any, growing: bool = False) -> None:
+            if attempt is None:
+                attempt = CappedAttempt(timeout=self.reconnect_timeout)
+            super()._add_connection(attempt, growing)
+
+    Pool.Attempt = CappedAttempt  # type: ignore[attr-defined]  # for the tests
+    return Pool
+
+
+_POOL = _capped_pool()
 
 
 class _Statement(NamedTuple):
