@@ -202,3 +202,22 @@ def test_text_that_is_not_utf8_is_a_corrupt_record_naming_the_run(
             read("run-1")
     new_run(store, "run-2")  # the store goes on
     assert seqs(store, "run-2") == [1, 2]
+
+
+def test_memory_and_conversation_writes_refuse_text_that_is_not_unicode(app: tether.App) -> None:
+    """Their own tables, written through Store.transaction(): the same refusal, and the
+    connection stays usable."""
+    writes: list[Callable[[], Any]] = [
+        lambda: app.memory.put(("user", "u\ud800"), "k", 1),
+        lambda: app.memory.put(("user", "u"), "k\ud800", 1),
+        lambda: app.memory.put(("user", "u"), "k", "v\ud800"),
+        lambda: app.session("s\ud800").add("user", "hi"),
+        lambda: app.session("s").add("user", "h\ud800"),
+    ]
+    for write in writes:
+        with pytest.raises(EncodeError, match="not Unicode"):
+            write()
+    app.memory.put(("user", "u"), "k", 1)
+    app.session("s").add("user", "hi")
+    item = app.memory.get(("user", "u"), "k")
+    assert item is not None and item.value == 1

@@ -572,7 +572,12 @@ class SQLiteStore:
                 f"{at} stayed locked by another process for {self.busy_timeout}s "
                 f"({msg}); retry, or raise busy_timeout."
             )
-        if code in (_IOERR, _NOMEM, _CANTOPEN):
+        if code == _CANTOPEN:
+            return StoreError(
+                f"{at}: {msg}: check that the folder of {self.path} exists and that this "
+                f"process may read and write it (SQLite creates -wal and -shm files there)."
+            )
+        if code in (_IOERR, _NOMEM):
             return StoreUnavailable(
                 f"{at}: {msg}: the file system refused a read or write. Check the disk and the "
                 f"permissions of {self.path} and of its -wal and -shm files; tether retries."
