@@ -18,7 +18,7 @@ import os
 import sqlite3
 import threading
 import time
-import urllib.request
+import urllib.parse
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
@@ -515,7 +515,7 @@ class SQLiteStore:
         writing anything to it (read-only, through SQLite: see _check_file)."""
         if not os.path.exists(self.path) or os.path.getsize(self.path) == 0:
             return
-        uri = f"file:{urllib.request.pathname2url(os.path.abspath(self.path))}?mode=ro"
+        uri = f"file:{urllib.parse.quote(os.path.abspath(self.path))}?mode=ro"
         try:
             conn = sqlite3.connect(uri, uri=True, timeout=self.busy_timeout)
             try:
