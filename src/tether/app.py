@@ -47,7 +47,7 @@ from .store import (
     Store,
     Transition,
 )
-from .worker import QueueConfig, Worker, heartbeat
+from .worker import POISON_AFTER, QueueConfig, Worker, heartbeat
 
 log = logging.getLogger("tether")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -306,13 +306,21 @@ class App:
         poll: float = 0.2,
         cpu: int | str | None = None,
         prefetch: int | None = None,
+        poison_after: int = POISON_AFTER,
     ) -> Worker:
         """A worker that claims runs from ``queues`` on this app's store; call ``.run()``.
         ``cpu``: pin the process to a CPU number, or ``"auto"`` (see :mod:`tether.cpus`).
         ``prefetch``: runs to claim ahead of the free slots (0: never; None: while runs are
-        short, see :mod:`tether.worker`)."""
+        short, see :mod:`tether.worker`). ``poison_after``: executions in a row that end in
+        an error outside the run's steps before the run is failed (see tether.worker)."""
         return Worker(
-            self, queues=queues, concurrency=concurrency, poll=poll, cpu=cpu, prefetch=prefetch
+            self,
+            queues=queues,
+            concurrency=concurrency,
+            poll=poll,
+            cpu=cpu,
+            prefetch=prefetch,
+            poison_after=poison_after,
         )
 
     def executing(self, owner: str) -> bool:

@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from .errors import EncodeError
+from .errors import CorruptRecord, EncodeError
 
 TAG = "$t"
 
@@ -62,11 +62,58 @@ def _dumps(value: Any) -> str:
     """JSON text of a walked value, for storage (never hashed for replay: digests use
     :data:`_canonical`). orjson writes it ~8x faster than the stdlib, which is a step's
     largest client cost on PostgreSQL; what orjson refuses (an int past 64 bits, a lone
-    surrogate, nesting past 255) goes to the stdlib, which stores it as before."""
+    surrogate, nesting past 255) goes to the stdlib, which stores it as before, except
+    text that is not Unicode (:class:`_NotUnicode`)."""
     try:
-        return orjson.dumps(value).decode()
+        return orjson.dumps(value).decode()  # its output is always valid UTF-8
     except orjson.JSONEncodeError:
-        return _stdlib_dumps(value)
+        text = _stdlib_dumps(value)
+    if not text.isascii():  # O(1): CPython knows whether a str is ASCII
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            raise _NotUnicode from None
+    return text
+
+
+class _NotUnicode(Exception):
+    """Internal: the text holds a lone surrogate (``json.loads('"\\ud800"')``, a truncated
+    emoji escape from a model), which no database stores as text: UTF-8 has no bytes for
+    it (sqlite3 and PostgreSQL refuse it; it used to fail inside a write transaction)."""
+
+
+def _surrogate_at(value: Any, path: str = "$") -> tuple[str, str] | None:
+    """``(path, description)`` of the first text in ``value`` (a key or a value) that holds
+    a lone surrogate, or None."""
+    if isinstance(value, str):
+        for i, ch in enumerate(value):
+            if "\ud800" <= ch <= "\udfff":
+                return path, f"str holding a lone surrogate ({ch!r} at index {i}: not Unicode)"
+        return None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            where = f"{path}.{k}" if isinstance(k, str) and k.isidentifier() else f"{path}[{k!r}]"
+            found = _surrogate_at(k, f"{path} (the key {k!r})") or _surrogate_at(v, where)
+            if found:
+                return found
+        return None
+    if isinstance(value, list | tuple | set | frozenset):
+        for i, v in enumerate(value):
+            found = _surrogate_at(v, f"{path}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def _not_unicode(value: Any, what: str) -> EncodeError:
+    path, description = _surrogate_at(value) or ("$", "text that is not Unicode")
+    return EncodeError(
+        f"cannot store {what}: the {description} at {path} cannot be stored as text (it has "
+        f"no UTF-8 bytes; often a truncated emoji escape such as '\\ud83d' from a model). "
+        f"Replace it first, e.g. text.encode('utf-8', 'replace').decode().",
+        path=path,
+        type_name=description,
+    )
 
 
 class _Unencodable(Exception):
@@ -188,8 +235,12 @@ def _enc(x: Any) -> Any:
 def dumps(value: Any) -> str:
     """JSON text of data that is already plain JSON (tagged where needed, as
     :func:`to_json_value` returns it or ``json.loads`` reads it), written exactly as
-    :func:`encode` writes it: an import stores the same bytes its export read."""
-    return _dumps(value)
+    :func:`encode` writes it: an import stores the same bytes its export read.
+    EncodeError for text that is not Unicode (a lone surrogate)."""
+    try:
+        return _dumps(value)
+    except _NotUnicode:
+        raise _not_unicode(value, "value") from None
 
 
 def _plain(x: Any) -> bool:
@@ -250,7 +301,10 @@ def encode(value: Any, *, what: str = "value") -> str:
         plain = _plain(value)
     except RecursionError:  # a cycle: the walk says so
         plain = False
-    return _dumps(value if plain else to_json_value(value, what=what))
+    try:
+        return _dumps(value if plain else to_json_value(value, what=what))
+    except _NotUnicode:
+        raise _not_unicode(value, what) from None
 
 
 def _decode_tagged(tag: str, v: Any) -> Any:
@@ -291,9 +345,18 @@ def _hook(d: dict[str, Any]) -> Any:
     return d
 
 
-def decode(text: str | bytes) -> Any:
-    """Decode JSON text written by :func:`encode`."""
-    return json.loads(text, object_hook=_hook)
+def decode(text: str | bytes, *, where: str = "a stored value") -> Any:
+    """Decode JSON text written by :func:`encode`. CorruptRecord (naming ``where``) for
+    text that does not parse or holds a tag this tether does not know: the value was
+    written by another program, a newer tether, or damaged."""
+    try:
+        return json.loads(text, object_hook=_hook)
+    except (ValueError, TypeError, LookupError) as e:  # JSON, a tag's value (base64, a date)
+        raise CorruptRecord(
+            f"{where} cannot be read ({type(e).__name__}: {e}): it is not what tether wrote "
+            f"(another program, a newer tether, or damage changed it). Restore the database "
+            f"from a backup, or fork the run before it; tether did not change it."
+        ) from None
 
 
 def digest(value: Any) -> str:
@@ -306,7 +369,9 @@ def digest(value: Any) -> str:
         text = _canonical(value if _plain(value) else _enc(value))
     except _Unencodable:
         text = _canonical(_enc(_digestable(value)))
-    return hashlib.sha256(text.encode()).hexdigest()
+    # surrogatepass: the same bytes for any Unicode text, and a digest for text that is
+    # not (an argument holding a lone surrogate), which never fails
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _digestable(value: Any) -> Any:

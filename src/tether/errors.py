@@ -4,9 +4,13 @@
 
     TetherError                      every error tether raises on purpose
     ├── StoreError                   the database cannot be used as a tether store
+    │   ├── StoreUnavailable         unreachable, connection lost, or locked too long: retry
+    │   │   └── StoreFull            the disk (or the database's size limit) is full: free space
+    │   ├── CorruptRecord            a stored row cannot be read (names table, run, seq)
     │   ├── NotATetherDatabase       the file is not SQLite, is corrupt, or is someone else's
     │   ├── SchemaTooNew             written by a newer tether; upgrade tether to open it
     │   └── ArtifactCorrupt          stored bytes no longer match their SHA-256 (names the digest)
+    ├── ClockSkew                    this machine's clock is too far from the database's
     ├── NotFound                     no such run / agent / event
     ├── Conflict                     someone else appended first, or holds the run
     │   └── LeaseLost                a newer lease (fencing token) exists; stop writing
@@ -42,6 +46,18 @@ class StoreUnavailable(StoreError):
     """The database could not be reached, or the connection to it was lost, or (SQLite)
     another process held it locked too long: try again later. A run this happens under
     is paused, not failed."""
+
+
+class StoreFull(StoreUnavailable):
+    """The disk holding the database is full (SQLite: or the database reached its size
+    limit). Nothing of the failed write was stored. Runs it happens under are paused, not
+    failed, and workers keep retrying: free space and they go on."""
+
+
+class CorruptRecord(StoreError, ValueError):
+    """A stored row cannot be read: text that is not UTF-8, JSON that does not parse, a
+    number that is not one (written by another program, or damaged). The message names
+    the table, the run and the seq where it can; tether does not change the row."""
 
 
 class NotATetherDatabase(StoreError):

@@ -96,7 +96,9 @@ class Event:
 
     def payload(self) -> dict[str, Any]:
         """The decoded data, upcast to the current shape."""
-        value: dict[str, Any] = codec.decode(self.data)
+        value: dict[str, Any] = codec.decode(
+            self.data, where=f"run {self.run_id}: the data of event {self.seq} ({self.type})"
+        )
         upcast = UPCASTERS.get(self.type)
         return upcast(value) if upcast else value
 

@@ -430,10 +430,16 @@ def error_info(exc: BaseException, at: float) -> dict[str, Any]:
     name = t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
     return {
         "type": name,
-        "message": str(exc),
-        "traceback": "".join(traceback.format_exception(exc)),
+        "message": _storable(str(exc)),
+        "traceback": _storable("".join(traceback.format_exception(exc))),
         "at": at,
     }
+
+
+def _storable(text: str) -> str:
+    """Text that can be stored: a lone surrogate (a model's truncated emoji escape quoted in
+    an error message, which UTF-8 cannot hold) kept as its escape, ``\\ud83d``."""
+    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode()
 
 
 def _short_repr(value: Any) -> str:

@@ -43,11 +43,12 @@ from dataclasses import dataclass, field, replace
 from math import inf
 from typing import TYPE_CHECKING, Any
 
-from . import cpus
+from . import codec, cpus
+from . import events as ev
 from .clock import owner_is_dead_local, process_owner
-from .errors import Conflict, LeaseLost, RunFailed, StoreUnavailable, TetherError
+from .errors import Conflict, LeaseLost, NotFound, RunFailed, StoreUnavailable, TetherError
 from .journal import Cancelling, Stopping
-from .store import Lease, QueueLimits, RunRecord, Transition, WorkerRecord
+from .store import Lease, QueueLimits, RunRecord, Store, Transition, WorkerRecord
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
@@ -67,8 +68,18 @@ CANCEL_POLL = 1.0
 # (seconds): a run claimed ahead then waits at most about this long for a slot.
 PREFETCH_BELOW = 0.05
 # A run the database failed under (a lost connection, say) is due again this many seconds
-# later: long enough not to spin while the database restarts, short for a blip
+# later, and a claiming loop the database failed claims again as soon: long enough not to
+# spin while the database restarts, short for a blip, and never longer however long it
+# stays away (work resumes within about this long of its return)
 RESUME_AFTER = 1.0
+# A claiming loop that meets another error (a bug, a damaged row) claims again after this
+# many seconds, doubled after each failure in a row up to BACKOFF_MAX
+BACKOFF, BACKOFF_MAX = 1.0, 30.0
+# A "poison run": executions that end in an error escaping the executor (not the run's own
+# failure, which the run records) this many times in a row, the log at the same seq each
+# time, fail the run instead of giving it back to its queue again (Worker(poison_after=)).
+POISON_AFTER = 3
+ATTEMPT_FAILED = "run.attempt_failed"  # the audit action that counts them
 RUN_TIME_WEIGHT = 0.2  # of the newest run in the moving average of run durations
 
 
@@ -131,7 +142,13 @@ class Worker:
         worker_id: str | None = None,
         cpu: int | str | None = None,
         prefetch: int | None = None,
+        poison_after: int = POISON_AFTER,
     ) -> None:
+        if isinstance(poison_after, bool) or not isinstance(poison_after, int) or poison_after < 1:
+            raise ValueError(
+                f"poison_after is how many executions in a row may end in an error outside "
+                f"the run's steps before the run is failed (an int >= 1), not {poison_after!r}"
+            )
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(
                 f"concurrency is how many runs execute at once (an int >= 1), not {concurrency!r}"
@@ -153,6 +170,7 @@ class Worker:
         self.queues = list(queues)
         self.concurrency = concurrency
         self.prefetch = prefetch
+        self.poison_after = poison_after
         self.poll = poll
         self.cpu = cpus.check(cpu)  # None, a CPU number, or "auto" (see tether.cpus)
         self.pinned: int | None = None  # the CPU run() pinned this process to
@@ -239,7 +257,10 @@ class Worker:
     # -- claiming ---------------------------------------------------------
 
     def _loop(self, pool: ThreadPoolExecutor, until_idle: bool, max_runs: int | None) -> None:
+        """Claim until stopped. No error of the database (or of tether) ends it: each is
+        logged and claiming starts again after a pause (see RESUME_AFTER, BACKOFF)."""
         started, counts = time.monotonic(), list(SHARING_COUNTS)
+        failures = 0  # claiming loops in a row that failed with an error other than an outage
         while not self._stopping.is_set():
             if max_runs is not None and self.stats.claimed >= max_runs:
                 break
@@ -258,9 +279,16 @@ class Worker:
                 # may not come while this worker sleeps (no claim took them)
                 self.app.store.flush(wait=False)
                 self.app.store.wait_for_work(self.queues, self.poll, self._wake)
-            except StoreUnavailable as e:  # a restart, a failover: claim again a bit later
+            except StoreUnavailable as e:  # a restart, a failover, a full disk: a bit later
                 log.warning("worker %s: the database is unavailable (%s); it retries", self.id, e)
                 self._stopping.wait(RESUME_AFTER)
+            except Exception as e:  # a damaged row, a bug: logged, and claiming goes on
+                delay = min(BACKOFF_MAX, BACKOFF * 2**failures)
+                failures += 1
+                log.error("worker %s could not claim (%s); it retries in %g s", self.id, e, delay)
+                self._stopping.wait(delay)
+            else:
+                failures = 0
             self._wake.clear()
 
     def _count_sharing(self, workers: Iterable[WorkerRecord] | None = None) -> None:
@@ -367,7 +395,7 @@ class Worker:
             self._execute_one(record, lease)
             try:
                 claimed = self._next_ready() or self._claim(self._max_runs)
-            except StoreUnavailable as e:  # the claiming loop claims once it is back
+            except Exception as e:  # the claiming loop claims again (and logs what it meets)
                 log.warning("worker %s could not claim: %s", self.id, e)
                 claimed = None
         self._wake.set()  # nothing to claim here: the loop waits for work
@@ -387,6 +415,54 @@ class Worker:
                 record.id,
                 delay,
             )
+
+    def _fruitless(self, record: RunRecord, lease: Lease, error: Exception) -> None:
+        """An execution ended in ``error`` outside the run's steps: count it (an audit
+        record, with the seq the log ended at) and give the run back to its queue; the
+        ``poison_after``-th in a row with the log at the same seq fails the run instead.
+
+        Counted in the audit log, not in memory: the next attempt may be another worker's.
+        A run whose log grows between attempts is not poison: it moves."""
+        store, now = self.app.store, self.app.clock.now()
+        try:
+            head = _head_seq(store, record.id)
+            tries = 1 + sum(
+                1
+                for a in store.read_audit(record.id)
+                if a.action == ATTEMPT_FAILED and _attempt_seq(a.detail) == head
+            )
+            detail = {"seq": head, "attempt": tries, "error": _described(error)}
+            store.record_audit(
+                record.id, ATTEMPT_FAILED, codec.encode(detail), actor=self.id, now=now
+            )
+            if tries >= self.poison_after and head is not None:
+                self._fail_poison(record, lease, head, tries, error)
+                return
+        except TetherError as e:
+            log.warning("worker %s could not count run %s's attempts: %s", self.id, record.id, e)
+        self._give_back(record, lease)
+
+    def _fail_poison(
+        self, record: RunRecord, lease: Lease, head: int, tries: int, error: Exception
+    ) -> None:
+        """Fail a poison run: its log says why (run.failed), and no compensation runs (its
+        work did not fail: what runs it did). `tether retry` takes it up again."""
+        message = (
+            f"run {record.id}: {tries} executions in a row ended in this error outside the "
+            f"run's steps, with its log at seq {head} each time, so it is failed instead of "
+            f"being taken again (poison_after={self.poison_after}): {_described(error)}. Fix "
+            f"the cause, then `tether retry {record.id}`."
+        )
+        now = self.app.clock.now()
+        failure = {"type": _type_name(error), "message": message, "at": now, "step": None}
+        failure.update(position=None, kind=None, poison={"attempts": tries, "seq": head})
+        event = ev.new(ev.RUN_FAILED, {"error": failure}, now, self.id)
+        failed = Transition("failed", release=True)
+        self.app.store.append(
+            record.id, [event], expected_seq=head, epoch=lease.epoch, transition=failed, now=now
+        )
+        self.stats.failed += 1
+        log.error("worker %s failed poison run %s: %s", self.id, record.id, message)
 
     def _next_ready(self) -> list[tuple[RunRecord, Lease]] | None:
         """A run claimed ahead, for a thread whose run ended (the claiming loop is woken
@@ -450,14 +526,14 @@ class Worker:
             self.stats.paused += 1
             log.warning("worker %s: run %s paused: %s", self.id, record.id, e)
             self._give_back(record, lease, RESUME_AFTER)
-        except TetherError as e:
+        except NotFound as e:  # its agent is not here, or the run is gone: not its fault
             self.stats.errors.append(f"{record.id}: {e}")
             log.error("worker %s could not execute run %s: %s", self.id, record.id, e)
             self._give_back(record, lease)
-        except Exception as e:  # an agent bug must not kill the worker
-            self.stats.errors.append(f"{record.id}: {type(e).__name__}: {e}")
-            log.exception("worker %s: run %s raised", self.id, record.id)
-            self._give_back(record, lease)
+        except Exception as e:  # outside the run's steps (a damaged log, a bug): not fatal
+            self.stats.errors.append(f"{record.id}: {_described(e)}")
+            log.error("worker %s could not execute run %s", self.id, record.id, exc_info=True)
+            self._fruitless(record, lease, e)
         else:
             if handle.status == "waiting":
                 self.stats.waiting += 1
@@ -522,6 +598,41 @@ def heartbeat(
                 app.interrupt(run_id, Cancelling(compensate=flag == 2))
         except Exception as e:  # a missed beat is not fatal; the next one retries
             log.warning("%s: heartbeat failed: %s", owner, e)
+
+
+def _head_seq(store: Store, run_id: str) -> int | None:
+    """The seq the run's log ends at (read past any claim's prefetched copy), or None when
+    the log cannot be read (a damaged row: the attempts are then counted whatever it is)."""
+    try:
+        loaded = store.load(run_id, upto=2**31)
+    except TetherError:
+        return None
+    if loaded.events:
+        return int(loaded.events[-1].seq)
+    return loaded.snapshot.seq if loaded.snapshot is not None else 0
+
+
+def _attempt_seq(detail: str) -> int | None:
+    try:
+        seq = codec.decode(detail).get("seq")
+    except (TetherError, AttributeError):
+        return -1  # not one of ours: never the same seq
+    return seq if isinstance(seq, int) else None
+
+
+def _described(error: BaseException) -> str:
+    """``Type: message`` of an error, as text that can be stored (whatever its str does)."""
+    try:
+        text = str(error)
+    except Exception:
+        text = "(its message cannot be shown: str() raised)"
+    text = text.encode("utf-8", "backslashreplace").decode()  # a lone surrogate: escaped
+    return f"{_type_name(error)}: {text[:2000]}"
+
+
+def _type_name(error: BaseException) -> str:
+    t = type(error)
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
 
 
 def reap_dead_workers(app: App, *, exclude: str | None = None) -> list[WorkerRecord]:

@@ -17,7 +17,7 @@ import pytest
 from _conformance import PG_URL, Backend, until
 
 import tether
-from tether.errors import Conflict, LeaseLost, StoreError
+from tether.errors import Conflict, EncodeError, LeaseLost, StoreError
 from tether.events import NewEvent
 from tether.store import EffectWrite, NewRun, WorkerRecord
 from tether.store.groupcommit import Pending
@@ -148,7 +148,7 @@ def test_values_reach_the_server_intact(pg_backend: Backend) -> None:
 def test_nul_is_refused_not_cut(pg_backend: Backend) -> None:
     store = _store(pg_backend)
     _run(store, "a")
-    with pytest.raises(ValueError, match=r"run a: .*NUL"):
+    with pytest.raises(EncodeError, match=r"run a: .*NUL"):
         store.append("a", [_event(0, actor="w\x00x")], expected_seq=0, epoch=1, now=NOW)
     assert pg_backend.sql("SELECT count(*) FROM events") == [(0,)]
     assert store.append("a", [_event(0)], expected_seq=0, epoch=1, now=NOW) == 1

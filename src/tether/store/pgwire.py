@@ -88,7 +88,14 @@ def _text(value: Any, name: str) -> bytes:
         raise TypeError(f"parameter {name}: expected text, got {type(value).__name__}")
     if "\x00" in value:  # libpq sends text parameters as C strings: refuse, do not cut
         raise ValueError(f"parameter {name}: text cannot contain NUL (\\x00) characters")
-    return value.encode()
+    try:
+        return value.encode()
+    except UnicodeEncodeError as e:
+        bad = value[e.start : e.end]
+        raise ValueError(
+            f"parameter {name}: text that is not Unicode ({e.reason}: {bad!r} at index "
+            f"{e.start}), which has no UTF-8 bytes"
+        ) from None
 
 
 def _bigint(value: Any, name: str) -> bytes:

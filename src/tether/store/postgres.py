@@ -49,13 +49,16 @@ except ImportError as e:  # pragma: no cover - depends on the install
 
 from ..errors import (
     Conflict,
+    EncodeError,
     LeaseLost,
     NotATetherDatabase,
     NotFound,
     QueueFull,
     SchemaTooNew,
     StoreError,
+    StoreFull,
     StoreUnavailable,
+    TetherError,
 )
 from ..events import Event, NewEvent
 from . import (
@@ -74,8 +77,12 @@ from . import (
     Transition,
     WorkerRecord,
     check_reused_pages,
+    data_fault,
     gap_conflict,
     pick_within_limits,
+    schema_number,
+    translated,
+    translating,
 )
 from .groupcommit import GroupCommit, Pending
 from .pgwire import Prepared, WireConnection
@@ -90,6 +97,10 @@ AUTO_LANES = 2  # group-commit lanes of a lone worker (see PostgresStore.workers
 # How long a writer that finds a lane free waits for the writers the last batches released
 # (groupcommit: lingering), about one commit here; bench/README.md item 21 measures it.
 LINGER = 0.001
+# The pool tries to reconnect a lost connection at most this many seconds apart, however
+# long the database stays away (psycopg_pool doubles the wait after each failure, without
+# a bound: after a 35 s outage work resumed ~20 s after the server was back)
+RECONNECT_EVERY = 0.5
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _LOCK_CLASS = 0x7465_7468  # "teth": the advisory-lock class of tether's migrations
 _QUEUE_LOCK_CLASS = 0x7465_7471  # "tetq": the advisory-lock class of queue claims
@@ -173,6 +184,7 @@ def _one(cur: psycopg.Cursor[Any]) -> Any:
     return row
 
 
+@translated
 class PostgresStore:
     """A :class:`tether.store.Store` on one schema of a PostgreSQL database.
 
@@ -264,7 +276,7 @@ class PostgresStore:
             ) from None
 
     def _open_pool(self, min_size: int, max_size: int) -> ConnectionPool[Conn]:
-        pool: ConnectionPool[Conn] = ConnectionPool(
+        pool: ConnectionPool[Conn] = _POOL(
             self.conninfo,
             min_size=min_size,
             max_size=max_size,
@@ -302,17 +314,44 @@ class PostgresStore:
                 f"busy; check the server, or open the store with a larger max_size"
             ) from None
 
-    def _translate(self, e: psycopg.Error, conn: Conn) -> StoreError:
+    def _translate(self, e: psycopg.Error, conn: Conn) -> TetherError:
         if not conn.broken:
-            return StoreError(f"PostgreSQL at {self.where}: {_first_line(e)}")
+            return self._error(e)
         # The server went away (restart, failover): drop the pool's other dead connections
         # now, so that only this call fails.
         with suppress(psycopg.Error):
             self._pool.check()
+        return self._lost(e)
+
+    def _lost(self, e: BaseException) -> StoreUnavailable:
         return StoreUnavailable(
             f"lost the connection to PostgreSQL at {self.where} ({_first_line(e)}); the last "
             f"write may or may not have been committed: reload the run and retry"
         )
+
+    def _error(self, e: psycopg.Error, where: str = "", *, sent: bool = False) -> TetherError:
+        """A statement's error (on a connection that still works) as tether's; ``sent``:
+        the statement writes values of the caller's (a data exception is then theirs)."""
+        at = f"PostgreSQL at {self.where}{f' ({where})' if where else ''}"
+        state = e.sqlstate or ""
+        if state == "53100":  # disk_full
+            return StoreFull(
+                f"{at}: the server's disk is full ({_first_line(e)}); nothing of this write "
+                f"was stored. Free space on the database server: runs paused by it go on, "
+                f"and workers retry on their own."
+            )
+        if state.startswith(("08", "53", "57P")):  # connection, resources, shutting down
+            return StoreUnavailable(f"{at}: {_first_line(e)}; tether retries")
+        if isinstance(e, psycopg.DataError) and (not state or sent):  # a value, not a row
+            return EncodeError(f"{at}: cannot store a value: {_first_line(e)}")
+        return StoreError(f"{at}: {_first_line(e)}")
+
+    def _fault(self, e: Exception, where: str) -> TetherError | None:
+        """The tether error of an exception that escaped a store method (see translated)."""
+        if isinstance(e, psycopg.Error):
+            broken = isinstance(e, psycopg.OperationalError) and not e.sqlstate
+            return self._lost(e) if broken else self._error(e, where)
+        return data_fault(e, f"PostgreSQL at {self.where}: {where}")
 
     def close(self) -> None:
         """Close the pool and every connection in it, the group commit's and the listener
@@ -358,7 +397,7 @@ class PostgresStore:
                 )
             return 0
         row = conn.execute(_Q["schema_version"]).fetchone()
-        version = int(row[0]) if row else 0
+        version = schema_number(row[0], self.where) if row else 0
         if version > SCHEMA_VERSION:
             raise SchemaTooNew(
                 f"PostgreSQL at {self.where} was written by a newer tether (schema {version}; "
@@ -370,7 +409,7 @@ class PostgresStore:
     def schema_version(self) -> int:
         """The schema version of the open database."""
         with self._borrow() as conn:
-            return int(_one(conn.execute(_Q["schema_version"]))[0])
+            return schema_number(_one(conn.execute(_Q["schema_version"]))[0], self.where)
 
     # -- runs -------------------------------------------------------------
 
@@ -533,7 +572,9 @@ class PostgresStore:
                     for q in batch[i:]:
                         q.fail(error)
                     return
-                p.fail(StoreError(f"PostgreSQL at {self.where}: {_first_line(e)}"))
+                name = p.item.query.name.decode().removeprefix("tether_")
+                where = f"{name} (run {p.item.run_id!r})" if p.item.run_id else name
+                p.fail(self._error(e, where, sent=name.startswith("append")))
             else:
                 _answer(p, res)
 
@@ -564,10 +605,7 @@ class PostgresStore:
         if wire is not None:
             with suppress(Exception):
                 wire.close()
-        return StoreUnavailable(
-            f"lost the connection to PostgreSQL at {self.where} ({_first_line(e)}); the last "
-            f"write may or may not have been committed: reload the run and retry"
-        )
+        return self._lost(e)
 
     def flush(self, *, wait: bool = True) -> None:
         """Commit the appends posted without waiting (a worker run's final events).
@@ -986,8 +1024,48 @@ class PostgresStore:
     @contextmanager
     def transaction(self) -> Iterator[Conn]:
         """A pooled connection inside one transaction (see Store)."""
-        with self._borrow() as conn, conn.transaction():
+        with (
+            translating(self._fault, "transaction"),
+            self._borrow() as conn,
+            conn.transaction(),
+        ):
             yield conn
+
+
+def _capped_pool() -> type[ConnectionPool[Conn]]:
+    """A pool class whose reconnection attempts are at most RECONNECT_EVERY apart: work
+    resumes within about that long of the database's return.
+
+    psycopg_pool waits ~1 s before its first retry and doubles the wait after each failure
+    (AttemptWithBackoff), with no option to bound it. The subclass hooks
+    ``_add_connection``, which every (re)connection goes through, with a capped schedule;
+    a psycopg_pool without these names keeps its own (tests/unit/test_pg_reconnect.py
+    checks that this one is capped)."""
+    try:
+        from psycopg_pool.base import AttemptWithBackoff
+    except ImportError:  # pragma: no cover - another psycopg_pool
+        return ConnectionPool
+    if not callable(getattr(ConnectionPool, "_add_connection", None)):  # pragma: no cover
+        return ConnectionPool
+
+    class CappedAttempt(AttemptWithBackoff):
+        INITIAL_DELAY = RECONNECT_EVERY
+
+        def update_delay(self, now: float) -> None:
+            super().update_delay(now)
+            self.delay = min(self.delay, RECONNECT_EVERY)
+
+    class Pool(ConnectionPool[Conn]):
+        def _add_connection(self, attempt: Any, growing: bool = False) -> None:
+            if attempt is None:
+                attempt = CappedAttempt(timeout=self.reconnect_timeout)
+            super()._add_connection(attempt, growing)
+
+    Pool.Attempt = CappedAttempt  # type: ignore[attr-defined]  # for the tests
+    return Pool
+
+
+_POOL = _capped_pool()
 
 
 class _Statement(NamedTuple):
@@ -1045,10 +1123,12 @@ def _statement(
     run_id: str, name: str, params: dict[str, Any], read: Callable[[PGresult], Any]
 ) -> _Statement:
     query = _WIRE[name]
-    try:
+    try:  # before the statement is queued: a value that cannot be sent fails its caller
         values = query.values(params)
     except (ValueError, TypeError) as e:
-        raise ValueError(f"run {run_id}: cannot append: {e}") from None
+        raise EncodeError(
+            f"run {run_id}: cannot send {name} to PostgreSQL: {e}; nothing was written"
+        ) from None
     return _Statement(run_id, query, values, read)
 
 

@@ -18,6 +18,7 @@ import os
 import sqlite3
 import threading
 import time
+import urllib.parse
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
@@ -30,12 +31,15 @@ except ImportError:  # Windows: writers queue on SQLite's busy handler alone
 
 from ..errors import (
     Conflict,
+    CorruptRecord,
+    EncodeError,
     LeaseLost,
     NotATetherDatabase,
     NotFound,
     QueueFull,
     SchemaTooNew,
     StoreError,
+    StoreFull,
     StoreUnavailable,
     TetherError,
 )
@@ -56,8 +60,12 @@ from . import (
     Transition,
     WorkerRecord,
     check_reused_pages,
+    data_fault,
     gap_conflict,
     pick_within_limits,
+    schema_number,
+    translated,
+    translating,
 )
 from .prefetch import Prefetched
 from .queries import load_queries, migrations
@@ -65,9 +73,12 @@ from .queries import load_queries, migrations
 _Q = load_queries("sqlite")
 _MIGRATIONS = migrations("sqlite")
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
-_HEADER = b"SQLite format 3\x00"
 _RUN_FIELDS = frozenset(RunRecord.__dataclass_fields__)
 log = logging.getLogger("tether.sqlite")
+# SQLite's primary result codes (sqlite3.h), as tether translates them (_translate)
+_BUSY, _LOCKED, _NOMEM, _READONLY, _IOERR, _CORRUPT, _FULL, _CANTOPEN, _NOTADB = (
+    5, 6, 7, 8, 10, 11, 13, 14, 26
+)  # fmt: skip
 # An append's arguments: (run_id, events, expected_seq, epoch, transition, snapshot,
 # writes, now).
 _Args = tuple[
@@ -107,6 +118,11 @@ def _record(row: sqlite3.Row) -> RunRecord:
 
 def _event(row: tuple[Any, ...]) -> Event:
     return Event(*row)
+
+
+def _code(e: sqlite3.Error) -> int:
+    """SQLite's primary result code of an error (0 for the sqlite3 module's own)."""
+    return (getattr(e, "sqlite_errorcode", None) or 0) & 0xFF
 
 
 _MAX_SEQ = 2**32 - 1  # events are keyed (run << 32) | seq
@@ -368,6 +384,7 @@ if hasattr(os, "register_at_fork"):
     )
 
 
+@translated
 class SQLiteStore:
     """A :class:`tether.store.Store` on one SQLite file."""
 
@@ -407,21 +424,20 @@ class SQLiteStore:
     # -- connections ------------------------------------------------------
 
     def _check_file(self) -> None:
+        """Refuse what cannot be a database file, without opening it.
+
+        Only SQLite opens the file (see :meth:`_refuse_foreign`, which tells a file that
+        is not SQLite). On Linux, closing *any* descriptor of a file drops every POSIX
+        lock this process holds on it, those of its live SQLite connections included:
+        a second store of the same file in this process that read the header with
+        ``open()`` let another process, closing its last connection, delete the -wal and
+        -shm under this one's ("disk I/O error", commits lost). SQLite itself keeps such
+        descriptors open until the process's last connection to the file closes."""
         if self.path == ":memory:":
             raise StoreError("an in-memory SQLite store cannot be shared; give a file path")
-        try:
-            with open(self.path, "rb") as f:
-                head = f.read(16)
-        except FileNotFoundError:
-            return
-        except IsADirectoryError:
+        if os.path.isdir(self.path):  # a stat: no descriptor
             raise NotATetherDatabase(
                 f"{self.path} is a directory, not a tether database; give a file path"
-            ) from None
-        if head and head != _HEADER:
-            raise NotATetherDatabase(
-                f"{self.path} is not a tether database (not a SQLite file). "
-                f"Check the path; tether never writes to a file it did not create."
             )
 
     def _released(self) -> None:
@@ -495,11 +511,13 @@ class SQLiteStore:
                 time.sleep(0.01)
 
     def _refuse_foreign(self) -> None:
-        """Refuse another program's SQLite file before writing anything to it (read-only)."""
+        """Refuse a file that is not SQLite, or another program's SQLite file, before
+        writing anything to it (read-only, through SQLite: see _check_file)."""
         if not os.path.exists(self.path) or os.path.getsize(self.path) == 0:
             return
+        uri = f"file:{urllib.parse.quote(os.path.abspath(self.path))}?mode=ro"
         try:
-            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=self.busy_timeout)
+            conn = sqlite3.connect(uri, uri=True, timeout=self.busy_timeout)
             try:
                 tables = {
                     r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
@@ -507,6 +525,11 @@ class SQLiteStore:
             finally:
                 conn.close()
         except sqlite3.DatabaseError as e:
+            if _code(e) == _NOTADB:
+                raise NotATetherDatabase(
+                    f"{self.path} is not a tether database (not a SQLite file). Check the "
+                    f"path; tether never writes to a file it did not create."
+                ) from None
             raise self._translate(e) from None
         if tables and "tether_meta" not in tables:
             raise NotATetherDatabase(
@@ -515,19 +538,62 @@ class SQLiteStore:
                 f"Give tether its own file."
             )
 
-    def _translate(self, e: sqlite3.Error) -> Exception:
-        msg = str(e)
-        if "not a database" in msg or "malformed" in msg or "disk image" in msg:
+    def _fault(self, e: Exception, where: str) -> TetherError | None:
+        """The tether error of an exception that escaped a store method (see translated).
+
+        This thread's reading connection is replaced: a read that failed half-way (a row
+        that cannot be decoded) leaves its statement active, and with it a read transaction
+        that would show every later read of the thread the database as it was then."""
+        reader = getattr(self._local, "conn", None)
+        if reader is not None:
+            self._discard(reader)
+        if isinstance(e, sqlite3.Error):
+            return self._translate(e, where)
+        return data_fault(e, f"{self.path}: {where}")
+
+    def _translate(self, e: sqlite3.Error, where: str = "") -> StoreError:
+        """SQLite's error as tether's: what happened, where, and what to do."""
+        code, msg = _code(e), str(e)
+        at = f"{self.path}{f' ({where})' if where else ''}"
+        if code == _FULL:
+            folder = os.path.dirname(os.path.abspath(self.path))
+            return StoreFull(
+                f"{at}: the disk is full, or the database reached its size limit ({msg}); "
+                f"nothing of this write was stored. Free space on the file system of {folder} "
+                f"(df -h {folder}): runs paused by it go on, and workers retry on their own."
+            )
+        if code in (_CORRUPT, _NOTADB) or "malformed" in msg:
             return NotATetherDatabase(
-                f"{self.path} is corrupt or not a SQLite database ({msg}). Restore it from a "
+                f"{at} is corrupt or not a SQLite database ({msg}). Restore it from a "
                 f"backup; tether did not write to it."
             )
-        if "locked" in msg or "busy" in msg:
+        if code in (_BUSY, _LOCKED) or "locked" in msg:
             return StoreUnavailable(
-                f"{self.path} stayed locked by another process for {self.busy_timeout}s "
+                f"{at} stayed locked by another process for {self.busy_timeout}s "
                 f"({msg}); retry, or raise busy_timeout."
             )
-        return StoreError(f"{self.path}: {msg}")
+        if code == _CANTOPEN:
+            return StoreError(
+                f"{at}: {msg}: check that the folder of {self.path} exists and that this "
+                f"process may read and write it (SQLite creates -wal and -shm files there)."
+            )
+        if code in (_IOERR, _NOMEM):
+            return StoreUnavailable(
+                f"{at}: {msg}: the file system refused a read or write. Check the disk and the "
+                f"permissions of {self.path} and of its -wal and -shm files; tether retries."
+            )
+        if code == _READONLY:
+            return StoreError(
+                f"{at}: {msg}: give this process write access to {self.path}, its -wal and "
+                f"-shm files and their directory."
+            )
+        if msg.startswith("Could not decode to UTF-8"):
+            return CorruptRecord(
+                f"{at}: a stored row cannot be read: {msg}. It holds text that is not UTF-8, "
+                f"written by another program or damaged; restore the database from a backup "
+                f"(tether did not change it)."
+            )
+        return StoreError(f"{at}: {msg}")
 
     @contextmanager
     def _tx(self, immediate: bool = True) -> Iterator[sqlite3.Connection]:
@@ -539,26 +605,56 @@ class SQLiteStore:
             yield from self._tx_unlocked(True)
 
     def _tx_unlocked(self, immediate: bool) -> Iterator[sqlite3.Connection]:
+        """One transaction, which writes this process's queued appends first (a write).
+        Whatever fails in it, it is rolled back and the connection left usable; the
+        queued appends that did not fail on their own queue again."""
         conn = self._writer() if immediate else self._conn()
         try:
             conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
         except sqlite3.Error as e:
             raise self._translate(e) from None
-        jobs = self._write_jobs(conn) if immediate and (self._queued or self._posted) else []
+        jobs = self._take_jobs() if immediate else []
         try:
+            self._write_jobs(conn, jobs)
             yield conn
         except BaseException:
-            conn.execute("ROLLBACK")
+            self._rollback(conn)
             self._requeue(jobs)
             raise
         try:
             conn.execute("COMMIT")
         except sqlite3.Error as e:
-            conn.execute("ROLLBACK")
+            self._rollback(conn)
             err = self._translate(e)
             self._requeue(jobs, failed=err)
             raise err from None
         self._finish(jobs)
+
+    def _rollback(self, conn: sqlite3.Connection) -> None:
+        """Roll back what is left of a failed transaction. SQLite may have rolled it back
+        already (a full disk, an I/O error): a ROLLBACK then fails with "no transaction
+        is active" and would hide the real error. A connection that cannot roll back is
+        closed, so that the next write opens a fresh one instead of failing with "cannot
+        start a transaction within a transaction"."""
+        if not conn.in_transaction:
+            return
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error as e:
+            log.warning("%s: a failed transaction could not roll back (%s)", self.path, e)
+            self._discard(conn)
+
+    def _discard(self, conn: sqlite3.Connection) -> None:
+        """Close a connection left in an unusable state; the next use opens another."""
+        if conn is self._wconn:
+            self._wconn = None
+        if getattr(self._local, "conn", None) is conn:
+            self._local.conn = None
+        with self._lock:
+            if conn in self._all:
+                self._all.remove(conn)
+        with suppress(sqlite3.Error):
+            conn.close()
 
     # -- group commit: appends that wait for a transaction of this process ------
 
@@ -566,15 +662,32 @@ class SQLiteStore:
         """Commit an append, with every other append of this process that queued while
         another thread or process wrote: a leader (whoever gets the writer lock first)
         commits the queue in one transaction, and its followers, when they get the
-        lock, find theirs committed. Alone, an append of events is one statement."""
+        lock, find theirs committed. Alone, an append of events is one statement.
+
+        When the transaction fails as a whole (a full disk), the leader's append leaves the
+        queue with the error, and each follower, finding its own not done, leads the next
+        try and meets the error itself: a thread told that its append failed is never
+        committed later."""
         with self._queueing:
             self._queued.append(job)
         with self._writing.threads:
             if not job.done:
-                self._commit_queued()
+                try:
+                    self._commit_queued()
+                except BaseException:
+                    if self._withdraw(job):
+                        raise
         if job.error is not None:
             raise job.error
         return job.seq
+
+    def _withdraw(self, job: _Job) -> bool:
+        """Take a job that is not done out of the queue (with the writer lock held, no
+        transaction has it); whether it was not done."""
+        with self._queueing:
+            if job in self._queued:
+                self._queued.remove(job)
+        return not job.done
 
     def _commit_queued(self) -> None:
         with self._writing:
@@ -591,24 +704,40 @@ class SQLiteStore:
                 job.error = e
             job.done = True
 
-    def _write_jobs(self, conn: sqlite3.Connection) -> list[_Job]:
-        """Write the queued appends into this transaction. One refused (a lost lease, a
-        taken seq) gets its error and writes nothing (in a savepoint when it has more
-        than its events' one statement), and the others go on."""
+    def _take_jobs(self) -> list[_Job]:
+        """The queued and posted appends, for the transaction that begins."""
         with self._queueing:
             jobs, self._queued, self._posted = [*self._queued, *self._posted], [], []
+        return jobs
+
+    def _write_jobs(self, conn: sqlite3.Connection, jobs: list[_Job]) -> None:
+        """Write the queued appends into this transaction. One refused (a lost lease, a
+        taken seq, a value the driver cannot send) gets its error and writes nothing (in a
+        savepoint when it has more than its events' one statement), and the others go on.
+        Any other failure (a full disk) fails the transaction: it is raised."""
         for job in jobs:
             if not job.single:
                 conn.execute("SAVEPOINT job")
             try:
                 job.seq = self._write(conn, job.args)
-            except (Conflict, LeaseLost, NotFound) as e:
+            except Exception as e:
+                own = self._own_fault(e, job)
+                if own is None or not conn.in_transaction:
+                    raise
                 if not job.single:
                     conn.execute("ROLLBACK TO job")
-                job.error = e
+                job.error = own
             if not job.single:
                 conn.execute("RELEASE job")
-        return jobs
+
+    def _own_fault(self, e: Exception, job: _Job) -> TetherError | None:
+        """The error of an append that failed on its own (refused, or a value that cannot
+        be sent), or None when the failure is the transaction's."""
+        if isinstance(e, Conflict | NotFound | EncodeError):  # LeaseLost is a Conflict
+            return e
+        if isinstance(e, sqlite3.Error):
+            return None
+        return data_fault(e, f"{self.path}: append (run {job.args[0]!r})")
 
     def _finish(self, jobs: list[_Job]) -> None:
         """The transaction that wrote ``jobs`` committed."""
@@ -673,7 +802,7 @@ class SQLiteStore:
                 )
             return 0
         row = conn.execute("SELECT value FROM tether_meta WHERE key='schema_version'").fetchone()
-        version = int(row[0]) if row else 0
+        version = schema_number(row[0], self.path) if row else 0
         if version > SCHEMA_VERSION:
             raise SchemaTooNew(
                 f"{self.path} was written by a newer tether (schema {version}; this tether "
@@ -697,7 +826,7 @@ class SQLiteStore:
             .execute("SELECT value FROM tether_meta WHERE key='schema_version'")
             .fetchone()
         )
-        return int(row[0])
+        return schema_number(row[0], self.path)
 
     # -- runs -------------------------------------------------------------
 
@@ -823,6 +952,7 @@ class SQLiteStore:
         now: float,
         wait: bool = True,
     ) -> int:
+        _sendable(run_id, events, snapshot, writes)  # before any transaction: see _sendable
         if wait and events and transition is None and snapshot is None and not writes:
             threads = self._writing.threads
             if threads.acquire(blocking=False):  # no writer in this process: no queue
@@ -1268,11 +1398,46 @@ class SQLiteStore:
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """This thread's connection inside one ``BEGIN IMMEDIATE`` transaction (see Store)."""
-        try:
-            with self._tx() as conn:
-                yield conn
-        except sqlite3.Error as e:
-            raise self._translate(e) from None
+        with translating(self._fault, "transaction"), self._tx() as conn:
+            yield conn
+
+
+def _sendable(
+    run_id: str,
+    events: Sequence[NewEvent],
+    snapshot: Snapshot | None,
+    writes: Sequence[EffectWrite | SignalTake],
+) -> None:
+    """Check that sqlite3 can send an append's text (as UTF-8), in the caller's thread
+    before it queues: one that fails inside the group's transaction fails alone, but it
+    should not get there. EncodeError naming the run and the field; the codec's text
+    always passes (an ASCII str costs O(1))."""
+    for e in events:  # the common case, at O(1) a text: every text ASCII
+        if not (e.data.isascii() and e.type.isascii()) or (e.actor and not e.actor.isascii()):
+            break
+    else:
+        if run_id.isascii() and snapshot is None and not writes:
+            return
+    texts: list[tuple[str, str | None]] = [("run id", run_id)]
+    for n, e in enumerate(events, 1):
+        texts += [(f"event {n}'s type", e.type), (f"event {n}'s data", e.data)]
+        texts.append((f"event {n}'s actor", e.actor))
+    for w in writes:
+        if isinstance(w, EffectWrite):
+            texts += [("effect key", w.key), ("effect tool", w.tool), ("effect", w.result)]
+    if snapshot is not None:
+        texts.append(("snapshot", snapshot.data))
+    for what, text in texts:
+        if text is not None and not text.isascii():
+            try:
+                text.encode()
+            except UnicodeEncodeError as e:
+                raise EncodeError(
+                    f"run {run_id}: cannot append: the {what} holds text that is not Unicode "
+                    f"({e.reason}: {text[e.start : e.end]!r} at index {e.start}); nothing was "
+                    f"written. Encode values with tether.codec, which refuses them by path.",
+                    type_name="str",
+                ) from None
 
 
 @functools.cache
