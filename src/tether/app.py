@@ -715,6 +715,7 @@ class App:
             try:
                 with agent_body(journal.run_id):
                     output = d.fn(run, *args, **kwargs)
+                _raise_poison(journal)
             except BaseException as exc:
                 ended = self._ended(journal, exc)
                 if isinstance(ended, RunHandle):
@@ -732,11 +733,15 @@ class App:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> RunHandle:
+        import asyncio
+
+        journal.agent_task = asyncio.current_task()  # its calls are in program order
         with self._outage(journal):
             try:
                 with agent_body(journal.run_id):
                     result = d.fn(run, *args, **kwargs)
                     output = await result if inspect.isawaitable(result) else result
+                _raise_poison(journal)
             except BaseException as exc:
                 ended = self._ended(journal, exc)
                 if isinstance(ended, RunHandle):
@@ -752,11 +757,12 @@ class App:
         for a pause (a crash-like exit, a lost lease, the database gone)."""
         if isinstance(exc, Suspended):
             return self._waiting(journal, exc)
+        fault = _fault(journal, exc)
         with suppress(LeaseLost, StoreUnavailable):  # poisons the journal: a pause below
             journal.flush()  # the step before the exception: its record, before the log is read
         if isinstance(exc, Cancelling):
             return self._cancel_inside(journal, exc)
-        core = self._stopped(journal, exc)
+        core = self._stopped(journal, exc, fault)
         if core is None:
             raise exc
         return core
@@ -784,7 +790,7 @@ class App:
                 path=e.path,
                 type_name=e.type_name,
             )
-            core = self._stopped(journal, err)
+            core = self._stopped(journal, err, err)
             assert core is not None
             self._failed(journal, drive(core, self.clock), err)
         journal.append(
@@ -811,13 +817,15 @@ class App:
             dict(state.waiting or {"for": s.waiting_for}),
         )
 
-    def _stopped(self, journal: Journal, exc: BaseException) -> Core | None:
-        """Why execution stopped: None for a pause (crash-like exit, lost lease), else the
-        core that records the failure (compensating completed write tools first)."""
-        if isinstance(exc, LeaseLost) or isinstance(journal.poisoned, LeaseLost):
-            return None  # another worker owns the run now: write nothing
-        if isinstance(exc, StoreUnavailable) or isinstance(journal.poisoned, StoreUnavailable):
-            return None  # the database went away: a pause (see _outage), write nothing
+    def _stopped(
+        self, journal: Journal, exc: BaseException, fault: BaseException
+    ) -> Core | None:
+        """Why execution stopped (``fault``: see :func:`_fault`): None for a pause
+        (crash-like exit, lost lease), else the core that records the failure
+        (compensating completed write tools first)."""
+        if isinstance(fault, LeaseLost | StoreUnavailable):
+            return None  # another worker owns the run now, or the database went away (a
+            # pause, see _outage): write nothing
         if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: a pause
             why = "its worker is stopping" if isinstance(exc, Stopping) else type(exc).__name__
             self._suspend(journal, why)
@@ -1132,6 +1140,26 @@ class App:
     @artifacts.setter
     def artifacts(self, value: Artifacts | ArtifactStore) -> None:
         self._artifacts = value if isinstance(value, Artifacts) else Artifacts(value)
+
+
+def _fault(journal: Journal, exc: BaseException) -> BaseException:
+    """What stopped the execution: what poisoned the journal (a lost lease or database,
+    a code change, a call refused in a thread), else ``exc``. A lost lease or database
+    keeps the journal refusing writes; the agent's own fault does not stop tether's
+    records (the deferred step, the failure)."""
+    poisoned = journal.poisoned
+    if isinstance(poisoned, LeaseLost | StoreUnavailable):
+        return poisoned
+    journal.poisoned = None
+    return poisoned if poisoned is not None else exc
+
+
+def _raise_poison(journal: Journal) -> None:
+    """Raise what made the journal refuse writes when the agent returned anyway: it caught
+    the error (a code change, a lease lost), or a thread of its own met it and nobody
+    read it. Its run must not end as if whole."""
+    if journal.poisoned is not None:
+        raise journal.poisoned
 
 
 class _Heartbeat(threading.Thread):

@@ -24,6 +24,9 @@ from . import events as ev
 from .events import Event
 from .steplist import StepList, committed_of
 
+# The status of a position no event has recorded yet.
+UNRECORDED = "unrecorded"
+
 
 @dataclass(frozen=True, slots=True)
 class Usage:
@@ -45,12 +48,17 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class StepState:
-    """One position of a run: a step, model call, decision or variable write."""
+    """One position of a run: a step, model call, decision or variable write.
+
+    A position with status ``unrecorded`` (no name, no kind) has no event yet while a later
+    one has: a branch of a fan-out still in flight when the process stopped, whose sibling
+    finished first (see :func:`unrecorded`). Replay executes it again.
+    """
 
     position: int
     name: str
-    kind: str  # step | llm | decide | var
-    status: str  # running | retrying | completed | failed
+    kind: str  # step | llm | tool | decide | var | approve | sleep | wait | compensate
+    status: str  # running | retrying | completed | failed | waiting | in_doubt | unrecorded
     attempts: int = 0
     input_digest: str | None = None
     output: Any = None
@@ -165,8 +173,8 @@ class _Fold:
         return step if step is not None else self.base[pos - 1]
 
     def put_step(self, pos: int, step: StepState) -> None:
-        while self.n < pos - 1:  # a gap cannot happen in a valid log; keep it total
-            self._set(self.n + 1, StepState(self.n + 1, "?", "step", "running"))
+        while self.n < pos - 1:  # a fan-out's branch finished before an earlier one
+            self._set(self.n + 1, unrecorded(self.n + 1))
         self._set(pos, step)
 
     def _set(self, pos: int, step: StepState) -> None:
@@ -194,7 +202,7 @@ class _Fold:
         self.s["waiting"] = None
 
     def get_step(self, pos: int, d: dict[str, Any], e: Event) -> StepState:
-        if pos <= self.n:
+        if pos <= self.n and self.at(pos).status != UNRECORDED:
             return self.at(pos)
         return StepState(pos, d["name"], d["kind"], "running", started_at=e.at)
 
@@ -383,6 +391,11 @@ def _cancelled(f: _Fold, e: Event, d: dict[str, Any]) -> None:
             "at": e.at,
         },
     )
+
+
+def unrecorded(pos: int) -> StepState:
+    """The step of a position that has no event while a later one has (see StepState)."""
+    return StepState(pos, "", "", UNRECORDED)
 
 
 def usage_of(result: Any) -> dict[str, Any] | None:

@@ -23,7 +23,7 @@ from .errors import (
     InvalidState,
     WaitTimeout,
 )
-from .journal import Core, Journal, Sleep
+from .journal import Core, Journal, Sleep, Slot
 from .state import RunState, StepState
 from .store import EffectWrite, SignalTake, Transition
 
@@ -103,9 +103,14 @@ def sleep_core(j: Journal, name: str, duration: Any, inline_max: float) -> Core:
     """A durable sleep: the wake time is in the log, so a restart sleeps only what is left.
 
     Sleeps up to ``inline_max`` seconds happen in the process; longer ones make
-    the run wait (no lease) until a worker or ``tether resume`` wakes it.
+    the run wait (no lease) until a worker or ``tether resume`` wakes it. The position
+    is taken now, in the order of the calls; the core returned sleeps.
     """
-    slot = j.slot("sleep", name)
+    return _sleep(j, j.slot("sleep", name), duration, inline_max)
+
+
+def _sleep(j: Journal, slot: Slot, duration: Any, inline_max: float) -> Core:
+    name = slot.name
     rec = slot.recorded
     if rec is not None and rec.status == "completed":
         return None
@@ -143,8 +148,9 @@ def wait_core(j: Journal, name: str, timeout: Any) -> Any:
             "sent_at": signal.sent_at,
             "sender": signal.sender,
         }
-        taken = SignalTake(signal.id, j.seq_after(1))  # the seq of the completion below
-        j.record_success(slot, 1, None, output, 0.0, writes=[taken])
+        with j.lock:  # no other branch's append between the seq and the completion
+            taken = SignalTake(signal.id, j.seq_after(1))  # the seq of the completion below
+            j.record_success(slot, 1, None, output, 0.0, writes=[taken])
         return output["payload"]
     if rec is None:
         seconds = parse_duration(timeout, what=f"wait {name!r} timeout")
