@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from typing import Any, TextIO, TypeVar, cast, overload
+from typing import Any, NoReturn, TextIO, TypeVar, cast, overload
 
 from . import codec, compensation, export, retention, snapshots, timetravel, waits
 from . import events as ev
@@ -26,6 +26,7 @@ from .errors import (
     EncodeError,
     InvalidState,
     LeaseLost,
+    NondeterminismError,
     NotFound,
     RunFailed,
     StoreError,
@@ -37,7 +38,7 @@ from .journal import Cancelling, Core, Journal, Stopping, Suspended, agent_body
 from .memory import Memory
 from .retry import NO_RETRY, Retry
 from .runtime import AsyncRun, Policy, Run, adrive, drive
-from .state import RunState, fold
+from .state import FINISHED, RunState, fold
 from .store import (
     AuditRecord,
     Effect,
@@ -64,6 +65,8 @@ class AgentDef:
     code: dict[str, Any]
 
 
+# A run ready to execute here: its agent, journal (under a lease), run object and input.
+Prepared = tuple[AgentDef, Journal, Run | AsyncRun, tuple[Any, ...], dict[str, Any]]
 CANCEL_REQUESTED = "cancel.requested"  # audit action: a cancel asked of a run executing elsewhere
 
 
@@ -225,8 +228,9 @@ class App:
     ) -> str:
         """Enqueue a run for the workers and return its id (``queued``).
 
-        An existing ``run_id``, or a ``dedup_key`` held by an active run of the same
-        queue, returns that run's id instead of starting a second one. ``delay``
+        An existing ``run_id``, or a ``dedup_key`` held by an unfinished run of the same
+        queue (queued, running, waiting or blocked), returns that run's id instead of
+        starting a second one. ``delay``
         (seconds or ``"10m"``) makes it claimable later; higher ``priority`` first.
         Raises QueueFull when the queue is at its ``max_depth``.
         """
@@ -451,7 +455,10 @@ class App:
         """Continue a run that stopped: completed steps are reused, the rest run.
 
         A waiting run resumes once what it waits for has happened (a decision, a
-        signal, its timer: resuming a sleeping run sleeps only what is left).
+        signal, its timer: resuming a sleeping run sleeps only what is left). A run
+        whose compensation was interrupted finishes it. A blocked run (its code changed
+        under it) goes on once the code matches its log again; while it does not, the
+        run stays blocked and NondeterminismError is raised.
         """
         prepared = self._prepare_resume(run_id, retry=False)
         if isinstance(prepared, RunHandle):
@@ -468,12 +475,13 @@ class App:
         return await self._aexecute(*prepared)
 
     def retry_run(self, run_id: str, *, in_queue: bool = False) -> RunHandle:
-        """Execute a failed run again from its failed step (completed steps are reused).
+        """Execute a failed run again from its failed step (completed steps are reused), or
+        a blocked one once its code matches its log again (as :meth:`resume`).
 
         ``in_queue``: do not execute it here; put it back in the queue it was started in
         (``app.start``), where a worker of that queue retries it. Returns at once, with
         status ``queued``. The log records who asked (``run.suspended``, reason ``retry
-        requested``).
+        requested``, or ``resume requested`` for a blocked run).
         """
         if in_queue:
             return self._requeue(run_id)
@@ -486,9 +494,10 @@ class App:
 
     def _requeue(self, run_id: str) -> RunHandle:
         record = self.store.get_run(run_id)
-        if record.status != "failed":
+        if record.status not in ("failed", "blocked"):
             raise InvalidState(
-                f"run {run_id} is {record.status}, not failed; only failed runs can be retried"
+                f"run {run_id} is {record.status}, not failed or blocked; only those can be "
+                f"put back in their queue"
             )
         if record.queue is None:
             raise InvalidState(
@@ -496,8 +505,10 @@ class App:
                 f"worker would take it; retry it in this process: `tether retry {run_id} --here`"
             )
         state = self.load(run_id)
-        self._check_retryable(state)
-        data = {"reason": "retry requested", "status": "queued", "queue": record.queue}
+        if record.status == "failed":
+            self._check_retryable(state)
+        why = "retry requested" if record.status == "failed" else "resume requested"
+        data = {"reason": why, "status": "queued", "queue": record.queue}
         waits.append_outside(self, state, ev.RUN_SUSPENDED, data)
         return RunHandle(run_id, "queued", None, dict(state.failure or {}) or None)
 
@@ -563,18 +574,16 @@ class App:
         self._active[state.run_id] = journal
         return journal, cls(journal, d.name, self.retry, self.policy, self.inline_sleep_max)
 
-    def _prepare_resume(
-        self, run_id: str, *, retry: bool
-    ) -> RunHandle | tuple[AgentDef, Journal, Run | AsyncRun, tuple[Any, ...], dict[str, Any]]:
+    def _prepare_resume(self, run_id: str, *, retry: bool) -> RunHandle | Prepared:
         record = self.store.get_run(run_id)
         if record.status in ("completed", "cancelled") or (record.status == "failed" and not retry):
             return self._finished(record)
-        if retry and record.status != "failed":
+        if retry and record.status not in ("failed", "blocked"):
             raise InvalidState(
-                f"run {run_id} is {record.status}, not failed; only failed runs "
+                f"run {run_id} is {record.status}, not failed or blocked; only those "
                 f"can be retried (use resume)"
             )
-        if retry:
+        if retry and record.status == "failed":
             self._check_retryable(self.load(run_id))
         if record.status == "waiting":
             blocked = waits.resumable(self, self.load(run_id))
@@ -591,7 +600,7 @@ class App:
         *,
         retry: bool = False,
         worker: bool = False,
-    ) -> RunHandle | tuple[AgentDef, Journal, Run | AsyncRun, tuple[Any, ...], dict[str, Any]]:
+    ) -> RunHandle | Prepared:
         """``worker``: a worker's claim, which already made the run's status running; and
         nothing waits for the run's end, so its final event need not wait for the commit
         (the worker goes on to its next run at once)."""
@@ -752,9 +761,10 @@ class App:
             return self._complete(journal, output)
 
     def _ended(self, journal: Journal, exc: BaseException) -> RunHandle | Core:
-        """What the agent's exception makes of the run: waiting, cancelled, or the core
-        that records its failure (the caller drives it, sync or async). Re-raises ``exc``
-        for a pause (a crash-like exit, a lost lease, the database gone)."""
+        """What the agent's exception makes of the run: waiting, cancelled, blocked (the
+        code no longer matches its log: recorded, then NondeterminismError raised), or the
+        core that records its failure (the caller drives it, sync or async). Re-raises
+        ``exc`` for a pause (a crash-like exit, a lost lease, the database gone)."""
         if isinstance(exc, Suspended):
             return self._waiting(journal, exc)
         fault = _fault(journal, exc)
@@ -817,12 +827,10 @@ class App:
             dict(state.waiting or {"for": s.waiting_for}),
         )
 
-    def _stopped(
-        self, journal: Journal, exc: BaseException, fault: BaseException
-    ) -> Core | None:
+    def _stopped(self, journal: Journal, exc: BaseException, fault: BaseException) -> Core | None:
         """Why execution stopped (``fault``: see :func:`_fault`): None for a pause
-        (crash-like exit, lost lease), else the core that records the failure
-        (compensating completed write tools first)."""
+        (crash-like exit, lost lease), a block (raised), else the core that records the
+        failure (compensating completed write tools first)."""
         if isinstance(fault, LeaseLost | StoreUnavailable):
             return None  # another worker owns the run now, or the database went away (a
             # pause, see _outage): write nothing
@@ -831,7 +839,23 @@ class App:
             self._suspend(journal, why)
             return None
         journal.poisoned = None
+        if isinstance(fault, NondeterminismError):
+            self._block(journal, fault)
         return self._fail_core(journal, journal.context_for(exc), "failed")
+
+    def _block(self, journal: Journal, err: NondeterminismError) -> NoReturn:
+        """The code no longer matches the log: stop the run as ``blocked``, holding no
+        lease and undoing nothing (a deploy is no failure of the work), then raise
+        ``err``. It goes on once the code matches again (resume, retry)."""
+        data = {
+            "message": str(err),
+            "position": err.position,
+            "recorded": err.expected,
+            "found": err.found,
+        }
+        journal.append([journal.event(ev.RUN_BLOCKED, data)], Transition("blocked", release=True))
+        log.warning("run %s is blocked: %s", journal.run_id, err)
+        raise err
 
     def _fail_core(self, journal: Journal, ctx: dict[str, Any], reason: str) -> Core:
         state = self.load(journal.run_id)
@@ -989,7 +1013,7 @@ class App:
         """Cancel a run that is not executing (queued, waiting, or crashed); with
         ``compensate=True`` first undo its completed write tools, newest first."""
         record = self.store.get_run(run_id)
-        if record.status in waits.FINISHED:
+        if record.status in FINISHED:
             raise InvalidState(f"run {run_id} is already {record.status}; nothing to cancel")
         try:
             lease = self._claim(record)
@@ -1146,7 +1170,7 @@ def _fault(journal: Journal, exc: BaseException) -> BaseException:
     """What stopped the execution: what poisoned the journal (a lost lease or database,
     a code change, a call refused in a thread), else ``exc``. A lost lease or database
     keeps the journal refusing writes; the agent's own fault does not stop tether's
-    records (the deferred step, the failure)."""
+    records (the deferred step, the failure, the block)."""
     poisoned = journal.poisoned
     if isinstance(poisoned, LeaseLost | StoreUnavailable):
         return poisoned

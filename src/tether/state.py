@@ -24,7 +24,10 @@ from . import events as ev
 from .events import Event
 from .steplist import StepList, committed_of
 
-# The status of a position no event has recorded yet.
+# Every status a run can have (docs/design.md draws how they follow each other), the ones
+# it never leaves, and the status of a position no event has recorded yet.
+STATUSES = ("queued", "running", "waiting", "blocked", "completed", "failed", "cancelled")
+FINISHED = ("completed", "failed", "cancelled")
 UNRECORDED = "unrecorded"
 
 
@@ -104,6 +107,8 @@ class RunState:
     fork_edits: tuple[tuple[int, Mapping[str, Any]], ...] = ()
     waiting: Mapping[str, Any] | None = None  # kind (approval|signal|timer|doubt), name, …
     compensating: Mapping[str, Any] | None = None  # why completed write tools are undone
+    # the code no longer matches the log (status blocked): message, position, recorded, found
+    blocked: Mapping[str, Any] | None = None
 
     @property
     def error(self) -> Mapping[str, Any] | None:
@@ -227,12 +232,25 @@ def _created(f: _Fold, e: Event, d: dict[str, Any]) -> None:
 
 
 def _started(f: _Fold, e: Event, d: dict[str, Any]) -> None:
-    f.s.update(status="running", waiting=None)
+    f.s.update(status="running", waiting=None, blocked=None)
     f.s["executions"] += 1
 
 
 def _suspended(f: _Fold, e: Event, d: dict[str, Any]) -> None:
-    f.s["status"] = d.get("status", "running")
+    f.s.update(status=d.get("status", "running"), blocked=None)
+
+
+def _blocked(f: _Fold, e: Event, d: dict[str, Any]) -> None:
+    f.s.update(
+        status="blocked",
+        blocked={
+            "message": d["message"],
+            "position": d["position"],
+            "recorded": d["recorded"],
+            "found": d["found"],
+            "at": e.at,
+        },
+    )
 
 
 def _completed(f: _Fold, e: Event, d: dict[str, Any]) -> None:
@@ -538,6 +556,7 @@ _HANDLERS = {
     ev.RUN_SUSPENDED: _suspended,
     ev.RUN_COMPLETED: _completed,
     ev.RUN_FAILED: _failed,
+    ev.RUN_BLOCKED: _blocked,
     ev.RUN_FORKED: _forked,
     ev.TOOL_INTENT: _tool_intent,
     ev.TOOL_IN_DOUBT: _in_doubt,

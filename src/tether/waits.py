@@ -24,7 +24,7 @@ from .errors import (
     WaitTimeout,
 )
 from .journal import Core, Journal, Sleep, Slot
-from .state import RunState, StepState
+from .state import FINISHED, RunState, StepState
 from .store import EffectWrite, SignalTake, Transition
 
 if TYPE_CHECKING:
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
-FINISHED = ("completed", "failed", "cancelled")
 
 
 def parse_duration(value: float | int | str | None, *, what: str = "duration") -> float | None:
