@@ -460,19 +460,11 @@ class App:
         under it) goes on once the code matches its log again; while it does not, the
         run stays blocked and NondeterminismError is raised.
         """
-        prepared = self._prepare_resume(run_id, retry=False)
-        if isinstance(prepared, RunHandle):
-            return prepared
-        if prepared[1].compensating is not None:
-            return self._end_compensation(prepared[1])
-        return self._execute(*prepared)
+        return self._continue(self._prepare_resume(run_id, retry=False))
 
     async def aresume(self, run_id: str) -> RunHandle:
-        """``resume`` for use inside an event loop."""
-        prepared = self._prepare_resume(run_id, retry=False)
-        if isinstance(prepared, RunHandle):
-            return prepared
-        return await self._aexecute(*prepared)
+        """``resume`` for use inside an event loop (the same preparation and cases)."""
+        return await self._acontinue(self._prepare_resume(run_id, retry=False))
 
     def retry_run(self, run_id: str, *, in_queue: bool = False) -> RunHandle:
         """Execute a failed run again from its failed step (completed steps are reused), or
@@ -485,12 +477,7 @@ class App:
         """
         if in_queue:
             return self._requeue(run_id)
-        prepared = self._prepare_resume(run_id, retry=True)
-        if isinstance(prepared, RunHandle):
-            return prepared
-        if prepared[1].compensating is not None:
-            return self._end_compensation(prepared[1])
-        return self._execute(*prepared)
+        return self._continue(self._prepare_resume(run_id, retry=True))
 
     def _requeue(self, run_id: str) -> RunHandle:
         record = self.store.get_run(run_id)
@@ -621,12 +608,49 @@ class App:
 
         Raises RunFailed when the run fails (the failure is recorded first).
         """
-        prepared = self._prepare_claimed(self._agent_for(record), record, lease, worker=True)
+        return self._continue(
+            self._prepare_claimed(self._agent_for(record), record, lease, worker=True)
+        )
+
+    def _continuation(self, prepared: RunHandle | Prepared) -> RunHandle | Core | Prepared:
+        """What every entry point that continues a run does next, sync or async (resume,
+        aresume, retry, a worker's claim): return a finished run's handle, finish an
+        interrupted compensation (a core the caller drives), or execute the agent."""
         if isinstance(prepared, RunHandle):
             return prepared
         if prepared[1].compensating is not None:
             return self._end_compensation(prepared[1])
-        return self._execute(*prepared)
+        return prepared
+
+    def _continue(self, prepared: RunHandle | Prepared) -> RunHandle:
+        """:meth:`_continuation`, carried out in this thread (an ``async def`` agent's in
+        an event loop of its own, as :meth:`_execute` does: its undo functions may be
+        async)."""
+        step = self._continuation(prepared)
+        if isinstance(step, RunHandle):
+            return step
+        if isinstance(step, tuple):
+            return self._execute(*step)
+        assert not isinstance(prepared, RunHandle)
+        if prepared[0].is_async:
+            import asyncio
+
+            return asyncio.run(self._adrive_end(step))
+        handle: RunHandle = drive(step, self.clock)
+        return handle
+
+    async def _acontinue(self, prepared: RunHandle | Prepared) -> RunHandle:
+        """:meth:`_continuation`, carried out in the running event loop."""
+        step = self._continuation(prepared)
+        if isinstance(step, RunHandle):
+            return step
+        if isinstance(step, tuple):
+            return await self._aexecute(*step)
+        return await self._adrive_end(step)
+
+    async def _adrive_end(self, core: Core) -> RunHandle:
+        handle: RunHandle = await adrive(core, self.clock)
+        return handle
 
     def _check_retryable(self, state: RunState) -> None:
         if state.compensating is not None:
@@ -876,14 +900,15 @@ class App:
         )
         raise RunFailed(journal.run_id, ctx) from exc
 
-    def _end_compensation(self, journal: Journal) -> RunHandle:
-        """Finish a compensation that a crash interrupted, then end the run."""
+    def _end_compensation(self, journal: Journal) -> Core:
+        """Finish a compensation that a crash interrupted, then end the run: a core that
+        returns the run's handle (or raises RunFailed), driven sync or async."""
         assert journal.compensating is not None
         reason = journal.compensating["reason"]
         with self._outage(journal):
             try:
                 error = dict(journal.compensating.get("error") or {})
-                ctx = drive(self._fail_core(journal, error, reason), self.clock)
+                ctx = yield from self._fail_core(journal, error, reason)
                 if reason == "cancelled":
                     return self._cancelled(journal, ctx)
                 self._failed(journal, ctx, None)
