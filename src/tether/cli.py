@@ -537,8 +537,8 @@ def _steps_table(steps: Sequence[tether.StepState]) -> str:
         rows.append(
             [
                 s.position,
-                s.kind,
-                s.name,
+                s.kind or None,  # a position not recorded yet has no kind nor name
+                s.name or None,
                 s.status,
                 s.attempts,
                 _ms(s.duration),

@@ -12,16 +12,13 @@ retry refused the run.)
 from __future__ import annotations
 
 import os
-import secrets
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.acceptance
-PG_URL = os.environ.get("TETHER_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 TIMEOUT = 120  # seconds for one CLI command or worker (never reached when green)
 
 AGENT = """
@@ -56,23 +53,6 @@ def order(run, amount):
 """
 V1 = AGENT.replace("#CHECK#", "")
 V2 = AGENT.replace("#CHECK#", '    run.step("check_fraud", lambda: "ok")\n')
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "shop.db")
-        return
-    import psycopg
-
-    schema = f"deploy_{secrets.token_hex(4)}"
-    try:
-        psycopg.connect(PG_URL, connect_timeout=5).close()
-    except Exception as e:
-        pytest.fail(f"PostgreSQL at {PG_URL} cannot be reached ({e}); this test needs it")
-    yield f"{PG_URL}?schema={schema}"
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE".encode())
 
 
 class Shop:

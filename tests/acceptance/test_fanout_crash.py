@@ -6,14 +6,11 @@ the run ends with the output of an uninterrupted run."""
 from __future__ import annotations
 
 import json
-import os
-import secrets
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,26 +19,8 @@ import tether
 
 pytestmark = pytest.mark.acceptance
 AGENT = str(Path(__file__).with_name("_fanout.py"))
-PG_URL = os.environ.get("TETHER_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 BOUND = 60.0  # seconds to wait for the child's branches (never reached when green)
 UNINTERRUPTED = [1000, 0, 10, 20, 30, 2000]
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "fan.db")
-        return
-    import psycopg
-
-    schema = f"fan_{secrets.token_hex(4)}"
-    try:
-        psycopg.connect(PG_URL, connect_timeout=5).close()
-    except Exception as e:
-        pytest.fail(f"PostgreSQL at {PG_URL} cannot be reached ({e}); this test needs it")
-    yield f"{PG_URL}?schema={schema}"
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE".encode())
 
 
 def _completed(app: tether.App) -> tuple[str | None, set[str]]:
@@ -83,6 +62,13 @@ def test_sigkill_mid_fan_out_resumes_reusing_the_completed_branches(
         # branch 2 was in flight: no record (status "unrecorded"), while the later one has
         assert [s.status == "completed" for s in state.steps] == [True, True, True, False, True]
         assert state.committed == 3 and state.status == "running"
+    shown = subprocess.run(
+        [sys.executable, "-m", "tether.cli", "--db", url, "show", run_id],
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+    )
+    assert ["4", "-", "-", "unrecorded"] in [row.split()[:4] for row in shown.stdout.splitlines()]
 
     resumed = subprocess.run(
         [*command, "resume", run_id], capture_output=True, text=True, timeout=BOUND

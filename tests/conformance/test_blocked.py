@@ -52,6 +52,15 @@ class Shop:
         assert handle.status == "waiting" and len(self.charged) == 1
         return handle.id
 
+    def blocked_run(self) -> str:
+        """A run of v1 that charged, resumed after v2 was deployed: blocked."""
+        rid = self.waiting_run()
+        self.version = 2
+        self.app.signal(rid, "shipped")
+        with pytest.raises(tether.NondeterminismError):
+            self.app.resume(rid)
+        return rid
+
 
 def test_a_step_inserted_before_recorded_work_blocks_the_run_and_undoes_nothing(
     app: tether.App,
@@ -132,11 +141,7 @@ def test_an_agent_that_swallows_the_error_is_blocked_all_the_same(app: tether.Ap
 
 def test_cancel_with_compensation_stays_the_humans_choice(app: tether.App) -> None:
     shop = Shop(app)
-    rid = shop.waiting_run()
-    shop.version = 2
-    app.signal(rid, "shipped")
-    with pytest.raises(tether.NondeterminismError):
-        app.resume(rid)
+    rid = shop.blocked_run()
     assert shop.refunded == []
     h = app.cancel(rid, compensate=True, by="ops", reason="the order is void")
     assert h.status == "cancelled" and len(shop.refunded) == 1 and len(shop.charged) == 1
@@ -180,22 +185,14 @@ def test_a_blocked_run_keeps_its_dedup_key(app: tether.App) -> None:
 
 def test_gc_never_takes_a_blocked_run_for_a_finished_one(app: tether.App) -> None:
     shop = Shop(app)
-    rid = shop.waiting_run()
-    shop.version = 2
-    app.signal(rid, "shipped")
-    with pytest.raises(tether.NondeterminismError):
-        app.resume(rid)
+    rid = shop.blocked_run()
     assert app.gc(older_than=0, vacuum=False).run_ids == ()
     assert app.gc(status=["blocked"], vacuum=False, dry_run=True).run_ids == (rid,)
 
 
 def test_retry_of_a_blocked_run_executes_it_here(app: tether.App) -> None:
     shop = Shop(app)
-    rid = shop.waiting_run()
-    shop.version = 2
-    app.signal(rid, "shipped")
-    with pytest.raises(tether.NondeterminismError):
-        app.resume(rid)
+    rid = shop.blocked_run()
     shop.version = 1
     assert app.retry_run(rid).output == "charged 5, shipped"
 
