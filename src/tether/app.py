@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from typing import Any, TextIO, TypeVar, cast, overload
+from typing import Any, NoReturn, TextIO, TypeVar, cast, overload
 
 from . import codec, compensation, export, retention, snapshots, timetravel, waits
 from . import events as ev
@@ -26,6 +26,7 @@ from .errors import (
     EncodeError,
     InvalidState,
     LeaseLost,
+    NondeterminismError,
     NotFound,
     RunFailed,
     StoreError,
@@ -37,7 +38,7 @@ from .journal import Cancelling, Core, Journal, Stopping, Suspended, agent_body
 from .memory import Memory
 from .retry import NO_RETRY, Retry
 from .runtime import AsyncRun, Policy, Run, adrive, drive
-from .state import RunState, fold
+from .state import FINISHED, RunState, fold
 from .store import (
     AuditRecord,
     Effect,
@@ -64,6 +65,8 @@ class AgentDef:
     code: dict[str, Any]
 
 
+# A run ready to execute here: its agent, journal (under a lease), run object and input.
+Prepared = tuple[AgentDef, Journal, Run | AsyncRun, tuple[Any, ...], dict[str, Any]]
 CANCEL_REQUESTED = "cancel.requested"  # audit action: a cancel asked of a run executing elsewhere
 
 
@@ -227,8 +230,9 @@ class App:
     ) -> str:
         """Enqueue a run for the workers and return its id (``queued``).
 
-        An existing ``run_id``, or a ``dedup_key`` held by an active run of the same
-        queue, returns that run's id instead of starting a second one. ``delay``
+        An existing ``run_id``, or a ``dedup_key`` held by an unfinished run of the same
+        queue (queued, running, waiting or blocked), returns that run's id instead of
+        starting a second one. ``delay``
         (seconds or ``"10m"``) makes it claimable later; higher ``priority`` first.
         Raises QueueFull when the queue is at its ``max_depth``.
         """
@@ -469,44 +473,36 @@ class App:
         """Continue a run that stopped: completed steps are reused, the rest run.
 
         A waiting run resumes once what it waits for has happened (a decision, a
-        signal, its timer: resuming a sleeping run sleeps only what is left).
+        signal, its timer: resuming a sleeping run sleeps only what is left). A run
+        whose compensation was interrupted finishes it. A blocked run (its code changed
+        under it) goes on once the code matches its log again; while it does not, the
+        run stays blocked and NondeterminismError is raised.
         """
-        prepared = self._prepare_resume(run_id, retry=False)
-        if isinstance(prepared, RunHandle):
-            return prepared
-        if prepared[1].compensating is not None:
-            return self._end_compensation(prepared[1])
-        return self._execute(*prepared)
+        return self._continue(self._prepare_resume(run_id, retry=False))
 
     async def aresume(self, run_id: str) -> RunHandle:
-        """``resume`` for use inside an event loop."""
-        prepared = self._prepare_resume(run_id, retry=False)
-        if isinstance(prepared, RunHandle):
-            return prepared
-        return await self._aexecute(*prepared)
+        """``resume`` for use inside an event loop (the same preparation and cases)."""
+        return await self._acontinue(self._prepare_resume(run_id, retry=False))
 
     def retry_run(self, run_id: str, *, in_queue: bool = False) -> RunHandle:
-        """Execute a failed run again from its failed step (completed steps are reused).
+        """Execute a failed run again from its failed step (completed steps are reused), or
+        a blocked one once its code matches its log again (as :meth:`resume`).
 
         ``in_queue``: do not execute it here; put it back in the queue it was started in
         (``app.start``), where a worker of that queue retries it. Returns at once, with
         status ``queued``. The log records who asked (``run.suspended``, reason ``retry
-        requested``).
+        requested``, or ``resume requested`` for a blocked run).
         """
         if in_queue:
             return self._requeue(run_id)
-        prepared = self._prepare_resume(run_id, retry=True)
-        if isinstance(prepared, RunHandle):
-            return prepared
-        if prepared[1].compensating is not None:
-            return self._end_compensation(prepared[1])
-        return self._execute(*prepared)
+        return self._continue(self._prepare_resume(run_id, retry=True))
 
     def _requeue(self, run_id: str) -> RunHandle:
         record = self.store.get_run(run_id)
-        if record.status != "failed":
+        if record.status not in ("failed", "blocked"):
             raise InvalidState(
-                f"run {run_id} is {record.status}, not failed; only failed runs can be retried"
+                f"run {run_id} is {record.status}, not failed or blocked; only those can be "
+                f"put back in their queue"
             )
         if record.queue is None:
             raise InvalidState(
@@ -514,8 +510,10 @@ class App:
                 f"worker would take it; retry it in this process: `tether retry {run_id} --here`"
             )
         state = self.load(run_id)
-        self._check_retryable(state)
-        data = {"reason": "retry requested", "status": "queued", "queue": record.queue}
+        if record.status == "failed":
+            self._check_retryable(state)
+        why = "retry requested" if record.status == "failed" else "resume requested"
+        data = {"reason": why, "status": "queued", "queue": record.queue}
         waits.append_outside(self, state, ev.RUN_SUSPENDED, data)
         return RunHandle(run_id, "queued", None, dict(state.failure or {}) or None)
 
@@ -582,18 +580,16 @@ class App:
         groups = self.approver_groups.keys()  # recorded with approval requests
         return journal, cls(journal, d.name, self.retry, self.policy, self.inline_sleep_max, groups)
 
-    def _prepare_resume(
-        self, run_id: str, *, retry: bool
-    ) -> RunHandle | tuple[AgentDef, Journal, Run | AsyncRun, tuple[Any, ...], dict[str, Any]]:
+    def _prepare_resume(self, run_id: str, *, retry: bool) -> RunHandle | Prepared:
         record = self.store.get_run(run_id)
         if record.status in ("completed", "cancelled") or (record.status == "failed" and not retry):
             return self._finished(record)
-        if retry and record.status != "failed":
+        if retry and record.status not in ("failed", "blocked"):
             raise InvalidState(
-                f"run {run_id} is {record.status}, not failed; only failed runs "
+                f"run {run_id} is {record.status}, not failed or blocked; only those "
                 f"can be retried (use resume)"
             )
-        if retry:
+        if retry and record.status == "failed":
             self._check_retryable(self.load(run_id))
         if record.status == "waiting":
             blocked = waits.resumable(self, self.load(run_id))
@@ -610,7 +606,7 @@ class App:
         *,
         retry: bool = False,
         worker: bool = False,
-    ) -> RunHandle | tuple[AgentDef, Journal, Run | AsyncRun, tuple[Any, ...], dict[str, Any]]:
+    ) -> RunHandle | Prepared:
         """``worker``: a worker's claim, which already made the run's status running; and
         nothing waits for the run's end, so its final event need not wait for the commit
         (the worker goes on to its next run at once)."""
@@ -631,12 +627,49 @@ class App:
 
         Raises RunFailed when the run fails (the failure is recorded first).
         """
-        prepared = self._prepare_claimed(self._agent_for(record), record, lease, worker=True)
+        return self._continue(
+            self._prepare_claimed(self._agent_for(record), record, lease, worker=True)
+        )
+
+    def _continuation(self, prepared: RunHandle | Prepared) -> RunHandle | Core | Prepared:
+        """What every entry point that continues a run does next, sync or async (resume,
+        aresume, retry, a worker's claim): return a finished run's handle, finish an
+        interrupted compensation (a core the caller drives), or execute the agent."""
         if isinstance(prepared, RunHandle):
             return prepared
         if prepared[1].compensating is not None:
             return self._end_compensation(prepared[1])
-        return self._execute(*prepared)
+        return prepared
+
+    def _continue(self, prepared: RunHandle | Prepared) -> RunHandle:
+        """:meth:`_continuation`, carried out in this thread (an ``async def`` agent's in
+        an event loop of its own, as :meth:`_execute` does: its undo functions may be
+        async)."""
+        step = self._continuation(prepared)
+        if isinstance(step, RunHandle):
+            return step
+        if isinstance(step, tuple):
+            return self._execute(*step)
+        assert not isinstance(prepared, RunHandle)
+        if prepared[0].is_async:
+            import asyncio
+
+            return asyncio.run(self._adrive_end(step))
+        handle: RunHandle = drive(step, self.clock)
+        return handle
+
+    async def _acontinue(self, prepared: RunHandle | Prepared) -> RunHandle:
+        """:meth:`_continuation`, carried out in the running event loop."""
+        step = self._continuation(prepared)
+        if isinstance(step, RunHandle):
+            return step
+        if isinstance(step, tuple):
+            return await self._aexecute(*step)
+        return await self._adrive_end(step)
+
+    async def _adrive_end(self, core: Core) -> RunHandle:
+        handle: RunHandle = await adrive(core, self.clock)
+        return handle
 
     def _check_retryable(self, state: RunState) -> None:
         if state.compensating is not None:
@@ -734,6 +767,7 @@ class App:
             try:
                 with agent_body(journal.run_id):
                     output = d.fn(run, *args, **kwargs)
+                _raise_poison(journal)
             except BaseException as exc:
                 ended = self._ended(journal, exc)
                 if isinstance(ended, RunHandle):
@@ -751,11 +785,15 @@ class App:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> RunHandle:
+        import asyncio
+
+        journal.agent_task = asyncio.current_task()  # its calls are in program order
         with self._outage(journal):
             try:
                 with agent_body(journal.run_id):
                     result = d.fn(run, *args, **kwargs)
                     output = await result if inspect.isawaitable(result) else result
+                _raise_poison(journal)
             except BaseException as exc:
                 ended = self._ended(journal, exc)
                 if isinstance(ended, RunHandle):
@@ -766,16 +804,18 @@ class App:
             return self._complete(journal, output)
 
     def _ended(self, journal: Journal, exc: BaseException) -> RunHandle | Core:
-        """What the agent's exception makes of the run: waiting, cancelled, or the core
-        that records its failure (the caller drives it, sync or async). Re-raises ``exc``
-        for a pause (a crash-like exit, a lost lease, the database gone)."""
+        """What the agent's exception makes of the run: waiting, cancelled, blocked (the
+        code no longer matches its log: recorded, then NondeterminismError raised), or the
+        core that records its failure (the caller drives it, sync or async). Re-raises
+        ``exc`` for a pause (a crash-like exit, a lost lease, the database gone)."""
         if isinstance(exc, Suspended):
             return self._waiting(journal, exc)
+        fault = _fault(journal, exc)
         with suppress(LeaseLost, StoreUnavailable):  # poisons the journal: a pause below
             journal.flush()  # the step before the exception: its record, before the log is read
         if isinstance(exc, Cancelling):
             return self._cancel_inside(journal, exc)
-        core = self._stopped(journal, exc)
+        core = self._stopped(journal, exc, fault)
         if core is None:
             raise exc
         return core
@@ -803,7 +843,7 @@ class App:
                 path=e.path,
                 type_name=e.type_name,
             )
-            core = self._stopped(journal, err)
+            core = self._stopped(journal, err, err)
             assert core is not None
             self._failed(journal, drive(core, self.clock), err)
         journal.append(
@@ -830,19 +870,35 @@ class App:
             dict(state.waiting or {"for": s.waiting_for}),
         )
 
-    def _stopped(self, journal: Journal, exc: BaseException) -> Core | None:
-        """Why execution stopped: None for a pause (crash-like exit, lost lease), else the
-        core that records the failure (compensating completed write tools first)."""
-        if isinstance(exc, LeaseLost) or isinstance(journal.poisoned, LeaseLost):
-            return None  # another worker owns the run now: write nothing
-        if isinstance(exc, StoreUnavailable) or isinstance(journal.poisoned, StoreUnavailable):
-            return None  # the database went away: a pause (see _outage), write nothing
+    def _stopped(self, journal: Journal, exc: BaseException, fault: BaseException) -> Core | None:
+        """Why execution stopped (``fault``: see :func:`_fault`): None for a pause
+        (crash-like exit, lost lease), a block (raised), else the core that records the
+        failure (compensating completed write tools first)."""
+        if isinstance(fault, LeaseLost | StoreUnavailable):
+            return None  # another worker owns the run now, or the database went away (a
+            # pause, see _outage): write nothing
         if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: a pause
             why = "its worker is stopping" if isinstance(exc, Stopping) else type(exc).__name__
             self._suspend(journal, why)
             return None
         journal.poisoned = None
+        if isinstance(fault, NondeterminismError):
+            self._block(journal, fault)
         return self._fail_core(journal, journal.context_for(exc), "failed")
+
+    def _block(self, journal: Journal, err: NondeterminismError) -> NoReturn:
+        """The code no longer matches the log: stop the run as ``blocked``, holding no
+        lease and undoing nothing (a deploy is no failure of the work), then raise
+        ``err``. It goes on once the code matches again (resume, retry)."""
+        data = {
+            "message": str(err),
+            "position": err.position,
+            "recorded": err.expected,
+            "found": err.found,
+        }
+        journal.append([journal.event(ev.RUN_BLOCKED, data)], Transition("blocked", release=True))
+        log.warning("run %s is blocked: %s", journal.run_id, err)
+        raise err
 
     def _fail_core(self, journal: Journal, ctx: dict[str, Any], reason: str) -> Core:
         state = self.load(journal.run_id)
@@ -863,14 +919,15 @@ class App:
         )
         raise RunFailed(journal.run_id, ctx) from exc
 
-    def _end_compensation(self, journal: Journal) -> RunHandle:
-        """Finish a compensation that a crash interrupted, then end the run."""
+    def _end_compensation(self, journal: Journal) -> Core:
+        """Finish a compensation that a crash interrupted, then end the run: a core that
+        returns the run's handle (or raises RunFailed), driven sync or async."""
         assert journal.compensating is not None
         reason = journal.compensating["reason"]
         with self._outage(journal):
             try:
                 error = dict(journal.compensating.get("error") or {})
-                ctx = drive(self._fail_core(journal, error, reason), self.clock)
+                ctx = yield from self._fail_core(journal, error, reason)
                 if reason == "cancelled":
                     return self._cancelled(journal, ctx)
                 self._failed(journal, ctx, None)
@@ -1006,7 +1063,7 @@ class App:
         """Cancel a run that is not executing (queued, waiting, or crashed); with
         ``compensate=True`` first undo its completed write tools, newest first."""
         record = self.store.get_run(run_id)
-        if record.status in waits.FINISHED:
+        if record.status in FINISHED:
             raise InvalidState(f"run {run_id} is already {record.status}; nothing to cancel")
         try:
             lease = self._claim(record)
@@ -1157,6 +1214,26 @@ class App:
     @artifacts.setter
     def artifacts(self, value: Artifacts | ArtifactStore) -> None:
         self._artifacts = value if isinstance(value, Artifacts) else Artifacts(value)
+
+
+def _fault(journal: Journal, exc: BaseException) -> BaseException:
+    """What stopped the execution: what poisoned the journal (a lost lease or database,
+    a code change, a call refused in a thread), else ``exc``. A lost lease or database
+    keeps the journal refusing writes; the agent's own fault does not stop tether's
+    records (the deferred step, the failure, the block)."""
+    poisoned = journal.poisoned
+    if isinstance(poisoned, LeaseLost | StoreUnavailable):
+        return poisoned
+    journal.poisoned = None
+    return poisoned if poisoned is not None else exc
+
+
+def _raise_poison(journal: Journal) -> None:
+    """Raise what made the journal refuse writes when the agent returned anyway: it caught
+    the error (a code change, a lease lost), or a thread of its own met it and nobody
+    read it. Its run must not end as if whole."""
+    if journal.poisoned is not None:
+        raise journal.poisoned
 
 
 class _Heartbeat(threading.Thread):

@@ -55,12 +55,12 @@ from typing import TYPE_CHECKING, Any, TextIO
 import tether
 
 from .clock import owner_is_dead_local
+from .state import FINISHED, STATUSES
 from .store import RunRecord
 from .store.sqlite import sqlite_path
 
 DEFAULT_DB = "tether.db"
 DB_ENV = "TETHER_DB"
-STATUSES = ("queued", "running", "waiting", "completed", "failed", "cancelled")
 WIDTH = 100  # longest value shown in one table cell or field
 
 if TYPE_CHECKING:  # the type `register(subparsers)` receives (generic only in typeshed)
@@ -393,6 +393,8 @@ def _show(args: argparse.Namespace, ctx: Context) -> int:
         dump_json(ctx, run_details(record, state))
         return 0
     ctx.print(_fields(_header_fields(record, state, expected_positions(ctx.app(), record))))
+    if state.blocked:
+        ctx.print(_blocked_text(state.blocked, record))
     if state.failure:
         ctx.print(_failure_text(state.failure, record.id, args.traceback))
     if state.steps:
@@ -409,6 +411,7 @@ def run_details(record: RunRecord, state: tether.RunState) -> dict[str, Any]:
         "input": state.input,
         "output": state.output,
         "failure": state.failure,
+        "blocked": state.blocked,
         "vars": state.vars,
         "executions": state.executions,
         "usage": {
@@ -479,7 +482,7 @@ def _where_fields(record: RunRecord, now: float | None = None) -> list[tuple[str
     matters: ``queue  default, due 2026-11-25 14:59:01 (in 22 s)``."""
     now = time.time() if now is None else now
     out = []
-    unfinished = record.status not in ("completed", "failed", "cancelled")
+    unfinished = record.status not in FINISHED
     if record.queue is not None and unfinished:
         text = record.queue + (f", priority {record.priority}" if record.priority else "")
         due = record.available_at
@@ -493,6 +496,24 @@ def _where_fields(record: RunRecord, now: float | None = None) -> list[tuple[str
 
 def _fields(pairs: Sequence[tuple[str, str]]) -> str:
     return "\n".join(f"{k:<10} {v}" for k, v in pairs)
+
+
+def _blocked_text(b: Mapping[str, Any], record: RunRecord) -> str:
+    """Why a run is blocked and what continues it."""
+    again = (
+        f"`tether retry {record.id}` puts it back in queue {record.queue!r}"
+        if record.queue is not None
+        else f"`tether resume {record.id}` continues it"
+    )
+    lines = [
+        ("blocked", f"at position {b.get('position')}, since {when(b.get('at'))}"),
+        ("", f"the log recorded: {b.get('recorded')}"),
+        ("", f"the code now calls: {b.get('found')}"),
+        ("", "the agent's code changed under the run; nothing was undone"),
+        ("", f"restore or patch the code, then {again}"),
+        ("", f"(or `tether fork`, or `tether cancel {record.id}` [--compensate])"),
+    ]
+    return _fields(lines)
 
 
 def _failure_text(f: Any, run_id: str, with_traceback: bool) -> str:
@@ -516,8 +537,8 @@ def _steps_table(steps: Sequence[tether.StepState]) -> str:
         rows.append(
             [
                 s.position,
-                s.kind,
-                s.name,
+                s.kind or None,  # a position not recorded yet has no kind nor name
+                s.name or None,
                 s.status,
                 s.attempts,
                 _ms(s.duration),
@@ -585,6 +606,8 @@ def event_summary(type_: str, d: dict[str, Any]) -> str:
         text = f"by {d.get('by') or '-'}: {d.get('reason')}"
         failures = d.get("compensation_failures")
         text += f"; {len(failures)} undo(s) failed" if failures else ""
+    elif type_ == "run.blocked":
+        text = f"position {d.get('position')}: recorded {d.get('recorded')}, found {d.get('found')}"
     elif type_ == "run.failed":
         err = d.get("error", {})
         text = f"{err.get('type')}: {err.get('message')} (position {err.get('position')})"
@@ -635,14 +658,18 @@ def _retry_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _retry(args: argparse.Namespace, ctx: Context) -> int:
     app = ctx.app()
-    queue = app.store.get_run(args.run).queue
+    record = app.store.get_run(args.run)
+    queue = record.queue
     if queue is None or args.here:
         report_handle(ctx, app, app.retry_run(args.run))
         return 0
     handle = app.retry_run(args.run, in_queue=True)
+    what = "retries it from its failed step"
+    if record.status == "blocked":
+        what = "goes on with it (blocked again if its code still differs from its log)"
     ctx.print(
-        f"run {handle.id} is queued again in {queue!r}: a worker of that queue retries it "
-        f"from its failed step (`tether retry {handle.id} --here` executes it in this process)"
+        f"run {handle.id} is queued again in {queue!r}: a worker of that queue {what} "
+        f"(`tether retry {handle.id} --here` executes it in this process)"
     )
     return 0
 
@@ -682,7 +709,8 @@ COMMANDS = (
         _runs_arguments,
         _runs,
         "Lists runs with their status and position (e.g. 'step 6 of 9, 1–5 committed'). "
-        "'running (stalled)' means no live process holds the run: resume it.",
+        "'running (stalled)' means no live process holds the run: resume it. 'blocked' "
+        "means its agent's code no longer matches its log: `tether show RUN` says where.",
     ),
     Command(
         "show",
@@ -711,12 +739,13 @@ COMMANDS = (
     ),
     Command(
         "retry",
-        "execute a failed run again from its failed step",
+        "execute a failed (or blocked) run again from where it stopped",
         _retry_arguments,
         _retry,
-        "Executes a failed run again; its committed steps are reused from the journal. A run "
-        "started in a queue (app.start) goes back to that queue, where a worker retries it; "
-        "--here executes it in this process instead.",
+        "Executes a failed run again; its committed steps are reused from the journal. A "
+        "blocked run (its code changed under it) goes on the same way once its code is "
+        "restored or patched. A run started in a queue (app.start) goes back to that queue, "
+        "where a worker retries it; --here executes it in this process instead.",
     ),
 )
 

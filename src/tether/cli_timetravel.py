@@ -34,8 +34,8 @@ from .cli import (
     table,
     when,
 )
-from .retention import BLOB_GRACE, STATUSES, parse_age
-from .state import RunState, to_data
+from .retention import BLOB_GRACE, parse_age
+from .state import STATUSES, RunState, to_data
 from .timetravel import Diff, History, StepRef
 
 

@@ -111,7 +111,7 @@ def _worker(args: argparse.Namespace, ctx: Context) -> int:
     ctx.print(
         f"worker {worker.id} stopped: claimed {stats.claimed}, completed "
         f"{stats.completed}, failed {stats.failed}, waiting {stats.waiting}, "
-        f"interrupted {stats.interrupted}, paused {stats.paused}"
+        f"interrupted {stats.interrupted}, paused {stats.paused}, blocked {stats.blocked}"
     )
     return 1 if stats.errors else 0
 

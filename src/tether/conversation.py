@@ -264,7 +264,7 @@ class Session:
         first reply stays the conversation's.
         """
         llm = getattr(self._run, "llm", None)
-        if llm is None or inspect.iscoroutinefunction(llm):
+        if llm is None or getattr(self._run, "awaited", False):
             raise TypeError(
                 f"session {self.id!r}: reply() journals a model call, so it needs a run; "
                 f"call it inside a def agent as run.session.reply(...) (async def agents: "
@@ -281,7 +281,7 @@ class Session:
         model.acomplete, messages=view)``. ``fn`` may be a coroutine function or a plain
         one; the reply is stored once, as with reply."""
         llm = getattr(self._run, "llm", None)
-        if llm is None or not inspect.iscoroutinefunction(llm):
+        if llm is None or not getattr(self._run, "awaited", False):
             raise TypeError(
                 f"session {self.id!r}: areply() journals a model call, so it needs the run "
                 f"of an async def agent: await run.session.areply(...) there (def agents: "

@@ -172,10 +172,18 @@ def tool_core(
     kwargs: dict[str, Any],
     policy: Retry,
 ) -> Core:
-    """One tool call: replay, dedup by key, or execute with a durable intent first."""
+    """One tool call: its position is taken now (in the order of the calls); the core
+    returned replays it, dedups it by key, or executes it with a durable intent first."""
     inputs = {"args": list(args), "kwargs": kwargs}
     digest = codec.digest(inputs)
     slot = j.slot("tool", tool.name, digest)
+    return _tool_call(j, slot, tool, inputs, digest, policy)
+
+
+def _tool_call(
+    j: Journal, slot: Slot, tool: ToolDef, inputs: dict[str, Any], digest: str, policy: Retry
+) -> Core:
+    args, kwargs = inputs["args"], inputs["kwargs"]
     rec = slot.recorded
     if rec is not None and rec.status == "completed":
         if tool.writes and rec.key and not owns(j.run_id, rec.key):

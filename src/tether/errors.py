@@ -16,7 +16,7 @@
     │   └── LeaseLost                a newer lease (fencing token) exists; stop writing
     ├── QueueFull                    a queue at its max depth refuses new runs (backpressure)
     ├── EncodeError                  a value cannot be stored (names the type and path)
-    ├── NondeterminismError          replay found a different step at a recorded position
+    ├── NondeterminismError          replay found another step at a recorded position (blocked)
     ├── StepTimeout                  a step attempt ran past its retry policy's timeout
     ├── InvalidState                 the run is not in a state that allows the operation
     │   └── DecisionRefused          an approval decision that cannot be taken (recorded in audit)
@@ -107,14 +107,23 @@ class EncodeError(TetherError, TypeError):
 
 
 class NondeterminismError(TetherError):
-    """Replay found a different step than the one recorded at a position."""
+    """Replay found a different step than the one recorded at a position (another kind or
+    name, or a tool called with other arguments): the agent's code changed under the run.
+
+    The run stops as ``blocked``, holding no lease and undoing nothing, and this is raised
+    (by ``app.run``/``app.resume``; a worker records it and moves on). It goes on once the
+    code matches its log again."""
 
     def __init__(self, run_id: str, position: int, expected: str, found: str) -> None:
         super().__init__(
             f"run {run_id}: nondeterminism at position {position}: the log recorded "
             f"{expected!r} but the agent code now calls {found!r}. The agent code changed "
-            f"under a run in flight; restore the old code to finish this run, or fork it "
-            f"before position {position}."
+            f"under a run in flight, so the run is blocked: nothing was undone and no "
+            f"worker holds it. Restore the code it started with (or make the agent call "
+            f"{expected!r} at position {position} again), then `tether resume {run_id}` "
+            f"(`tether retry {run_id}` puts a queued run back in its queue); or fork it "
+            f"before position {position}, or cancel it (`tether cancel {run_id}`, "
+            f"--compensate to undo its write tools)."
         )
         self.run_id = run_id
         self.position = position

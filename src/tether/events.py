@@ -25,6 +25,9 @@ RUN_STARTED = "run.started"  # by (owner), epoch: a process began (or resumed) e
 RUN_SUSPENDED = "run.suspended"  # reason: the process stopped on purpose, the run is resumable
 RUN_COMPLETED = "run.completed"  # output
 RUN_FAILED = "run.failed"  # error (failure context)
+# message, position, recorded, found: replay met another step than the log recorded (the
+# code changed under the run); it stops, resumable once the code matches again, undoing nothing
+RUN_BLOCKED = "run.blocked"
 RUN_FORKED = "run.forked"  # parent, seq, position, input?, vars?: this run branched off
 # Steps (every one carries pos, name, kind)
 STEP_COMPLETED = "step.completed"  # attempt, digest, output, started, duration, usage
@@ -52,6 +55,7 @@ ALL_TYPES = frozenset(
         RUN_SUSPENDED,
         RUN_COMPLETED,
         RUN_FAILED,
+        RUN_BLOCKED,
         RUN_FORKED,
         STEP_COMPLETED,
         STEP_FAILED,

@@ -1,11 +1,22 @@
 """Replay by position: the one core behind sync and async agents.
 
 The agent function runs again from the top on every resume. Each tether call
-takes the next *position*. If the log holds a completed entry at that position
-with the same kind and name, its recorded output is returned and nothing runs;
-a different name is :class:`~tether.errors.NondeterminismError`; an entry that
-never completed (in flight at a crash, or retrying) is executed again, its
-attempts counted on from the log.
+takes the next *position* when it is made, in the program's order of calls (an
+``AsyncRun`` call takes it before it is awaited, so ``asyncio.gather`` of calls
+numbers them in argument order whatever finishes first). If the log holds a
+completed entry at that position with the same kind and name, its recorded output
+is returned and nothing runs; a different name is
+:class:`~tether.errors.NondeterminismError`; an entry that never completed (in
+flight at a crash, or retrying), or a position with no record at all (a fan-out's
+branch still in flight when a later one finished), is executed again, its attempts
+counted on from the log.
+
+Positions whose order would depend on timing are refused when the call is made
+(InvalidState), not found out at a resume: a call from a thread other than the
+agent's (outside ``run.map``/``run.parallel``, which take their positions in order
+first), and a second call of an asyncio task while another task's call is in
+flight. A Journal is shared by the threads of a fan-out: positions, appends and the
+deferred records are taken under its lock.
 
 The step logic is written once, as generators (:func:`step_core`) that yield
 commands (:class:`Call`, :class:`Sleep`); :mod:`tether.runtime` drives them
@@ -16,8 +27,11 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import sys
+import threading
 import time
 import traceback
+import weakref
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,10 +39,10 @@ from typing import Any
 from . import codec
 from . import events as ev
 from .clock import Clock
-from .errors import EncodeError, LeaseLost, NondeterminismError, StoreUnavailable
+from .errors import EncodeError, InvalidState, LeaseLost, NondeterminismError, StoreUnavailable
 from .events import NewEvent
 from .retry import Retry
-from .state import RunState, StepState
+from .state import UNRECORDED, RunState, StepState
 from .store import EffectWrite, Lease, SignalTake, Store, Transition
 
 MAX_INPUT_REPR = 2000
@@ -158,6 +172,55 @@ class Slot:
         return self.recorded is not None and self.recorded.status == "completed"
 
 
+@dataclass(slots=True)
+class Reserved:
+    """The position a fan-out reserved for one branch (:meth:`Journal.reserve`): the
+    branch's one journaled call takes it, wherever and whenever it is made."""
+
+    journal: Journal
+    pos: int
+    used: bool = False
+
+    def take(self, kind: str, name: str) -> int:
+        if self.used:
+            raise InvalidState(
+                f"run {self.journal.run_id}: {kind} {name!r} is a second journaled call in one "
+                f"branch of run.parallel (its position, {self.pos}, went to the first); a branch "
+                f"makes one call: give each call a branch of its own, or make this one after "
+                f"run.parallel returns"
+            )
+        self.used = True
+        return self.pos
+
+
+# The reservation of the fan-out branch this context executes (see Journal.reserve).
+_RESERVED: contextvars.ContextVar[Reserved | None] = contextvars.ContextVar(
+    "tether_reserved", default=None
+)
+
+
+@contextlib.contextmanager
+def branch(reserved: Reserved) -> Iterator[None]:
+    """Execute a fan-out's branch here: its journaled call takes ``reserved``'s position."""
+    token = _RESERVED.set(reserved)
+    try:
+        yield
+    finally:
+        _RESERVED.reset(token)
+
+
+def current_task() -> object | None:
+    """The asyncio task running here, or None (no loop, or asyncio never imported)."""
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
+        return None
+    try:
+        task: object | None = asyncio.current_task()
+    except RuntimeError:  # no running event loop in this thread
+        return None
+    return task
+
+
 class Journal:
     """A run's log as seen by one execution: positions, replay, appends with the lease."""
 
@@ -190,6 +253,12 @@ class Journal:
         self.last_failure: tuple[BaseException, dict[str, Any]] | None = None
         self.compensating = state.compensating  # set: resume the compensation, not the agent
         self.vars: dict[str, Any] = {}  # task variables as of the current position
+        # fan-outs: calls from several threads share this journal (see the module docstring)
+        self.lock = threading.RLock()
+        self.thread = threading.get_ident()  # the agent's thread
+        self.agent_task: object | None = None  # an async agent's task (App sets it)
+        self._took: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self._in_flight: dict[Any, int] = {}  # task -> its calls taken and not finished
         self._fork_edits = sorted(state.fork_edits, key=lambda edit: edit[0])
         self._apply_fork_vars()
 
@@ -202,44 +271,142 @@ class Journal:
     # -- positions --------------------------------------------------------
 
     def slot(self, kind: str, name: str, digest: str | None = None) -> Slot:
-        """Take the next position; check it against the log (kind, name, tool args)."""
+        """Take the next position (or the fan-out branch's reserved one); check it against
+        the log (kind, name, tool args)."""
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"run {self.run_id}: a {kind} needs a non-empty str name, got {name!r}")
+        with self.lock:
+            pos = self._take(kind, name)
+            recorded = self.recorded[pos - 1] if pos <= len(self.recorded) else None
+            if recorded is not None and recorded.status == UNRECORDED:
+                recorded = None  # a branch in flight when a later one finished: runs again
+            self._check(pos, kind, name, digest, recorded)
+            slot = Slot(pos, kind, name, recorded)
+            if slot.done:
+                self.reused.append((slot.pos, name))
+            self._apply_fork_vars()
+            return slot
+
+    def reserve(self, n: int) -> int:
+        """Take the next ``n`` (>= 1) positions at once, in order, for a fan-out's branches
+        (see :class:`Reserved`); return the first. Checked as a call made here."""
+        with self.lock:
+            reserved = _RESERVED.get()
+            if reserved is not None and reserved.journal is self:
+                return self._poison_on(self._nested, "fan-out", "run.parallel")
+            first = self._take("fan-out", f"of {n} branches")
+            self.pos += n - 1
+            self._apply_fork_vars()
+            return first
+
+    def _nested(self, kind: str, name: str) -> int:
+        raise InvalidState(
+            f"run {self.run_id}: a fan-out (run.parallel or run.map) inside a branch of "
+            f"run.parallel; a branch makes one journaled call: fan out from the agent itself"
+        )
+
+    def _take(self, kind: str, name: str) -> int:
         if self.poisoned is not None:
             raise self.poisoned
         if self.interrupted is not None:
             raise self.interrupted
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"run {self.run_id}: a {kind} needs a non-empty str name, got {name!r}")
+        reserved = _RESERVED.get()
+        if reserved is not None and reserved.journal is self:
+            return self._poison_on(reserved.take, kind, name)
+        if threading.get_ident() != self.thread:
+            return self._poison_on(self._other_thread, kind, name)
+        if self.agent_task is not None:
+            self._poison_on(self._check_task, kind, name)
         self.pos += 1
-        recorded = self.recorded[self.pos - 1] if self.pos <= len(self.recorded) else None
-        if recorded is not None and (recorded.name != name or recorded.kind != kind):
-            err = NondeterminismError(
-                self.run_id, self.pos, f"{recorded.kind} {recorded.name}", f"{kind} {name}"
+        return self.pos
+
+    def _poison_on(self, check: Callable[[str, str], int], kind: str, name: str) -> int:
+        """``check(kind, name)``; what it raises also fails the run's later calls and its
+        end, so that a branch whose error nobody reads (a thread's) still fails the run."""
+        try:
+            return check(kind, name)
+        except InvalidState as e:
+            self.poisoned = e
+            raise
+
+    def _other_thread(self, kind: str, name: str) -> int:
+        raise InvalidState(
+            f"run {self.run_id}: {kind} {name!r} was called from a thread other than the "
+            f"agent's, so its position would depend on which thread got there first (a resume "
+            f"would find the steps out of order). Fan out with run.map(name, fn, items) or "
+            f"run.parallel(lambda: run.step(...), ...): they take the positions in order, then "
+            f"run the calls on threads."
+        )
+
+    def _check_task(self, kind: str, name: str) -> int:
+        """An asyncio task other than the agent's may take one position while other calls
+        are in flight (its first, taken in the order the tasks start), not a second: when
+        it would take it depends on which call finishes first."""
+        task = current_task()
+        if task is None or task is self.agent_task:
+            return 0
+        took = self._took.get(task, 0)
+        if took and any(n for t, n in self._in_flight.items() if t is not task):
+            raise InvalidState(
+                f"run {self.run_id}: {kind} {name!r} is the second journaled call of a "
+                f"concurrent asyncio task while another call is in flight, so its position "
+                f"would depend on which call finished first (a resume would find the steps out "
+                f"of order). Give each concurrent branch one call (asyncio.gather(run.step(...), "
+                f"run.llm(...)) numbers them in argument order), use run.parallel or run.map, "
+                f"or await one branch's calls before another's."
             )
-            self.poisoned = err
-            raise err
-        if (
-            recorded is not None
-            and digest is not None
-            and recorded.input_digest is not None
-            and recorded.input_digest != digest
-        ):
-            err = NondeterminismError(
-                self.run_id,
-                self.pos,
-                f"{kind} {name}(args {recorded.input_digest[:12]})",
-                f"{kind} {name}(args {digest[:12]})",
-            )
-            self.poisoned = err
-            raise err
-        slot = Slot(self.pos, kind, name, recorded)
-        if slot.done:
-            self.reused.append((slot.pos, name))
-        self._apply_fork_vars()
-        return slot
+        self._took[task] = took + 1
+        return took + 1
+
+    def _check(
+        self, pos: int, kind: str, name: str, digest: str | None, recorded: StepState | None
+    ) -> None:
+        """Raise NondeterminismError (and poison the journal) when the log recorded another
+        step at ``pos``: another kind or name, or a tool call with other arguments."""
+        if recorded is None:
+            return
+        if recorded.name != name or recorded.kind != kind:
+            expected, found = f"{recorded.kind} {recorded.name}", f"{kind} {name}"
+        elif digest is not None and recorded.input_digest not in (None, digest):
+            assert recorded.input_digest is not None
+            expected = f"{kind} {name}(args {recorded.input_digest[:12]})"
+            found = f"{kind} {name}(args {digest[:12]})"
+        else:
+            return
+        err = NondeterminismError(self.run_id, pos, expected, found)
+        self.poisoned = err
+        raise err
+
+    def begin(self) -> object | None:
+        """Count a call taken by the current asyncio task as in flight until :meth:`end`
+        (an async agent's calls; see ``_check_task``)."""
+        if self.agent_task is None:
+            return None
+        task = current_task()
+        with self.lock:
+            self._in_flight[task] = self._in_flight.get(task, 0) + 1
+        return task
+
+    def end(self, task: object | None) -> None:
+        """The call :meth:`begin` counted finished."""
+        if self.agent_task is None:
+            return
+        with self.lock:
+            left = self._in_flight.get(task, 0) - 1
+            if left > 0:
+                self._in_flight[task] = left
+            else:
+                self._in_flight.pop(task, None)
 
     def peek(self) -> StepState | None:
-        """What the log recorded at the next position (None past the recorded ones)."""
-        return self.recorded[self.pos] if self.pos < len(self.recorded) else None
+        """What the log recorded at the position the next call here takes (None past the
+        recorded ones, or where nothing is recorded)."""
+        with self.lock:
+            reserved = _RESERVED.get()
+            mine = reserved is not None and reserved.journal is self
+            pos = reserved.pos if reserved is not None and mine else self.pos + 1
+            recorded = self.recorded[pos - 1] if pos <= len(self.recorded) else None
+        return None if recorded is None or recorded.status == UNRECORDED else recorded
 
     # -- appends ----------------------------------------------------------
 
@@ -252,7 +419,18 @@ class Journal:
         wait: bool = True,
     ) -> None:
         """Append events under this execution's lease (one transaction), after any
-        deferred ones (see :meth:`defer`); ``wait=False``: see Store.append."""
+        deferred ones (see :meth:`defer`); ``wait=False``: see Store.append. The lock
+        keeps the seqs of a fan-out's threads in order."""
+        with self.lock:
+            self._append(events, transition, writes, wait)
+
+    def _append(
+        self,
+        events: list[NewEvent],
+        transition: Transition | None,
+        writes: Sequence[EffectWrite | SignalTake],
+        wait: bool,
+    ) -> None:
         if self.poisoned is not None:
             raise self.poisoned
         if self._deferred:
@@ -275,22 +453,26 @@ class Journal:
             raise
 
     def seq_after(self, n: int) -> int:
-        """The seq the ``n``-th event of the next append will get (deferred ones first)."""
-        return self.seq + len(self._deferred) + n
+        """The seq the ``n``-th event of the next append will get (deferred ones first);
+        hold :attr:`lock` until that append, or another thread's may come first."""
+        with self.lock:
+            return self.seq + len(self._deferred) + n
 
     def defer(self, events: list[NewEvent], transition: Transition | None = None) -> None:
         """Write ``events`` with the next append (group commit): e.g. ``run.started`` rides
         with the first step, saving a commit per execution. A crash before that append
         loses only the record that an execution began, which changed nothing."""
-        self._deferred.extend(events)
-        self._deferred_transition = transition or self._deferred_transition
+        with self.lock:
+            self._deferred.extend(events)
+            self._deferred_transition = transition or self._deferred_transition
 
     def flush(self) -> None:
         """Append a step's deferred record now (see :meth:`record_success`): before a
         call runs (``attempts``), before the run's own log is read, and before a
         failure or a cancel is recorded."""
-        if any(e.type == ev.STEP_COMPLETED for e in self._deferred):  # not run.started alone
-            self.append([])
+        with self.lock:
+            if any(e.type == ev.STEP_COMPLETED for e in self._deferred):  # not run.started
+                self._append([], None, (), True)
 
     def event(self, type_: str, data: dict[str, Any]) -> NewEvent:
         return ev.new(type_, data, self.clock.now(), self.actor)
@@ -457,7 +639,8 @@ def step_core(
     policy: Retry,
     note: Callable[[], Mapping[str, Any]] | None = None,
 ) -> Core:
-    """One journaled call with retries: replay, or execute and record every attempt.
+    """One journaled call with retries: its position is taken now, in the order of the
+    calls; the core returned replays it, or executes it and records every attempt.
 
     ``note()``, when given, is called once if the call executes (never on replay) and
     its items are added to the ``step.completed`` event (a model call's prompt refs).
@@ -467,9 +650,27 @@ def step_core(
     slot = j.slot(kind, name)
     if slot.done:
         assert slot.recorded is not None
-        return slot.recorded.output
+        return replayed(slot.recorded.output)
+    return _step(j, slot, fn, args, kwargs, policy, note)
+
+
+def replayed(value: Any) -> Core:
+    """A core that returns ``value`` at once (a position the log already answers)."""
+    return value
+    yield  # makes this a generator: drivers treat every core alike
+
+
+def _step(
+    j: Journal,
+    slot: Slot,
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    policy: Retry,
+    note: Callable[[], Mapping[str, Any]] | None,
+) -> Core:
     digest = codec.digest([list(args), kwargs])
-    key = step_key(j.run_id, slot.pos, name, digest)
+    key = step_key(j.run_id, slot.pos, slot.name, digest)
     call = Call(fn, args, kwargs, policy.timeout)
     extra = note() if note is not None else None
     return (yield from attempts(j, slot, call, policy, digest, key, extra=extra))

@@ -3,8 +3,9 @@
 Which runs (:func:`runs_to_collect`, pure):
 
 - ``statuses``: only runs in these statuses; by default the finished ones
-  (completed, failed, cancelled). Naming an active status (queued, running,
-  waiting) collects those too, on purpose.
+  (completed, failed, cancelled; a blocked run is not finished: it waits for its
+  code). Naming another status (queued, running, waiting, blocked) collects those
+  too, on purpose.
 - ``keep_last=N``: the N newest runs (by creation) of each agent among those
   statuses are always kept.
 - ``older_than`` seconds: only runs whose last change (``updated_at``) is older.
@@ -40,13 +41,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .state import FINISHED, STATUSES
 from .store import RunRecord, Store
 
 if TYPE_CHECKING:
     from .app import App
 
-FINISHED = ("completed", "failed", "cancelled")
-STATUSES = ("queued", "running", "waiting", *FINISHED)
 BATCH = 500
 BLOB_GRACE = 3600.0  # seconds a snapshot page is kept after it was last written or reused
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -2,17 +2,22 @@
 
 ``Run`` (for ``def`` agents) and ``AsyncRun`` (for ``async def`` agents) are two
 thin drivers of the same generator core in :mod:`tether.journal`: the sync one
-calls and sleeps, the async one awaits.
+calls and sleeps, the async one awaits. Every call takes its position when it is
+made: an ``AsyncRun`` method is a plain function that takes it, then returns the
+awaitable that does the work, so ``asyncio.gather(run.step(...), run.llm(...))``
+numbers its calls in argument order. ``run.map`` and ``run.parallel`` fan out
+(see :mod:`tether.fanout`).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Collection, Iterator, MutableMapping
+from collections.abc import Callable, Collection, Coroutine, Iterable, Iterator, MutableMapping
 from functools import partial
 from typing import Any
 
 from . import events as ev
+from . import fanout
 from .clock import Clock
 from .conversation import Session, session_of_run
 from .effects import ToolDef, tool_core
@@ -162,6 +167,8 @@ class Policy:
 
 
 class _RunBase:
+    awaited = False  # whether its calls return awaitables (AsyncRun)
+
     def __init__(
         self,
         journal: Journal,
@@ -216,6 +223,28 @@ class _RunBase:
         if kind == "llm" and "messages" in kwargs:  # plain steps pay nothing
             note = partial(self._prompt, kwargs["messages"])
         return step_core(self._j, kind, name, fn, args, kwargs, retry or self._retry, note)
+
+    def _map_cores(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        items: Iterable[Any],
+        retry: Retry | None,
+        max_workers: int | None,
+        wrap: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
+    ) -> list[Core]:
+        """One step ``name[i]`` per item, their positions taken now, in item order (``fn``
+        called as ``wrap(fn)``, when given)."""
+        fanout.check_workers(max_workers)
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"run {self.id}: run.map needs a non-empty str name, got {name!r}")
+        if not callable(fn):
+            raise TypeError(f"run {self.id}: run.map {name!r} needs a callable, got {fn!r}")
+        call = wrap(fn) if wrap is not None else fn
+        return [
+            self._core("step", f"{name}[{i}]", call, (item,), {}, retry)
+            for i, item in enumerate(items)
+        ]
 
     def _tool(
         self, tool: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -282,6 +311,33 @@ class Run(_RunBase):
         """Call a registered tool effectively once (idempotency key, intent, effects table)."""
         return drive(self._tool(tool, args, kwargs), self._j.clock)
 
+    def map(
+        self,
+        name: str,
+        fn: Callable[[Any], Any],
+        items: Iterable[Any],
+        *,
+        max_workers: int | None = None,
+        retry: Retry | None = None,
+    ) -> list[Any]:
+        """``[fn(item) for item in items]`` at once on threads, each call a step named
+        ``name[i]`` whose position is taken first, in item order; the results in item
+        order. When calls fail, the others finish and are recorded, then the first
+        failure (in item order) is raised. ``max_workers``: threads (default: one per
+        item, up to 32). See ``docs/fanout.md``."""
+        cores = self._map_cores(name, fn, items, retry, max_workers)
+        clock = self._j.clock
+        return fanout.in_threads([partial(drive, core, clock) for core in cores], max_workers)
+
+    def parallel(self, *branches: Callable[[], Any], max_workers: int | None = None) -> list[Any]:
+        """Run ``branches`` (functions of no argument, each making one journaled call:
+        ``lambda: run.step("fetch", fetch, url)``, ``lambda: run.tool(send, to)``) at once
+        on threads; their positions are taken first, in order. Returns their results in
+        order; failures as :meth:`map`. See ``docs/fanout.md``."""
+        fanout.check_workers(max_workers)
+        fanout.check_branches(self.id, branches)
+        return fanout.branches_in_threads(self._j, branches, max_workers)
+
     def approve(
         self,
         name: str,
@@ -310,53 +366,102 @@ class Run(_RunBase):
 
 
 class AsyncRun(_RunBase):
-    """What an ``async def`` agent receives first: the same calls, awaited."""
+    """What an ``async def`` agent receives first: the same calls, awaited.
 
-    async def step(
+    Each call takes its position when it is made and returns the awaitable that does
+    the work (a coroutine): ``asyncio.gather(run.step("a", ...), run.llm("b", ...))``
+    gives ``a`` and ``b`` the positions of their order in the call, whichever finishes
+    first, so a resume reuses the one that completed.
+    """
+
+    awaited = True
+
+    def _start(self, core: Core) -> Coroutine[Any, Any, Any]:
+        return self._drive(core, self._j.begin())
+
+    async def _drive(self, core: Core, task: object | None) -> Any:
+        try:
+            return await adrive(core, self._j.clock)
+        finally:
+            self._j.end(task)
+
+    def step(
         self,
         name: str,
         fn: Callable[..., Any],
         *args: Any,
         retry: Retry | None = None,
         **kwargs: Any,
-    ) -> Any:
+    ) -> Coroutine[Any, Any, Any]:
         """Call (and await) ``fn(*args, **kwargs)`` once; on replay return the recorded result."""
-        return await adrive(self._core("step", name, fn, args, kwargs, retry), self._j.clock)
+        return self._start(self._core("step", name, fn, args, kwargs, retry))
 
-    async def llm(
+    def llm(
         self,
         name: str,
         fn: Callable[..., Any],
         *args: Any,
         retry: Retry | None = None,
         **kwargs: Any,
-    ) -> Any:
+    ) -> Coroutine[Any, Any, Any]:
         """A model call: a step whose result's usage (tokens, cost) is recorded."""
-        return await adrive(self._core("llm", name, fn, args, kwargs, retry), self._j.clock)
+        return self._start(self._core("llm", name, fn, args, kwargs, retry))
 
-    async def decide(self, name: str, choice: Any, why: str = "", **details: Any) -> Any:
+    def decide(
+        self, name: str, choice: Any, why: str = "", **details: Any
+    ) -> Coroutine[Any, Any, Any]:
         """Record a choice and its rationale; on replay return the recorded choice."""
-        return self._decide(name, choice, why, details)
+        return _ready(self._decide(name, choice, why, details))
 
-    async def tool(self, tool: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def tool(self, tool: Callable[..., Any], *args: Any, **kwargs: Any) -> Coroutine[Any, Any, Any]:
         """Call a registered tool effectively once (awaited when it is async)."""
-        return await adrive(self._tool(tool, args, kwargs), self._j.clock)
+        return self._start(self._tool(tool, args, kwargs))
 
-    async def approve(
+    def map(
+        self,
+        name: str,
+        fn: Callable[[Any], Any],
+        items: Iterable[Any],
+        *,
+        max_workers: int | None = None,
+        retry: Retry | None = None,
+    ) -> Coroutine[Any, Any, list[Any]]:
+        """``fn(item)`` for every item at once (at most ``max_workers`` at a time), each a
+        step ``name[i]`` whose position is taken now, in item order; a plain ``fn`` runs
+        on threads. Awaited: the results in item order; see :meth:`Run.map`."""
+        cores = self._map_cores(name, fn, items, retry, max_workers, fanout.threaded)
+        return fanout.gathered([self._start(core) for core in cores], max_workers)
+
+    def parallel(
+        self, *branches: Callable[[], Any], max_workers: int | None = None
+    ) -> Coroutine[Any, Any, list[Any]]:
+        """Run ``branches`` (functions of no argument, each making one journaled call,
+        ``lambda: run.step(...)``) as tasks, their positions taken now, in order. Awaited:
+        their results in order; see :meth:`Run.parallel`."""
+        fanout.check_workers(max_workers)
+        fanout.check_branches(self.id, branches)
+        return fanout.branches_gathered(self._j, branches, max_workers)
+
+    def approve(
         self,
         name: str,
         payload: Any = None,
         *,
         approvers: list[str] | None = None,
         timeout: str | float | None = None,
-    ) -> Any:
+    ) -> Coroutine[Any, Any, Any]:
         """Ask a human; see :meth:`Run.approve`."""
-        return approve_core(self._j, name, payload, approvers, timeout, self._groups)
+        return _ready(approve_core(self._j, name, payload, approvers, timeout, self._groups))
 
-    async def sleep(self, duration: str | float, name: str = "sleep") -> None:
+    def sleep(self, duration: str | float, name: str = "sleep") -> Coroutine[Any, Any, None]:
         """A durable sleep; see :meth:`Run.sleep`."""
-        await adrive(sleep_core(self._j, name, duration, self._inline_sleep_max), self._j.clock)
+        return self._start(sleep_core(self._j, name, duration, self._inline_sleep_max))
 
-    async def wait(self, name: str, timeout: str | float | None = None) -> Any:
+    def wait(self, name: str, timeout: str | float | None = None) -> Coroutine[Any, Any, Any]:
         """Wait for a signal; see :meth:`Run.wait`."""
-        return wait_core(self._j, name, timeout)
+        return _ready(wait_core(self._j, name, timeout))
+
+
+async def _ready(value: Any) -> Any:
+    """An awaitable of a value already known (a call that finished when it was made)."""
+    return value

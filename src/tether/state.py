@@ -24,6 +24,12 @@ from . import events as ev
 from .events import Event
 from .steplist import StepList, committed_of
 
+# Every status a run can have (docs/design.md draws how they follow each other), the ones
+# it never leaves, and the status of a position no event has recorded yet.
+STATUSES = ("queued", "running", "waiting", "blocked", "completed", "failed", "cancelled")
+FINISHED = ("completed", "failed", "cancelled")
+UNRECORDED = "unrecorded"
+
 
 @dataclass(frozen=True, slots=True)
 class Usage:
@@ -45,12 +51,17 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class StepState:
-    """One position of a run: a step, model call, decision or variable write."""
+    """One position of a run: a step, model call, decision or variable write.
+
+    A position with status ``unrecorded`` (no name, no kind) has no event yet while a later
+    one has: a branch of a fan-out still in flight when the process stopped, whose sibling
+    finished first (see :func:`unrecorded`). Replay executes it again.
+    """
 
     position: int
     name: str
-    kind: str  # step | llm | decide | var
-    status: str  # running | retrying | completed | failed
+    kind: str  # step | llm | tool | decide | var | approve | sleep | wait | compensate
+    status: str  # running | retrying | completed | failed | waiting | in_doubt | unrecorded
     attempts: int = 0
     input_digest: str | None = None
     output: Any = None
@@ -96,6 +107,8 @@ class RunState:
     fork_edits: tuple[tuple[int, Mapping[str, Any]], ...] = ()
     waiting: Mapping[str, Any] | None = None  # kind (approval|signal|timer|doubt), name, …
     compensating: Mapping[str, Any] | None = None  # why completed write tools are undone
+    # the code no longer matches the log (status blocked): message, position, recorded, found
+    blocked: Mapping[str, Any] | None = None
 
     @property
     def error(self) -> Mapping[str, Any] | None:
@@ -165,8 +178,8 @@ class _Fold:
         return step if step is not None else self.base[pos - 1]
 
     def put_step(self, pos: int, step: StepState) -> None:
-        while self.n < pos - 1:  # a gap cannot happen in a valid log; keep it total
-            self._set(self.n + 1, StepState(self.n + 1, "?", "step", "running"))
+        while self.n < pos - 1:  # a fan-out's branch finished before an earlier one
+            self._set(self.n + 1, unrecorded(self.n + 1))
         self._set(pos, step)
 
     def _set(self, pos: int, step: StepState) -> None:
@@ -194,7 +207,7 @@ class _Fold:
         self.s["waiting"] = None
 
     def get_step(self, pos: int, d: dict[str, Any], e: Event) -> StepState:
-        if pos <= self.n:
+        if pos <= self.n and self.at(pos).status != UNRECORDED:
             return self.at(pos)
         return StepState(pos, d["name"], d["kind"], "running", started_at=e.at)
 
@@ -219,12 +232,25 @@ def _created(f: _Fold, e: Event, d: dict[str, Any]) -> None:
 
 
 def _started(f: _Fold, e: Event, d: dict[str, Any]) -> None:
-    f.s.update(status="running", waiting=None)
+    f.s.update(status="running", waiting=None, blocked=None)
     f.s["executions"] += 1
 
 
 def _suspended(f: _Fold, e: Event, d: dict[str, Any]) -> None:
-    f.s["status"] = d.get("status", "running")
+    f.s.update(status=d.get("status", "running"), blocked=None)
+
+
+def _blocked(f: _Fold, e: Event, d: dict[str, Any]) -> None:
+    f.s.update(
+        status="blocked",
+        blocked={
+            "message": d["message"],
+            "position": d["position"],
+            "recorded": d["recorded"],
+            "found": d["found"],
+            "at": e.at,
+        },
+    )
 
 
 def _completed(f: _Fold, e: Event, d: dict[str, Any]) -> None:
@@ -388,6 +414,11 @@ def _cancelled(f: _Fold, e: Event, d: dict[str, Any]) -> None:
     )
 
 
+def unrecorded(pos: int) -> StepState:
+    """The step of a position that has no event while a later one has (see StepState)."""
+    return StepState(pos, "", "", UNRECORDED)
+
+
 def usage_of(result: Any) -> dict[str, Any] | None:
     """Token usage and cost from a model result, when it reports them.
 
@@ -528,6 +559,7 @@ _HANDLERS = {
     ev.RUN_SUSPENDED: _suspended,
     ev.RUN_COMPLETED: _completed,
     ev.RUN_FAILED: _failed,
+    ev.RUN_BLOCKED: _blocked,
     ev.RUN_FORKED: _forked,
     ev.TOOL_INTENT: _tool_intent,
     ev.TOOL_IN_DOUBT: _in_doubt,

@@ -24,8 +24,8 @@ from .errors import (
     InvalidState,
     WaitTimeout,
 )
-from .journal import Core, Journal, Sleep
-from .state import RunState, StepState
+from .journal import Core, Journal, Sleep, Slot
+from .state import FINISHED, RunState, StepState
 from .store import EffectWrite, SignalTake, Transition
 
 if TYPE_CHECKING:
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
-FINISHED = ("completed", "failed", "cancelled")
 
 
 def parse_duration(value: float | int | str | None, *, what: str = "duration") -> float | None:
@@ -148,9 +147,14 @@ def sleep_core(j: Journal, name: str, duration: Any, inline_max: float) -> Core:
     """A durable sleep: the wake time is in the log, so a restart sleeps only what is left.
 
     Sleeps up to ``inline_max`` seconds happen in the process; longer ones make
-    the run wait (no lease) until a worker or ``tether resume`` wakes it.
+    the run wait (no lease) until a worker or ``tether resume`` wakes it. The position
+    is taken now, in the order of the calls; the core returned sleeps.
     """
-    slot = j.slot("sleep", name)
+    return _sleep(j, j.slot("sleep", name), duration, inline_max)
+
+
+def _sleep(j: Journal, slot: Slot, duration: Any, inline_max: float) -> Core:
+    name = slot.name
     rec = slot.recorded
     if rec is not None and rec.status == "completed":
         return None
@@ -188,8 +192,9 @@ def wait_core(j: Journal, name: str, timeout: Any) -> Any:
             "sent_at": signal.sent_at,
             "sender": signal.sender,
         }
-        taken = SignalTake(signal.id, j.seq_after(1))  # the seq of the completion below
-        j.record_success(slot, 1, None, output, 0.0, writes=[taken])
+        with j.lock:  # no other branch's append between the seq and the completion
+            taken = SignalTake(signal.id, j.seq_after(1))  # the seq of the completion below
+            j.record_success(slot, 1, None, output, 0.0, writes=[taken])
         return output["payload"]
     if rec is None:
         seconds = parse_duration(timeout, what=f"wait {name!r} timeout")

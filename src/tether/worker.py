@@ -6,6 +6,11 @@
     run_id = app.start(triage, ticket="T-1", queue="default")
     app.worker(queues=["default"], concurrency=8).run()     # or: tether worker --app m:app
 
+A run whose code no longer matches its log (a deploy changed the agent under it)
+is recorded ``blocked`` and the worker moves on: a blocked run holds no lease, is
+never claimed, and nothing is undone; ``tether retry`` puts it back in its queue
+once the code is restored or patched.
+
 A claim is a lease with an expiry and a fencing token (the run's epoch): every
 append carries the token, so a worker that lost its lease (paused, partitioned,
 presumed dead) cannot write. A heartbeat extends the worker's leases every
@@ -46,7 +51,15 @@ from typing import TYPE_CHECKING, Any
 from . import codec, cpus
 from . import events as ev
 from .clock import owner_is_dead_local, process_owner
-from .errors import Conflict, LeaseLost, NotFound, RunFailed, StoreUnavailable, TetherError
+from .errors import (
+    Conflict,
+    LeaseLost,
+    NondeterminismError,
+    NotFound,
+    RunFailed,
+    StoreUnavailable,
+    TetherError,
+)
 from .journal import Cancelling, Stopping
 from .store import Lease, QueueLimits, RunRecord, Store, Transition, WorkerRecord
 
@@ -126,6 +139,7 @@ class WorkerStats:
     waiting: int = 0
     interrupted: int = 0
     paused: int = 0  # the database went away under them: back in their queue, not failed
+    blocked: int = 0  # their code no longer matches their log: blocked, not claimed again
     errors: list[str] = field(default_factory=list)
 
 
@@ -515,6 +529,9 @@ class Worker:
             handle = self.app.execute_claimed(record, lease)
         except RunFailed:
             self.stats.failed += 1
+        except NondeterminismError as e:  # recorded as blocked: no lease, never claimed again
+            self.stats.blocked += 1
+            log.warning("worker %s: run %s is blocked: %s", self.id, record.id, e)
         except (LeaseLost, Conflict) as e:
             log.warning("worker %s lost run %s: %s", self.id, record.id, e)
         except (Stopping, KeyboardInterrupt):

@@ -32,6 +32,8 @@ ops = st.one_of(
     st.tuples(st.just("var"), st.sampled_from(["a", "b"]), outputs),
     st.tuples(st.just("del"), st.sampled_from(["a", "b"])),
     st.tuples(st.just("crash")),
+    # a fan-out of 3 branches finishing in this order, this many before a crash
+    st.tuples(st.just("fan"), st.permutations(range(3)), st.integers(0, 3)),
 )
 
 
@@ -49,6 +51,10 @@ def _log(run_id: str, program: list[tuple[Any, ...]], end: str) -> list[Event]:
             raw.append((ev.RUN_STARTED, {"by": "w2", "epoch": 2}))
             continue
         if op[0] == "del" and op[1] not in defined:
+            continue
+        if op[0] == "fan":
+            raw.extend(_fan_events(pos, op[1], op[2]))
+            pos += len(op[1])
             continue
         pos += 1
         raw.extend(_op_events(pos, op, defined))
@@ -99,6 +105,24 @@ def _op_events(
         return [(ev.VAR_SET, {"pos": pos, "name": f"vars.{op[1]}", "key": op[1], "value": op[2]})]
     defined.discard(op[1])
     return [(ev.VAR_DELETED, {"pos": pos, "name": f"vars.{op[1]}", "key": op[1]})]
+
+
+def _fan_events(before: int, order: list[int], done: int) -> list[tuple[str, dict[str, Any]]]:
+    """Branches at positions before+1.. finishing in ``order``; the process dies after
+    ``done`` of them, and the resume runs the others (in position order)."""
+
+    def completed(i: int) -> tuple[str, dict[str, Any]]:
+        pos = before + 1 + i
+        return ev.STEP_COMPLETED, {"pos": pos, "name": f"b{pos}", "kind": "step", "output": i}
+
+    first = [completed(i) for i in order[:done]]
+    if done == len(order):
+        return first
+    return [
+        *first,
+        (ev.RUN_STARTED, {"by": "w2", "epoch": 2}),
+        *map(completed, sorted(order[done:])),
+    ]
 
 
 def _snapshot_round_trip(state: RunState) -> RunState:
@@ -162,6 +186,46 @@ def test_five_layers_are_folded() -> None:
     assert s.executions == 1
     assert s.describe_position() == "step 5, 1–4 committed"
     assert s.describe_position(9) == "step 5 of 9, 1–4 committed"
+
+
+def test_a_fan_out_stopped_midway_leaves_unrecorded_positions_until_they_complete() -> None:
+    """Branch 3 finished, 1 and 2 were in flight at a crash: 1 and 2 have no record (not
+    a step named '?' that replay would take for a different one), nothing is committed
+    past them; their completions, later, commit all three."""
+    head = _log("r1", [("step", "step", 0, 0)], "open")
+    crashed = fold(
+        [
+            *head,
+            Event(
+                "r1",
+                len(head) + 1,
+                ev.STEP_COMPLETED,
+                codec.encode({"pos": 4, "name": "b4", "kind": "step", "output": 2}),
+                9.0,
+            ),
+        ]
+    )
+    assert [(s.position, s.name, s.kind, s.status) for s in crashed.steps] == [
+        (1, "s1", "step", "completed"),
+        (2, "", "", "unrecorded"),
+        (3, "", "", "unrecorded"),
+        (4, "b4", "step", "completed"),
+    ]
+    assert crashed.committed == 1 and crashed.position == 2
+    again = [(2, "b2"), (3, "b3")]
+    rest = [
+        Event(
+            "r1",
+            crashed.seq + i,
+            ev.STEP_COMPLETED,
+            codec.encode({"pos": p, "name": n, "kind": "step", "output": p}),
+            10.0 + i,
+        )
+        for i, (p, n) in enumerate(again, 1)
+    ]
+    whole = fold(rest, start=crashed)
+    assert whole.committed == 4 and [s.name for s in whole.steps] == ["s1", "b2", "b3", "b4"]
+    assert fold(rest, start=_snapshot_round_trip(crashed)) == whole
 
 
 def test_failed_run_keeps_failure_context() -> None:

@@ -347,7 +347,7 @@ WITH existing AS (
     UNION ALL
     (SELECT id FROM runs
      WHERE queue = %(queue)s::text AND dedup_key = %(dedup_key)s::text
-       AND status IN ('queued', 'running', 'waiting')
+       AND status IN ('queued', 'running', 'waiting', 'blocked')
      LIMIT 1)
 ), depth AS (
     SELECT count(*) AS n FROM runs
@@ -380,7 +380,7 @@ SELECT (SELECT id FROM existing LIMIT 1), (SELECT n FROM depth), (SELECT count(*
 SELECT id FROM runs WHERE id = %(id)s::text
 UNION ALL
 SELECT id FROM runs WHERE queue = %(queue)s::text AND dedup_key = %(dedup_key)s::text
-  AND status IN ('queued', 'running', 'waiting')
+  AND status IN ('queued', 'running', 'waiting', 'blocked')
 LIMIT 1;
 
 -- name: running_in_queue

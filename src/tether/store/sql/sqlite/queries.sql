@@ -191,7 +191,7 @@ PRAGMA wal_checkpoint(TRUNCATE);
 -- name: find_dedup
 -- The active run holding a dedup key in a queue.
 SELECT id FROM runs WHERE queue = ? AND dedup_key = ?
-  AND status IN ('queued', 'running', 'waiting');
+  AND status IN ('queued', 'running', 'waiting', 'blocked');
 
 -- name: queue_depth
 -- How many runs wait in a queue to be claimed.
