@@ -24,6 +24,7 @@ rule it checks, reading everything back through the store:
 
 Default: a few seconds of CPU per backend (20 runs of up to 40 actions).
 ``TETHER_LONG_PROPERTIES=1`` runs a long search (300 runs of up to 80);
+``TETHER_NO_SHRINK=1`` reports a failure unshrunk (mutation testing);
 ``TETHER_MACHINE_STATS=1`` (with ``-s``) prints how often each event type was written.
 """
 
@@ -37,7 +38,7 @@ from typing import Any
 
 import pytest
 from _conformance import T0
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -67,6 +68,10 @@ SETTINGS = settings(
     stateful_step_count=80 if LONG else 40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    # mutation testing wants the first failure fast, not the smallest one
+    phases=[Phase.explicit, Phase.reuse, Phase.generate]
+    if os.environ.get("TETHER_NO_SHRINK") == "1"
+    else list(Phase),
 )
 SEEN: dict[str, int] = {}
 TTL = 1e6  # leases never expire on their own here: a new execution takes over
