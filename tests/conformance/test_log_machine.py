@@ -311,24 +311,16 @@ def machine_on(store: Store) -> type[RuleBasedStateMachine]:
                 self.fail_step(p, final=False)
 
         @action(
-            3,
-            lambda self: self.open_is("step", "retrying", "failed"),
+            6,
+            lambda self: (
+                self.open_is("step", "retrying", "failed")
+                or self.open_is("llm", "retrying", "failed")
+            ),
             output=values,
             outcome=st.sampled_from(["done", "retry", "final"]),
         )
         def retry_step(self, output: Any, outcome: str) -> None:
-            self.step_outcome(output, outcome)
-
-        @action(
-            3,
-            lambda self: self.open_is("llm", "retrying", "failed"),
-            output=values,
-            outcome=st.sampled_from(["done", "retry", "final"]),
-        )
-        def retry_model_call(self, output: Any, outcome: str) -> None:
-            self.step_outcome(output, outcome)
-
-        def step_outcome(self, output: Any, outcome: str) -> None:
+            """A step or model call that failed runs again (a retry, or a retried run)."""
             p = self.model.open()
             assert p is not None
             if outcome == "done":
@@ -360,14 +352,17 @@ def machine_on(store: Store) -> type[RuleBasedStateMachine]:
                 output = {"text": output, "usage": {"input_tokens": 3, "output_tokens": 2}}
                 self.model.usage = [u + d for u, d in zip(self.model.usage, [3, 2, 1], strict=True)]
             p.status, p.output = "completed", output
-            data = {
+            self.append((ev.STEP_COMPLETED, self.completion(p)))
+
+        def completion(self, p: Pos) -> dict[str, Any]:
+            """The step.completed data of ``p`` (its attempt and output as the model has them)."""
+            return {
                 **self.base(p),
                 "attempt": p.attempts,
                 "digest": self.digest_of(p),
-                "output": output,
+                "output": p.output,
                 "duration": 0.25,
             }
-            self.append((ev.STEP_COMPLETED, data))
 
         # -- tools: intents, outcomes, doubts -----------------------------------
 
@@ -440,14 +435,7 @@ def machine_on(store: Store) -> type[RuleBasedStateMachine]:
                 result = codec.encode(output)
                 self.effects[p.key] = ("completed", output)
                 p.status, p.output = "completed", output
-                data = {
-                    **self.base(p),
-                    "attempt": p.attempts,
-                    "digest": self.digest_of(p),
-                    "output": output,
-                    "duration": 0.25,
-                    "key": p.key,
-                }
+                data = {**self.completion(p), "key": p.key}
                 write = EffectWrite(p.key, self.run_id, pos, p.name, "completed", result)
                 self.append((ev.STEP_COMPLETED, data), writes=(write,))
             elif outcome == "doubt":
