@@ -191,7 +191,7 @@ def _tool_call(
         return rec.output
     key = step_key(j.run_id, slot.pos, tool.name, digest)
     if tool.writes:
-        done = _already_done(j, slot, key)
+        done = _already_done(j, slot, key, digest)
         if done is not None:
             return done[0]
         if rec is not None and rec.status == "running" and tool.on_doubt == "ask":
@@ -239,14 +239,15 @@ def _tool_call(
     )
 
 
-def _already_done(j: Journal, slot: Slot, key: str) -> tuple[Any] | None:
-    """The effects table's result for ``key``, recorded into this run's log."""
+def _already_done(j: Journal, slot: Slot, key: str, digest: str) -> tuple[Any] | None:
+    """The effects table's result for ``key``, recorded into this run's log (with the
+    call's args digest, so that a later replay still checks the arguments)."""
     effect = j.store.get_effect(key)
     if effect is None or effect.status != "completed" or effect.result is None:
         return None
     output = codec.decode(effect.result)
     attempt = slot.recorded.attempts if slot.recorded else 1
-    j.record_success(slot, attempt, None, output, 0.0, key=key)
+    j.record_success(slot, attempt, digest, output, 0.0, key=key)
     return (output,)
 
 

@@ -90,12 +90,13 @@ def decode(data: str, load_page: Callable[[str], bytes]) -> RunState:
     return from_head_data(root["state"], steps)
 
 
-def save(store: Store, state: RunState, now: float) -> None:
+def save(store: Store, state: RunState, now: float, page_size: int = PAGE_SIZE) -> None:
     """Store ``state`` as a format 2 snapshot: its new pages, then its root (a crash in
     between leaves unreferenced pages, never a root without its pages). The stored pages
     it reuses are dated ``now`` with the new ones, so that gc, which sweeps the pages no
-    snapshot references, leaves them alone until the root is committed."""
-    encoded = encode(state)
+    snapshot references, leaves them alone until the root is committed. (``page_size``:
+    tests use small pages to reach page sharing with short logs.)"""
+    encoded = encode(state, page_size)
     if encoded.pages or encoded.reused:
         store.put_blobs(encoded.pages, now=now, touch=encoded.reused)
     store.save_snapshot(Snapshot(state.run_id, state.seq, encoded.root, now))

@@ -3,7 +3,9 @@
 usage: python _twenty.py DB SIDE_FILE start|resume RUN_ID [--kill-in N] [--kill-after N]
                          [--hold S]
 Every executed step body appends its name to SIDE_FILE (one line, fsync'd), so
-the test can count executions across processes.
+the test can count executions across processes. With --hold, each step waits (at
+most S seconds) until a resume that lost the race for the run says so, by creating
+SIDE_FILE.go: the winner is still executing when the loser tries, whatever the speed.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ DB, SIDE = sys.argv[1], sys.argv[2]
 KILL_IN = int(sys.argv[sys.argv.index("--kill-in") + 1]) if "--kill-in" in sys.argv else 0
 KILL_AFTER = int(sys.argv[sys.argv.index("--kill-after") + 1]) if "--kill-after" in sys.argv else 0
 HOLD = float(sys.argv[sys.argv.index("--hold") + 1]) if "--hold" in sys.argv else 0.0
+GO = SIDE + ".go"
 app = tether.open(DB)
 if KILL_AFTER:  # step KILL_AFTER's record must wait for the next call, however slow the disk
     tether.journal.DEFER_BELOW = 60.0
@@ -32,8 +35,9 @@ def work(i: int) -> dict[str, int]:
         os.fsync(f.fileno())
     if i == KILL_IN:
         os.kill(os.getpid(), signal.SIGKILL)
-    if HOLD:
-        time.sleep(HOLD)
+    deadline = time.monotonic() + HOLD
+    while HOLD and not os.path.exists(GO) and time.monotonic() < deadline:
+        time.sleep(0.01)
     return {"i": i, "square": i * i}
 
 
@@ -56,6 +60,7 @@ if __name__ == "__main__":
         try:
             handle = app.resume(sys.argv[4])
         except tether.Conflict as e:
+            open(GO, "w").close()  # the winner may go on
             print(f"CONFLICT {e}")
             sys.exit(3)
     print(f"DONE {handle.id} {handle.output}")

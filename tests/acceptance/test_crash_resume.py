@@ -84,7 +84,7 @@ def test_two_processes_resuming_at_once_one_wins(tmp_path: Path) -> None:
     app.close()
     procs = [
         subprocess.Popen(
-            [sys.executable, AGENT, db, str(side), "resume", rid, "--hold", "0.05"],
+            [sys.executable, AGENT, db, str(side), "resume", rid, "--hold", "60"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

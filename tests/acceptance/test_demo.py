@@ -50,7 +50,10 @@ def test_demo_kills_its_child_and_resumes_without_running_a_committed_step_twice
     elapsed = time.monotonic() - started
 
     assert proc.returncode == 0, proc.stderr
-    assert elapsed < 10
+    # Real time, on purpose: the demo is a process a person watches. It takes ~2 s; the
+    # bound stays under the 30 s lease it would wait out if the resume did not take over
+    # its SIGKILLed child's lease at once, and tolerates a loaded machine.
+    assert elapsed < 25
     out = proc.stdout
     assert "died: killed by signal 9 (SIGKILL)" in out
     assert "running, step 4, 1–3 committed" in out

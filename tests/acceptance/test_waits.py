@@ -16,53 +16,81 @@ import tether
 pytestmark = pytest.mark.acceptance
 HERE = Path(__file__).parent
 
-SLEEPER = """
-import sys, tether
-app = tether.open(sys.argv[1])
+SLEEPER = r"""
+import pathlib, sys, threading, tether
+
+class FileClock:
+    # The test's clock, shared with the test through a file: now() is the time the file
+    # holds; sleep() records what it was asked, then moves the time on (the resume), or
+    # blocks for good (the first process, killed mid-sleep).
+    def __init__(self, path, block):
+        self.path, self.block = pathlib.Path(path), block
+
+    def now(self):
+        return float(self.path.read_text())
+
+    def sleep(self, seconds):
+        with open(str(self.path) + ".slept", "a") as f:
+            f.write(repr(seconds) + "\n")
+        if self.block:
+            threading.Event().wait()
+        self.path.write_text(repr(self.now() + seconds))
+
+app = tether.open(sys.argv[1], clock=FileClock(sys.argv[2], block=sys.argv[3] == "start"))
 @app.agent
 def nap(run):
     run.step("before", lambda: "x")
-    run.sleep("1.5s", name="nap")
+    run.sleep("40s", name="nap")
     return "rested"
 if __name__ == "__main__":
-    h = app.run(nap) if sys.argv[2] == "start" else app.resume(sys.argv[3])
+    h = app.run(nap) if sys.argv[3] == "start" else app.resume(sys.argv[4])
     print(h.output)
 """
 
 
+def _appears(path: Path, child: subprocess.Popen[bytes]) -> bool:
+    """Whether ``path`` appears while ``child`` lives (bounded: 60 s, a loaded machine)."""
+    deadline = time.monotonic() + 60
+    while not path.exists():
+        if child.poll() is not None or time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def test_durable_sleep_survives_a_restart_and_sleeps_only_the_rest(tmp_path: Path) -> None:
-    script, db = tmp_path / "sleeper.py", str(tmp_path / "s.db")
+    """A 40 s sleep (in the process: under inline_sleep_max) is killed 10 s in; the resumed
+    run sleeps the 30 s left, no more, and wakes at the time the log recorded. The time
+    is the test's, shared with the children through a file: nothing waits for real."""
+    script, db, now = tmp_path / "sleeper.py", str(tmp_path / "s.db"), tmp_path / "now"
+    slept = Path(f"{now}.slept")
     script.write_text(SLEEPER)
-    child = subprocess.Popen([sys.executable, str(script), db, "start"])
-    until = None
-    deadline = time.monotonic() + 20
-    while until is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-        try:
-            with tether.open(db) as app:
-                runs = app.runs()
-                steps = app.get(runs[0].id).steps if runs else ()
-                until = next((s.due_at for s in steps if s.kind == "sleep"), None)
-        except tether.TetherError:
-            continue
-    assert until is not None, "the timer never started"
-    time.sleep(0.5)
-    child.send_signal(signal.SIGKILL)
+    t0 = 1_700_000_000.0
+    now.write_text(repr(t0))
+    child = subprocess.Popen([sys.executable, str(script), db, str(now), "start"])
+    try:
+        assert _appears(slept, child), "the child never began its sleep"
+    finally:
+        child.send_signal(signal.SIGKILL)
     assert child.wait() == -signal.SIGKILL
+    assert slept.read_text().split() == ["40.0"]
     with tether.open(db) as app:
-        rid = app.runs()[0].id
-    t0 = time.time()
+        (record,) = app.runs()
+        nap = app.get(record.id).steps[1]
+        assert (nap.kind, nap.status, nap.due_at) == ("sleep", "waiting", t0 + 40)
+    now.write_text(repr(t0 + 10))  # 10 s pass while nothing runs the agent
     out = subprocess.run(
-        [sys.executable, str(script), db, "resume", rid], capture_output=True, text=True, timeout=30
+        [sys.executable, str(script), db, str(now), "resume", record.id],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert out.returncode == 0 and out.stdout.strip() == "rested", out.stderr
+    assert slept.read_text().split() == ["40.0", "30.0"]  # only what was left
     with tether.open(db) as app:
-        state = app.get(rid)
-        nap = next(s for s in state.steps if s.kind == "sleep")
-        assert nap.status == "completed" and nap.finished_at is not None
-        assert nap.finished_at >= until  # it did not wake early
-        assert nap.duration is not None and nap.duration < 1.2  # only what was left
-        assert nap.finished_at - t0 < 1.4
+        state = app.get(record.id)
+        nap = state.steps[1]
+        assert (nap.status, nap.finished_at, nap.duration) == ("completed", t0 + 40, 30.0)
         assert [s.name for s in state.steps] == ["before", "nap"]
 
 

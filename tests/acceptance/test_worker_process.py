@@ -16,15 +16,20 @@ import tether
 
 pytestmark = pytest.mark.acceptance
 
+# Step 2 on is held until the test creates the gate file: the test kills or stops the
+# worker while step 2 is in progress, whatever the machine's speed (60 s bound).
 WORKLOAD = """
 import os, time, tether
 ttl = float(os.environ.get("TETHER_TEST_TTL", "3"))
 app = tether.open(os.environ["TETHER_TEST_DB"], lease_ttl=ttl)
+gate = os.environ["TETHER_TEST_DB"] + ".gate"
 
 def slow(i):
     with open(os.environ["TETHER_TEST_DB"] + ".steps", "a") as f:
         f.write(f"start {i}\\n")
-    time.sleep(0.4)
+    deadline = time.monotonic() + 60
+    while i >= 2 and not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.01)
     return i
 
 @app.agent
@@ -90,6 +95,7 @@ def test_sigterm_finishes_the_step_releases_the_lease_and_requeues(tmp_path: Pat
     assert len(rows) == 1 and rows[0]["runs"] == [rid] and rows[0]["pid"] == worker.pid
 
     worker.send_signal(signal.SIGTERM)
+    Path(db + ".gate").touch()  # step 2, in progress, may finish now
     out, err = worker.communicate(timeout=20)
     assert worker.returncode == 0, err
     assert "stopped" in out and "interrupted 1" in out
@@ -122,6 +128,7 @@ def test_a_worker_started_after_a_sigkill_takes_the_dead_workers_run_at_once(
     _until_started(steps, 3)  # steps 0 and 1 are committed, step 2 is in progress
     worker.kill()
     worker.communicate(timeout=20)
+    Path(db + ".gate").touch()
     with tether.open(db) as app:
         held = app.store.get_run(rid)
         assert held.status == "running" and held.lease_expires > app.clock.now() + 30

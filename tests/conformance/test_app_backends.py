@@ -354,12 +354,19 @@ def test_a_workers_claims_stay_within_its_room_at_once_where_they_share_commits(
             seen["peak_held"] = max(seen["peak_held"], seen["held"])
         return got
 
+    full = threading.Event()  # every slot ran at once
+
     def counted(*args: Any, **kwargs: Any) -> Any:
         with lock:
             seen["running"] += 1
             seen["peak_running"] = max(seen["peak_running"], seen["running"])
+            if seen["running"] == 4:
+                full.set()
         try:
-            time.sleep(0.005)  # long enough for the claims ahead to fill
+            # the first runs hold their slots until all 4 are taken (the claims ahead fill
+            # meanwhile), whatever the machine's speed; a worker that never fills them
+            # fails on peak_running after this 30 s bound
+            full.wait(30)
             return execute_claimed(*args, **kwargs)
         finally:
             with lock:
@@ -396,7 +403,6 @@ def test_a_worker_claims_ahead_only_while_its_runs_are_short(
     while its runs took under PREFETCH_BELOW seconds on average, and never from a queue
     with limits (a held run would count against them)."""
     import threading
-    import time
 
     from tether import worker as worker_mod
 
@@ -408,6 +414,8 @@ def test_a_worker_claims_ahead_only_while_its_runs_are_short(
             run.step("wait", gate.wait, 30)
         return n
 
+    wait_for_work = app.store.wait_for_work
+
     def scenario(below: float, queue: str) -> tuple[int, int]:
         """A worker of concurrency 2 executes 4 quick runs, then 8 blocking ones are
         queued: (runs it holds once its slots block, runs left queued)."""
@@ -415,6 +423,13 @@ def test_a_worker_claims_ahead_only_while_its_runs_are_short(
         gate.clear()
         quick = [app.start(gated, n, queue=queue) for n in range(4)]
         w = app.worker(queues=[queue], concurrency=2, poll=0.02)
+        rounds = [0]  # the claiming loop's rounds: it claims (or has no room), then waits
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            rounds[0] += 1
+            return wait_for_work(*args, **kwargs)
+
+        monkeypatch.setattr(app.store, "wait_for_work", counting)
         thread = threading.Thread(target=w.run, kwargs={"install_signals": False})
         thread.start()
         try:
@@ -422,7 +437,10 @@ def test_a_worker_claims_ahead_only_while_its_runs_are_short(
             assert w.run_time is not None  # it measured its runs
             blocked = [app.start(gated, 100 + n, queue=queue) for n in range(8)]
             assert until(lambda: len(_held_by(app, w.id)) >= 2)
-            time.sleep(0.3)  # room for any claim beyond the bound to land
+            # room for any claim beyond the bound to land: the loop goes round a few more
+            # times (counted), instead of a 0.3 s sleep
+            after = rounds[0]
+            assert until(lambda: rounds[0] >= after + 3, 30)
             held = len(_held_by(app, w.id))
             queued = sum(app.store.get_run(i).status == "queued" for i in blocked)
         finally:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import pytest
-from _conformance import PG_URL, T0, Backend, ev, new_run, seqs
+from _conformance import PG_URL, T0, Backend, ev, new_run, seqs, until
 
 from tether.errors import Conflict, LeaseLost, QueueFull
 from tether.store import NewRun, QueueLimits, Store, Transition, WorkerRecord
@@ -306,27 +305,46 @@ def test_workers_register_beat_and_go(store: Store) -> None:
     assert store.list_workers()[0].heartbeat_at == T0 + 9
 
 
+def _waiting(store: Store, queues: list[str], timeout: float, wake: threading.Event) -> Any:
+    """``store.wait_for_work`` in a thread (joined by the caller)."""
+    t = threading.Thread(target=store.wait_for_work, args=(queues, timeout, wake), daemon=True)
+    t.start()
+    return t
+
+
 def test_wait_for_work_returns_on_wake_or_timeout(store: Store) -> None:
+    # No wall-clock bound: a wait ends by its timeout (nobody wakes it), or by its wake
+    # event long before its hour-long timeout; 30 s joins only bound a broken wait.
     wake = threading.Event()
-    t = time.monotonic()
-    store.wait_for_work(["q"], 0.1, wake)
-    assert 0.08 <= time.monotonic() - t < 2
-    threading.Timer(0.1, wake.set).start()
-    t = time.monotonic()
-    store.wait_for_work(["q"], 10, wake)
-    assert time.monotonic() - t < 2
+    timed_out = _waiting(store, ["q"], 0.1, wake)
+    timed_out.join(30)
+    assert not timed_out.is_alive() and not wake.is_set()
+    woken = _waiting(store, ["q"], 3600, wake)
+    wake.set()
+    woken.join(30)
+    assert not woken.is_alive(), "a set wake event did not end the wait"
     store.notify_work("q")  # never fails, even with nobody listening
 
 
 def test_a_notify_wakes_a_waiting_worker_of_that_queue(pg_backend: Backend) -> None:
+    """Two waiters, on queues q and other: a notify for other wakes its waiter and not
+    q's (checked once other's waiter is awake: the listener handles notifications in
+    order), then a notify for q wakes q's. Ordered by events, never by sleeps."""
     listener, sender = pg_backend.open(), pg_backend.open()
-    wake = threading.Event()
-    listener.wait_for_work(["q"], 0.05, wake)  # starts listening
-    threading.Timer(0.2, sender.notify_work, args=("other",)).start()
-    threading.Timer(0.4, sender.notify_work, args=("q",)).start()
-    t = time.monotonic()
-    listener.wait_for_work(["q"], 10, wake)
-    assert 0.3 < time.monotonic() - t < 3  # not woken by the other queue
+    on_q, on_other = threading.Event(), threading.Event()
+    waiters = [_waiting(listener, ["q"], 3600, on_q), _waiting(listener, ["other"], 3600, on_other)]
+    assert until(lambda: len(listener._waiters) == 2, 30)  # type: ignore[attr-defined]
+    for _ in range(300):  # the LISTEN connection is being opened: notify until it hears
+        sender.notify_work("other")
+        if on_other.wait(0.1):
+            break
+    assert on_other.is_set(), "no notify reached the listener"
+    assert not on_q.is_set(), "a notify for another queue woke q's waiter"
+    sender.notify_work("q")
+    assert on_q.wait(30)
+    for t in waiters:
+        t.join(30)
+        assert not t.is_alive()
 
 
 @pytest.mark.parametrize("limited", [False, True])

@@ -239,11 +239,13 @@ def _together(store: SQLiteStore, appends: list[Callable[[], int]]) -> list[obje
         threads = [threading.Thread(target=call, args=(i,)) for i in range(len(appends))]
         for t in threads:
             t.start()
-        deadline = time.monotonic() + 10
-        while len(store._queued) < len(appends) - 1:  # the leader's job left the queue
+        # the appends queued (the leader's may have left the queue: it waits for the lock
+        # alone); wherever the leader is when the lock is released, the appends queued
+        # behind it share one transaction: no sleep needed to let it reach the lock
+        deadline = time.monotonic() + 30
+        while len(store._queued) < len(appends) - 1:
             assert time.monotonic() < deadline, "the appends did not queue"
             time.sleep(0.005)
-        time.sleep(0.05)  # the leader waits on the file lock with the others' jobs queued
     for t in threads:
         t.join(10)
     return out

@@ -193,7 +193,7 @@ def test_cancel_a_run_executing_elsewhere_stops_it_at_its_next_step(tmp_path: Pa
     def slow(i: int) -> int:
         seen.append(i)
         if i == 1:
-            gate.wait(5)
+            gate.wait(30)
         return i
 
     @app.agent
@@ -204,16 +204,14 @@ def test_cancel_a_run_executing_elsewhere_stops_it_at_its_next_step(tmp_path: Pa
     worker = app.worker()
     t = threading.Thread(target=worker.run, kwargs={"until_idle": True, "install_signals": False})
     t.start()
-    while len(seen) < 2:
-        gate.wait(0.01)
+    assert until(lambda: len(seen) == 2, 30)
     other = tether.open(str(tmp_path / "c.db"))
     handle = other.cancel(rid, by="ops")
     assert handle.status == "running" and handle.waiting == {"cancel": "requested"}
-    import time
-
-    time.sleep(0.3)  # let the heartbeat (every ttl/3) carry the request to the worker
+    journal = app._active[rid]  # the heartbeat (every ttl/3) carries the request to it
+    assert until(lambda: journal.interrupted is not None, 30)
     gate.set()
-    t.join(10)
+    t.join(30)
     state = app.get(rid)
     assert state.status == "cancelled"
     assert seen == [0, 1]  # step 1 finished and was recorded; step 2 never started
@@ -434,7 +432,6 @@ def test_a_worker_keeps_its_queue_limits_while_its_threads_claim_the_next_runs(
     """A thread whose run ends claims the next run itself: the worker's limits (per
     queue in this worker, and all workers together) still hold, and every run runs once."""
     import threading
-    import time
 
     app = tether.open(str(tmp_path / "lim.db"))
     app.queue("narrow", worker_concurrency=2)
@@ -444,6 +441,9 @@ def test_a_worker_keeps_its_queue_limits_while_its_threads_claim_the_next_runs(
     peak: dict[str, int] = {"narrow": 0, "shared": 0}
     ran: list[int] = []
 
+    limit = {"narrow": 2, "shared": 3}
+    full = {q: threading.Event() for q in limit}  # the queue once ran at its limit
+
     @app.agent
     def hold(run: tether.Run, queue: str, n: int) -> int:
         def body() -> int:
@@ -451,7 +451,11 @@ def test_a_worker_keeps_its_queue_limits_while_its_threads_claim_the_next_runs(
                 now[queue] += 1
                 peak[queue] = max(peak[queue], now[queue])
                 ran.append(n)
-            time.sleep(0.01)
+                if now[queue] >= limit[queue]:
+                    full[queue].set()
+            # the first runs hold their slots until the queue is full: its limit is reached
+            # whatever the machine's speed (a worker that never fills it fails after 30 s)
+            full[queue].wait(30)
             with lock:
                 now[queue] -= 1
             return n
@@ -471,19 +475,22 @@ def test_a_worker_keeps_its_queue_limits_while_its_threads_claim_the_next_runs(
 def test_until_idle_waits_for_a_claim_in_flight(tmp_path: Path) -> None:
     """Where a worker's threads claim at once (Store.concurrent_claims), the claiming loop
     may find nothing and no run executing while a thread's claim is still in flight:
-    the worker is not idle until that claim has returned, and it executes every run."""
+    the worker is not idle until that claim has returned, and it executes every run.
+    Ordered by events: the in-flight claim lets the slow run end, and returns only once
+    the loop has found nothing to claim with no run executing."""
     import threading
-    import time
 
     app = tether.open(str(tmp_path / "inflight.db"), clock=tether.FakeClock())
     app.store.concurrent_claims = True  # as on PostgreSQL: claims do not wait for each other
+    slow_may_end, loop_found_nothing = threading.Event(), threading.Event()
 
     @app.agent
-    def nap(run: tether.Run, seconds: float) -> float:
-        return float(run.step("nap", lambda: time.sleep(seconds) or seconds))
+    def nap(run: tether.Run, slow: bool) -> bool:
+        return bool(run.step("nap", lambda: slow_may_end.wait(30) if slow else True))
 
-    first = [app.start(nap, 0.0), app.start(nap, 0.15)]
+    first = [app.start(nap, False), app.start(nap, True)]
     late: list[str] = []
+    waited: list[bool] = []
     claim_next = app.store.claim_next
 
     def claim(*args: object, **kwargs: object) -> object:
@@ -491,49 +498,69 @@ def test_until_idle_waits_for_a_claim_in_flight(tmp_path: Path) -> None:
             # the quick run's thread claims its next run while the slow run holds the
             # other slot; the slow run ends meanwhile, and the loop finds nothing to claim
             late.append("")
-            time.sleep(0.4)
-            late[:] = [app.start(nap, 0.0), app.start(nap, 0.0)]
-        return claim_next(*args, **kwargs)  # type: ignore[arg-type]
+            slow_may_end.set()
+            waited.append(loop_found_nothing.wait(30))
+            late[:] = [app.start(nap, False), app.start(nap, False)]
+        found = claim_next(*args, **kwargs)  # type: ignore[arg-type]
+        in_loop = threading.current_thread() is threading.main_thread()
+        if in_loop and slow_may_end.is_set() and not found and first[1] not in app._active:
+            loop_found_nothing.set()
+        return found
 
     app.store.claim_next = claim  # type: ignore[method-assign]
     stats = app.worker(concurrency=2, poll=0.02).run(until_idle=True, install_signals=False)
-    assert len(late) == 2
+    assert waited == [True] and len(late) == 2
     assert [app.get(i).status for i in [*first, *late]] == ["completed"] * 4
     assert stats.completed == 4
 
 
-def test_runs_a_claim_brings_after_stop_are_executed_not_stranded(tmp_path: Path) -> None:
+def test_runs_a_claim_brings_after_stop_are_executed_not_stranded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A claim in flight when the worker stops may return after its pool began shutting
     down: the claiming thread executes those runs itself (as the pool executes the runs
-    it was already given), instead of leaving them leased to a stopped worker."""
+    it was already given), instead of leaving them leased to a stopped worker. Ordered by
+    events: the first run ends once the loop found nothing and parked in its 60 s poll;
+    its thread's claim stops the worker and returns once the pool is shutting down."""
     import threading
-    import time
+    from concurrent.futures import ThreadPoolExecutor
 
     app = tether.open(str(tmp_path / "stop.db"), clock=tether.FakeClock())  # the late runs
     app.store.concurrent_claims = True  # are due for the claim that started before them
+    loop_parked, pool_closing = threading.Event(), threading.Event()
 
     @app.agent
-    def nap(run: tether.Run, seconds: float) -> float:
-        return float(run.step("nap", lambda: time.sleep(seconds) or seconds))
+    def nap(run: tether.Run, first: bool) -> bool:
+        return bool(run.step("nap", lambda: loop_parked.wait(30) if first else True))
 
-    # The first run outlasts the loop's next (empty) claim, so the loop is parked in
-    # its 60 s poll, holding no room, when the run's thread claims for both slots.
-    first = app.start(nap, 0.5)
+    shutdown = ThreadPoolExecutor.shutdown
+
+    def closing(pool: ThreadPoolExecutor, wait: bool = True, **kwargs: bool) -> None:
+        shutdown(pool, wait=False, **kwargs)  # the pool takes no more work from here
+        pool_closing.set()
+        shutdown(pool, wait=wait, **kwargs)
+
+    monkeypatch.setattr(ThreadPoolExecutor, "shutdown", closing)
+    first = app.start(nap, True)
     worker = app.worker(concurrency=2, poll=60)
     late: list[str] = []
+    waited: list[bool] = []
     claim_next = app.store.claim_next
 
     def claim(*args: object, **kwargs: object) -> object:
         if threading.current_thread() is not threading.main_thread() and not late:
             late.append("")
             worker.stop()
-            time.sleep(0.3)  # the loop ends and the pool starts shutting down
-            late[:] = [app.start(nap, 0.0), app.start(nap, 0.0)]
-        return claim_next(*args, **kwargs)  # type: ignore[arg-type]
+            waited.append(pool_closing.wait(30))  # the loop ended, the pool shuts down
+            late[:] = [app.start(nap, False), app.start(nap, False)]
+        found = claim_next(*args, **kwargs)  # type: ignore[arg-type]
+        if threading.current_thread() is threading.main_thread() and not found:
+            loop_parked.set()  # the loop found nothing: it waits for work (poll 60 s)
+        return found
 
     app.store.claim_next = claim  # type: ignore[method-assign]
     stats = worker.run(install_signals=False)  # stop() wakes the parked loop
-    assert len(late) == 2
+    assert waited == [True] and len(late) == 2
     assert [app.get(i).status for i in [first, *late]] == ["completed"] * 3
     assert stats.completed == 3
 
