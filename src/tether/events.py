@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import codec
+from .errors import CorruptRecord
 
 # Run lifecycle
 RUN_CREATED = "run.created"  # agent, version, input, code
@@ -100,9 +101,11 @@ class Event:
 
     def payload(self) -> dict[str, Any]:
         """The decoded data, upcast to the current shape."""
-        value: dict[str, Any] = codec.decode(
-            self.data, where=f"run {self.run_id}: the data of event {self.seq} ({self.type})"
-        )
+        try:
+            value: dict[str, Any] = codec.decode(self.data)
+        except CorruptRecord:  # again, to name the event (not built for every event)
+            where = f"run {self.run_id}: the data of event {self.seq} ({self.type})"
+            value = codec.decode(self.data, where=where)
         upcast = UPCASTERS.get(self.type)
         return upcast(value) if upcast else value
 

@@ -77,13 +77,10 @@ from . import (
     Transition,
     WorkerRecord,
     check_reused_pages,
-    data_fault,
     gap_conflict,
     pick_within_limits,
-    schema_number,
-    translated,
-    translating,
 )
+from .faults import data_fault, schema_number, translated, translating
 from .groupcommit import GroupCommit, Pending
 from .pgwire import Prepared, WireConnection
 from .prefetch import Prefetched, as_claimed

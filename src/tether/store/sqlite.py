@@ -60,13 +60,10 @@ from . import (
     Transition,
     WorkerRecord,
     check_reused_pages,
-    data_fault,
     gap_conflict,
     pick_within_limits,
-    schema_number,
-    translated,
-    translating,
 )
+from .faults import data_fault, schema_number, translated, translating
 from .prefetch import Prefetched
 from .queries import load_queries, migrations
 
