@@ -67,7 +67,8 @@ def test_a_few_writes_reach_the_database_file_without_a_commit_checkpointing(
     for seq in range(2, 22):
         _append(store, "run-1", seq)
     assert until(lambda: _in_database_file(db, tmp_path, "run-1"))
-    assert store._checkpointer.checkpoints >= 1
+    # the thread counts its pass after the copy that the file shows: wait for the count too
+    assert until(lambda: store._checkpointer.checkpoints >= 1)
     store.close()
 
 
