@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import codec
+from . import codec, inputs
 from . import events as ev
 from .errors import InvalidState
 from .journal import Call, Core, Journal, Slot, attempts, in_agent_body, step_key
@@ -82,6 +82,7 @@ def define_tool(
         )
     if compensate is not None and not callable(compensate):
         raise TypeError(f"tool {fn.__qualname__!r}: compensate must be callable")
+    inputs.name(name or fn.__name__, "the tool's name")
     code = {"module": fn.__module__, "qualname": fn.__qualname__}
     source = inspect.getsourcefile(fn)
     if source:

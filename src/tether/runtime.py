@@ -13,8 +13,10 @@ from functools import partial
 from typing import Any
 
 from . import events as ev
+from . import inputs
 from .clock import Clock
 from .conversation import Session, session_of_run
+from .durations import parse_duration
 from .effects import ToolDef, tool_core
 from .errors import EncodeError
 from .journal import Call, Core, Journal, Sleep, step_core
@@ -151,6 +153,9 @@ class Policy:
     ) -> None:
         if approve_at is not None and approve_at not in self.LEVELS:
             raise ValueError(f"approve_at must be one of {self.LEVELS} or None, not {approve_at!r}")
+        parse_duration(timeout, what="Policy.timeout")  # refused here, not at the first gate
+        for a in approvers or ():
+            inputs.name(a, "Policy.approvers: an approver")
         self.approve_at = approve_at
         self.approvers = approvers
         self.timeout = timeout
