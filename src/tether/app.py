@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import inspect
 import logging
 import os
-import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, TextIO, TypeVar, cast, overload
 
-from . import codec, compensation, export, retention, snapshots, timetravel, waits
+from . import codec, compensation, export, inputs, registry, retention, snapshots, timetravel, waits
 from . import events as ev
 from .artifacts import Artifacts, ArtifactStore, DatabaseArtifacts
 from .clock import Clock, SystemClock, new_run_id, owner_is_dead_local, process_owner
 from .conversation import Session, Summarizer, make_policy, open_session
+from .durations import Duration, parse_duration
 from .effects import ToolDef, define_tool, guarded
 from .errors import (
     ClockSkew,
@@ -99,6 +97,7 @@ class App:
         policy: Policy | None = None,
         approver_groups: dict[str, Iterable[str]] | None = None,
         inline_sleep_max: float = 60.0,
+        code: Iterable[str] | None = None,
     ) -> None:
         if snapshot_every < 1:
             raise ValueError(f"snapshot_every must be >= 1, not {snapshot_every}")
@@ -121,6 +120,7 @@ class App:
         self.approver_groups = {g: set(m) for g, m in (approver_groups or {}).items()}
         self.inline_sleep_max = inline_sleep_max
         self._clock_offset: float | None = None  # measured by check_clock, once
+        self.code = registry.check_modules(code)  # modules a run's record may make us import
 
     # -- registration -----------------------------------------------------
 
@@ -179,15 +179,34 @@ class App:
         """The registered tools by name."""
         return dict(self._tools)
 
+    def allow_code(self, *modules: str) -> None:
+        """Allow importing ``modules`` (and their submodules) to find the agents and tools
+        of runs this app did not register (see :mod:`tether.registry`)."""
+        self.code = self.code | registry.check_modules(modules)
+
+    def _may_import(self, module: str) -> bool:
+        """Whether a module a run names may be imported: allowed by ``code``, or the module
+        of an agent or tool registered here."""
+        defs: list[AgentDef | ToolDef] = [*self._agents.values(), *self._tools.values()]
+        mine = {d.code.get("module") for d in defs}
+        return module in mine or registry.allowed(module, self.code)
+
     def _find_tool(self, name: str, code: Any) -> ToolDef | None:
+        """The tool of a step, for its compensation; None (logged) when it cannot be found:
+        the run's failure is recorded all the same (``cancel(compensate=True)`` refuses
+        instead, see :meth:`_lookup_tool`)."""
+        try:
+            return self._lookup_tool(name, code)
+        except NotFound as e:
+            log.warning("no compensation for tool %r: %s", name, e)
+            return None
+
+    def _lookup_tool(self, name: str, code: Any) -> ToolDef | None:
         found = self._tools.get(name)
         if found is not None or not code:
             return found
-        try:
-            obj = _import_object(dict(code))
-        except NotFound:
-            return None
-        d = getattr(obj, "__tether_tool__", None)
+        what = f"tool {name!r}"
+        d = registry.find(dict(code), "__tether_tool__", self._may_import, what)
         return d if isinstance(d, ToolDef) else None
 
     def queue(
@@ -219,7 +238,7 @@ class App:
         priority: int = 0,
         run_id: str | None = None,
         dedup_key: str | None = None,
-        delay: str | float | None = None,
+        delay: Duration | None = None,
         concurrency_key: str | None = None,
         **kwargs: Any,
     ) -> str:
@@ -227,8 +246,9 @@ class App:
 
         An existing ``run_id``, or a ``dedup_key`` held by an active run of the same
         queue, returns that run's id instead of starting a second one. ``delay``
-        (seconds or ``"10m"``) makes it claimable later; higher ``priority`` first.
-        Raises QueueFull when the queue is at its ``max_depth``.
+        (seconds, a timedelta or ``"10m"``) makes it claimable later; higher ``priority``
+        first. Raises QueueFull when the queue is at its ``max_depth``; ValueError or
+        TypeError, naming the parameter, for a value :mod:`tether.inputs` refuses.
         """
         return self.start_in(
             None,
@@ -252,7 +272,7 @@ class App:
         priority: int = 0,
         run_id: str | None = None,
         dedup_key: str | None = None,
-        delay: str | float | None = None,
+        delay: Duration | None = None,
         concurrency_key: str | None = None,
         **kwargs: Any,
     ) -> str:
@@ -262,8 +282,9 @@ class App:
         are :meth:`start`'s."""
         d = self._resolve(agent)
         now = self.clock.now()
+        _check_start(queue, priority, run_id, dedup_key, concurrency_key)
+        seconds = parse_duration(delay, what="delay") or 0.0
         payload = self._input(d, args, kwargs)
-        seconds = waits.parse_duration(delay, what="delay") or 0.0
         if isinstance(session, str):  # after the checks: bad input creates no session either
             session = self.session(session)
         sid, owner = (session.id, session.owner) if session is not None else (None, None)
@@ -693,7 +714,15 @@ class App:
         found = self._agents.get(record.agent)
         if found is not None:
             return found
-        d = import_agent(record.code, record.agent)
+        what = f"run {record.id}: agent {record.agent!r}"
+        d = registry.find(record.code, "__tether_agent__", self._may_import, what)
+        if not isinstance(d, AgentDef) or d.name != record.agent:
+            found_name = d.name if isinstance(d, AgentDef) else "no agent"
+            raise NotFound(
+                f"{what}: its recorded code {record.code.get('module')}."
+                f"{record.code.get('qualname')} is {found_name!r}, not that agent; "
+                f"pass --app pkg.module:app"
+            )
         self._agents[d.name] = d
         return d
 
@@ -942,7 +971,10 @@ class App:
     def runs(
         self, *, status: str | None = None, agent: str | None = None, limit: int = 100
     ) -> list[RunRecord]:
-        """Runs, newest first."""
+        """Runs, newest first (at most ``limit``; a status no run has matches none)."""
+        inputs.optional_name(status, "status")
+        inputs.optional_name(agent, "agent")
+        inputs.integer(limit, "limit", low=1)
         return self.store.list_runs(status=status, agent=agent, limit=limit)
 
     # -- humans and the outside world (tether.waits) ------------------------
@@ -983,6 +1015,8 @@ class App:
         record = self.store.get_run(run_id)
         if record.status in waits.FINISHED:
             raise InvalidState(f"run {run_id} is already {record.status}; nothing to cancel")
+        if compensate:  # every undo must be found before anything is written
+            compensation.compensable(self.load(run_id), self._lookup_tool)
         try:
             lease = self._claim(record)
         except Conflict:  # executing elsewhere: it stops at its next step
@@ -1088,18 +1122,20 @@ class App:
     def gc(
         self,
         *,
-        older_than: float | str | None = None,
+        older_than: Duration | None = None,
         status: Sequence[str] = (),
         keep_last: int | None = None,
         dry_run: bool = False,
         vacuum: bool = True,
-        blob_grace: float | str = retention.BLOB_GRACE,
+        blob_grace: Duration = retention.BLOB_GRACE,
     ) -> retention.GcResult:
-        """Delete finished runs by age (seconds or ``"30d"``), status and keep-last-N per
-        agent, sweep the snapshot pages no snapshot references and nothing wrote for
-        ``blob_grace``, then give the space back. See :mod:`tether.retention`."""
-        age = retention.parse_age(older_than) if isinstance(older_than, str) else older_than
-        grace = retention.parse_age(blob_grace) if isinstance(blob_grace, str) else blob_grace
+        """Delete finished runs by age (seconds, a timedelta or ``"30d"``), status and
+        keep-last-N per agent, sweep the snapshot pages no snapshot references and nothing
+        wrote for ``blob_grace``, then give the space back. See :mod:`tether.retention`."""
+        age = None if older_than is None else retention.parse_age(older_than)
+        grace = retention.parse_age(blob_grace)
+        if keep_last is not None:
+            inputs.integer(keep_last, "keep_last", low=0)
         statuses = (status,) if isinstance(status, str) else tuple(status)
         return retention.gc(
             self,
@@ -1170,7 +1206,8 @@ def agent(
     fn: F | None = None, *, name: str | None = None, version: str | None = None
 ) -> F | Callable[[F], F]:
     """Declare an agent without an App (``@tether.agent``): any App runs it, and a
-    resume in another process finds it by the module its run recorded."""
+    resume in another process finds it by the module its run recorded, once the
+    operator allows that module (``code=``, ``--code``: see :mod:`tether.registry`)."""
 
     def declare(f: F) -> F:
         f.__tether_agent__ = _define(f, name, version)  # type: ignore[attr-defined]
@@ -1218,6 +1255,18 @@ def tool(
     return declare(fn) if fn is not None else declare
 
 
+def _check_start(
+    queue: Any, priority: Any, run_id: Any, dedup_key: Any, concurrency_key: Any
+) -> None:
+    """``start``'s options, checked before anything is written (see tether.inputs)."""
+    inputs.name(queue, "queue")
+    inputs.integer(priority, "priority")
+    if run_id is not None:
+        inputs.run_id(run_id)
+    inputs.optional_name(dedup_key, "dedup_key")
+    inputs.optional_name(concurrency_key, "concurrency_key")
+
+
 def _define(fn: Callable[..., Any], name: str | None, version: str | None) -> AgentDef:
     if not callable(fn):
         raise TypeError(f"@app.agent decorates a function, not {fn!r}")
@@ -1227,70 +1276,10 @@ def _define(fn: Callable[..., Any], name: str | None, version: str | None) -> Ag
             f"agent {fn.__qualname__!r} must take the run object as its first parameter, "
             f"e.g. def {fn.__name__}(run, ...)"
         )
+    inputs.name(name or fn.__name__, "the agent's name")
+    inputs.optional_name(version, "the agent's version")
     code = {"module": fn.__module__, "qualname": fn.__qualname__}
     source = inspect.getsourcefile(fn)
     if source:
         code["file"] = os.path.abspath(source)
     return AgentDef(name or fn.__name__, version, fn, inspect.iscoroutinefunction(fn), code)
-
-
-def import_agent(code: dict[str, Any], name: str) -> AgentDef:
-    """Import an agent from where its run recorded its code (module and qualname)."""
-    if not code.get("module") or not code.get("qualname"):
-        raise NotFound(
-            f"agent {name!r} is not registered and its run did not record its code; "
-            f"pass --app pkg.module:app"
-        )
-    d = getattr(_import_object(code), "__tether_agent__", None)
-    if not isinstance(d, AgentDef):
-        raise NotFound(
-            f"agent {name!r}: {code.get('module')}.{code.get('qualname')} is not a "
-            f"tether agent any more; pass --app pkg.module:app"
-        )
-    return d
-
-
-def _import_object(code: dict[str, Any]) -> Any:
-    """The object at ``code``'s module and qualname (importing the module)."""
-    module_name, qualname = code.get("module"), code.get("qualname")
-    if not module_name or not qualname:
-        raise NotFound("no code location recorded")
-    obj: Any = _import_module(module_name, code.get("file"))
-    for part in qualname.split("."):
-        obj = getattr(obj, part, None)
-    return obj
-
-
-def _import_module(module_name: str, file: str | None) -> Any:
-    """Import by module name; else (``__main__``, or not on the path) from the file."""
-    if module_name != "__main__":
-        try:
-            return importlib.import_module(module_name)
-        except ImportError as e:
-            if not file or not os.path.exists(file):
-                raise NotFound(
-                    f"cannot import the agent's module {module_name!r} ({e}); run from the "
-                    f"project directory or pass --app pkg.module:app"
-                ) from None
-        except Exception as e:  # the module itself raised while importing
-            raise NotFound(_import_failed(module_name, e)) from e
-    if not file or not os.path.exists(file):
-        raise NotFound(
-            f"the agent's code {module_name!r} ({file}) cannot be found; pass --app pkg.module:app"
-        )
-    spec = importlib.util.spec_from_file_location(f"_tether_code_{abs(hash(file))}", file)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as e:
-        raise NotFound(_import_failed(file, e)) from e
-    return module
-
-
-def _import_failed(where: str, e: Exception) -> str:
-    return (
-        f"importing the agent's code {where!r} failed: {type(e).__name__}: {e}; fix it, "
-        f"or pass --app pkg.module:app"
-    )

@@ -1,9 +1,13 @@
 """The ``tether`` command line: ``tether [--db PATH_OR_URL] [--app MODULE:APP] COMMAND …``.
 
-``--db`` defaults to ``$TETHER_DB``, else to the database of the ``--app`` App, else to
-``tether.db`` in the current directory. ``--app pkg.module:app`` (or
-``path/to/file.py:app``) names an App whose registered agents ``resume`` and ``retry``
-use; without it, a run's agent is imported from the code location the run recorded.
+``--app pkg.module:app`` (or ``path/to/file.py:app``) names the App to use, exactly as
+its module configured it: its agents and tools, policy, approver groups, queues, lease
+ttl and retry, on its own database. ``--db`` (default ``$TETHER_DB``) names the database
+without ``--app`` (default ``tether.db`` in the current directory); with ``--app`` it
+may only name the App's own database (else a usage error). What a run's row records
+about its code is never imported unless the operator allows it: ``--app`` (the modules
+of its agents and tools) or ``--code MODULE`` / ``$TETHER_CODE`` (see
+:mod:`tether.registry`).
 
 Adding commands from another module
 -----------------------------------
@@ -51,10 +55,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TextIO
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import tether
 
 from .clock import owner_is_dead_local
+from .registry import CODE_ENV, parse_modules
 from .store import RunRecord
 from .store.sqlite import sqlite_path
 
@@ -91,11 +97,23 @@ class Command:
 class Context:
     """What a command runs with: the database and agents chosen by the global options."""
 
-    def __init__(self, db: str | None, app_ref: str | None, out: TextIO = sys.stdout) -> None:
+    def __init__(
+        self,
+        db: str | None,
+        app_ref: str | None,
+        out: TextIO = sys.stdout,
+        code: Iterable[str] = (),
+    ) -> None:
         self.explicit_db = db  # --db as given (the demo ignores $TETHER_DB)
         self.app_ref = app_ref
         self.out = out
+        self.code = frozenset(code)  # --code / $TETHER_CODE: modules runs may name
         self._app: tether.App | None = None
+
+    @property
+    def db(self) -> str | None:
+        """The database named by --db or $TETHER_DB (None: neither)."""
+        return self.explicit_db or os.environ.get(DB_ENV) or None
 
     def app(self, *, create: bool = False) -> tether.App:
         """The App on the database, opened once; creates a database only with ``create``."""
@@ -104,17 +122,18 @@ class Context:
         return self._app
 
     def _open(self, create: bool) -> tether.App:
-        agents = load_app(self.app_ref) if self.app_ref else None
-        db = self.explicit_db or os.environ.get(DB_ENV)
-        if db is None and agents is not None and agents.url:
-            return agents  # the App of --app, on its own database
-        db = db or DEFAULT_DB
+        if self.app_ref:  # the App as its module configured it, on its own database
+            app = load_app(self.app_ref)
+            if self.db is not None:
+                check_same_database(self.db, app)
+            app.allow_code(*self.code)
+            return app
+        db = self.db or DEFAULT_DB
         if not create:
             _require_database(db)
-        app = tether.open(db)
-        for d in (agents.agents() if agents else {}).values():
-            app.agent(name=d.name, version=d.version)(d.fn)
-        return app
+        if self.code and os.getcwd() not in sys.path:  # `--code agents` from the project
+            sys.path.insert(0, os.getcwd())
+        return tether.open(db, code=self.code)
 
     def print(self, *parts: object) -> None:
         """Print to this context's output."""
@@ -136,6 +155,45 @@ def _require_database(db: str) -> None:
             f"no tether database at {path}; give --db PATH or set {DB_ENV} "
             f"(`tether demo` makes one to look at)"
         )
+
+
+def check_same_database(db: str, app: tether.App) -> None:
+    """Refuse ``--db`` (or ``$TETHER_DB``) naming another database than the ``--app`` App's:
+    the App's policy, approver groups, queues, lease ttl and retry belong to its own."""
+    if not app.url:
+        raise CommandError(
+            "--app names an App built without a URL (App(store)), so --db cannot be checked "
+            f"against it; drop --db (and unset ${DB_ENV}), or open the App with tether.open(url)",
+            2,
+        )
+    if database_key(db) != database_key(app.url):
+        raise CommandError(
+            f"--db (or ${DB_ENV}) names {db}, but the --app App uses {app.url}: the "
+            f"App's configuration (policy, approver groups, queue limits, lease ttl, retry) "
+            f"belongs to its own database. Drop --db (and unset ${DB_ENV}) to use the App's, "
+            f"or point --app at an App opened on {db}",
+            2,
+        )
+
+
+def database_key(url: str) -> tuple[str, ...]:
+    """What identifies a database: a SQLite file's real path (``a.db``, ``./a.db``,
+    ``sqlite:///a.db`` and its absolute path are one), or a PostgreSQL server, database
+    and schema (user, password and connection options do not matter)."""
+    if not url.startswith(("postgres://", "postgresql://")):
+        return ("sqlite", os.path.realpath(sqlite_path(url)))
+    parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    host = (parts.hostname or query.get("host", ["localhost"])[-1] or "localhost").lower()
+    if host in ("127.0.0.1", "::1", "localhost") or host.startswith("/"):
+        host = "localhost"  # the local server, by TCP or by its socket
+    try:
+        port = str(parts.port or query.get("port", ["5432"])[-1])
+    except ValueError:
+        port = parts.netloc.rpartition(":")[2]
+    user = unquote(parts.username or "") or query.get("user", [""])[-1]
+    db = unquote(parts.path.lstrip("/")) or query.get("dbname", [""])[-1] or user or "postgres"
+    return ("postgres", host, port, db, query.get("schema", ["tether"])[-1])
 
 
 # -- --app: importing an App ------------------------------------------------------
@@ -752,9 +810,37 @@ def _global_options(default: Any) -> argparse.ArgumentParser:
         "--app",
         metavar="MODULE:APP",
         default=default,
-        help="an App whose agents to use: pkg.module:app or path/to/file.py:app",
+        help="the App to use as configured (agents, tools, policy, queues): pkg.module:app "
+        "or path/to/file.py:app; --db, if given, must name its database",
+    )
+    p.add_argument(
+        "--code",
+        metavar="MODULE",
+        action="append",
+        type=_code_modules,
+        default=default,
+        help=f"a module runs may name for their agent or tool code, imported when needed "
+        f"(repeatable, or comma-separated; a package allows its submodules; default: "
+        f"${CODE_ENV}). Nothing else a database names is ever imported",
     )
     return p
+
+
+def _code_modules(text: str) -> frozenset[str]:
+    try:
+        return parse_modules(text, what="--code")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _code_option(given: list[frozenset[str]] | None) -> frozenset[str]:
+    """The modules of every --code, else of $TETHER_CODE (a clear error if malformed)."""
+    if given:
+        return frozenset().union(*given)
+    try:
+        return parse_modules(os.environ.get(CODE_ENV), what=f"${CODE_ENV}")
+    except ValueError as e:
+        raise CommandError(str(e), 2) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -794,6 +880,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     ctx = Context(args.db, args.app)
     try:
+        ctx.code = _code_option(args.code)
         return command.run(args, ctx)
     except CommandError as e:
         return _fail(str(e), e.code)

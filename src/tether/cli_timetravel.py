@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,8 +20,6 @@ import tether
 
 from . import codec
 from .cli import (
-    DB_ENV,
-    DEFAULT_DB,
     Command,
     CommandError,
     Context,
@@ -408,13 +405,7 @@ def _opened(path: str) -> Iterator[TextIO]:
 
 def _app_creating(ctx: Context) -> tether.App:
     """``import`` may be the first thing a new database receives: create it if needed."""
-    db = ctx.explicit_db or os.environ.get(DB_ENV)
-    if db is None and ctx.app_ref is not None:
-        return ctx.app()  # the database of the --app App
-    db = db or DEFAULT_DB
-    if not db.startswith(("postgres://", "postgresql://")) and not os.path.exists(db):
-        tether.open(db).close()
-    return ctx.app()
+    return ctx.app(create=True)
 
 
 # -- gc -----------------------------------------------------------------------------
