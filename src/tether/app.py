@@ -11,7 +11,18 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, TextIO, TypeVar, cast, overload
 
-from . import codec, compensation, export, inputs, registry, retention, snapshots, timetravel, waits
+from . import (
+    codec,
+    compensation,
+    export,
+    inputs,
+    integrity,
+    registry,
+    retention,
+    snapshots,
+    timetravel,
+    waits,
+)
 from . import events as ev
 from .artifacts import Artifacts, ArtifactStore, DatabaseArtifacts
 from .clock import Clock, SystemClock, new_run_id, owner_is_dead_local, process_owner
@@ -944,11 +955,15 @@ class App:
 
         Snapshots are a read-side cache: when this load folded ``snapshot_every`` events
         or more, it saves the state it computed, so the next load starts from there.
-        Steps never pay for snapshots.
+        Steps never pay for snapshots. Raises RunDamaged when the log has a gap or
+        disagrees with the row (see :mod:`tether.integrity`).
         """
         loaded = self.store.load(run_id, upto=upto)
+        integrity.check_events(run_id, loaded.events, loaded.snapshot.seq if loaded.snapshot else 0)
         start = snapshots.load(self.store, loaded.snapshot) if loaded.snapshot else None
         state = fold(loaded.events, start, run_id=run_id)
+        if upto is None:
+            integrity.check_row(run_id, loaded.run.status, state.status, state.seq)
         if len(loaded.events) >= self.snapshot_every:
             self._cache(state)
         return state

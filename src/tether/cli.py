@@ -101,12 +101,12 @@ class Context:
         self,
         db: str | None,
         app_ref: str | None,
-        out: TextIO = sys.stdout,
+        out: TextIO | None = None,
         code: Iterable[str] = (),
     ) -> None:
         self.explicit_db = db  # --db as given (the demo ignores $TETHER_DB)
         self.app_ref = app_ref
-        self.out = out
+        self.out = out or sys.stdout  # looked up now: a test may have replaced it
         self.code = frozenset(code)  # --code / $TETHER_CODE: modules runs may name
         self._app: tether.App | None = None
 
@@ -267,9 +267,12 @@ def when(at: float | None, *, date: bool = True) -> str:
     """A timestamp in local time (``date=False``: time of day with milliseconds)."""
     if at is None:
         return "-"
-    if not date:
-        return time.strftime("%H:%M:%S", time.localtime(at)) + f".{int(at * 1000) % 1000:03d}"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    try:
+        if not date:
+            return time.strftime("%H:%M:%S", time.localtime(at)) + f".{int(at * 1000) % 1000:03d}"
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    except (OverflowError, OSError, ValueError):  # a time no calendar holds (a damaged row)
+        return f"{at!r} (not a time)"
 
 
 def positive_int(text: str) -> int:
@@ -378,7 +381,7 @@ def _runs_arguments(parser: argparse.ArgumentParser) -> None:
 def _runs(args: argparse.Namespace, ctx: Context) -> int:
     app = ctx.app()
     records = app.runs(status=args.status, agent=args.agent, limit=args.limit)
-    rows = [run_summary(r, app.get(r.id), expected_positions(app, r)) for r in records]
+    rows = [_summary_of(app, r) for r in records]
     if args.json:
         dump_json(ctx, rows)
     elif not rows:
@@ -402,6 +405,25 @@ def _runs(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
+def _summary_of(app: tether.App, record: RunRecord) -> dict[str, Any]:
+    """``run_summary``, or for a damaged run what its row says (status ``damaged``)."""
+    try:
+        return run_summary(record, app.get(record.id), expected_positions(app, record))
+    except tether.RunDamaged:
+        return {
+            "id": record.id,
+            "agent": record.agent,
+            "version": record.version,
+            "status": "damaged",
+            "stalled": False,
+            "position": f"log damaged: tether show {record.id}",
+            "committed": None,
+            "steps": None,
+            "created_at": record.created_at,
+            "updated_at": record.updated_at,
+        }
+
+
 def expected_positions(app: tether.App, record: RunRecord) -> int | None:
     """How many positions the newest completed run of the same agent and version had."""
     key = (record.agent, record.version)
@@ -412,7 +434,10 @@ def expected_positions(app: tether.App, record: RunRecord) -> int | None:
             for r in app.runs(status="completed", agent=record.agent, limit=20)
             if r.version == record.version
         ]
-        cache[key] = len(app.get(done[0].id).steps) if done else None
+        try:
+            cache[key] = len(app.get(done[0].id).steps) if done else None
+        except tether.RunDamaged:
+            cache[key] = None
     return cache[key]
 
 
@@ -446,7 +471,10 @@ def _show_arguments(parser: argparse.ArgumentParser) -> None:
 def _show(args: argparse.Namespace, ctx: Context) -> int:
     app = ctx.app()
     record = app.store.get_run(args.run)
-    state = app.get(args.run)
+    try:
+        state = app.get(args.run)
+    except tether.RunDamaged as e:
+        return _show_damaged(ctx, record, e, args.json)
     if args.json:
         dump_json(ctx, run_details(record, state))
         return 0
@@ -457,6 +485,32 @@ def _show(args: argparse.Namespace, ctx: Context) -> int:
         ctx.print()
         ctx.print(_steps_table(state.steps))
     return 0
+
+
+def _show_damaged(ctx: Context, record: RunRecord, e: tether.RunDamaged, as_json: bool) -> int:
+    """What the row says of a run whose log is damaged, and the damage (exit 1)."""
+    if as_json:
+        missing = [list(r) for r in e.missing]
+        dump_json(
+            ctx,
+            {"id": record.id, "agent": record.agent, "status": "damaged"}
+            | {"row_status": record.status, "damage": str(e), "missing": missing},
+        )
+        return 1
+    ctx.print(
+        _fields(
+            [
+                ("run", record.id),
+                (
+                    "agent",
+                    record.agent + (f" (version {record.version})" if record.version else ""),
+                ),
+                ("status", f"damaged (its row says {record.status})"),
+                ("damage", str(e).split(": ", 1)[1]),
+            ]
+        )
+    )
+    return 1
 
 
 def run_details(record: RunRecord, state: tether.RunState) -> dict[str, Any]:

@@ -6,6 +6,7 @@
     ├── StoreError                   the database cannot be used as a tether store
     │   ├── NotATetherDatabase       the file is not SQLite, is corrupt, or is someone else's
     │   ├── SchemaTooNew             written by a newer tether; upgrade tether to open it
+    │   ├── RunDamaged               a run's log has gaps or disagrees with its row (names both)
     │   └── ArtifactCorrupt          stored bytes no longer match their SHA-256 (names the digest)
     ├── NotFound                     no such run / agent / event
     ├── Conflict                     someone else appended first, or holds the run
@@ -50,6 +51,24 @@ class NotATetherDatabase(StoreError):
 
 class SchemaTooNew(StoreError):
     """The database was written by a newer tether than this one."""
+
+
+class RunDamaged(StoreError):
+    """A run's stored log is not whole: events are missing (``missing``: the absent seqs,
+    as ``(first, last)`` ranges), or its row's status disagrees with what its log says.
+    The run is never resumed as if whole: restore the database from a backup, or export
+    what is left (``tether export RUN``) to inspect it."""
+
+    def __init__(
+        self, run_id: str, problem: str, missing: tuple[tuple[int, int], ...] = ()
+    ) -> None:
+        super().__init__(
+            f"run {run_id} is damaged: {problem}. It is not resumed as if whole: restore "
+            f"the database from a backup, or `tether export {run_id}` what is left to "
+            f"inspect it"
+        )
+        self.run_id = run_id
+        self.missing = missing
 
 
 class ArtifactCorrupt(StoreError):

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from . import codec, snapshots
+from . import codec, integrity, snapshots
 from . import events as ev
 from .clock import new_run_id
 from .errors import EncodeError, InvalidState, NotFound, TetherError
@@ -70,10 +70,14 @@ class History:
 
 
 def history(app: App, run_id: str) -> History:
-    """The run's events and steps. Raises NotFound for an unknown run."""
+    """The run's events and steps. Raises NotFound for an unknown run, RunDamaged for a
+    log with gaps or a row it disagrees with."""
     record = app.store.get_run(run_id)
     events = app.store.read_events(run_id)
-    return History(record, tuple(_entry(e) for e in events), fold(events, run_id=run_id).steps)
+    integrity.check_events(run_id, events, 0)
+    state = fold(events, run_id=run_id)
+    integrity.check_row(run_id, record.status, state.status, state.seq)
+    return History(record, tuple(_entry(e) for e in events), state.steps)
 
 
 def _entry(e: Event) -> HistoryEntry:
