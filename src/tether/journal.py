@@ -22,7 +22,7 @@ from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import codec
+from . import codec, inputs
 from . import events as ev
 from .clock import Clock
 from .errors import EncodeError, LeaseLost, NondeterminismError, StoreUnavailable
@@ -207,8 +207,13 @@ class Journal:
             raise self.poisoned
         if self.interrupted is not None:
             raise self.interrupted
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"run {self.run_id}: a {kind} needs a non-empty str name, got {name!r}")
+        if (
+            type(name) is not str
+            or not name
+            or len(name) > inputs.NAME_MAX
+            or not name.isprintable()
+        ):
+            inputs.name(name, f"run {self.run_id}: a {kind}'s name")  # says what is wrong
         self.pos += 1
         recorded = self.recorded[self.pos - 1] if self.pos <= len(self.recorded) else None
         if recorded is not None and (recorded.name != name or recorded.kind != kind):

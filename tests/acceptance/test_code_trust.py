@@ -61,7 +61,7 @@ def crafted(run_id: str, status: str, code: dict[str, str], tool_code: dict[str,
         {
             "type": "run.created",
             "data": {"agent": "ghost", "version": None, "input": {"args": [], "kwargs": {}}}
-            | {"code": code},
+            | {"code": code, "queue": "default"},
         },
         {"type": "run.started", "data": {"by": "somewhere", "epoch": 1}},
         {
