@@ -29,6 +29,7 @@ from .errors import (
     Conflict,
     DecisionRefused,
     EncodeError,
+    InvalidInput,
     InvalidState,
     LeaseLost,
     NondeterminismError,
@@ -64,6 +65,7 @@ __all__ = [
     "EncodeError",
     "Event",
     "FakeClock",
+    "InvalidInput",
     "InvalidState",
     "LeaseLost",
     "NondeterminismError",
@@ -173,9 +175,9 @@ def _check_open(
     from . import inputs
 
     if not isinstance(url, str) or not url or "\x00" in url:
-        raise ValueError(f"tether.open needs a path or a URL, not {url!r}")
+        raise InvalidInput(f"tether.open needs a path or a URL, not {url!r}")
     if durability not in ("normal", "full"):
-        raise ValueError(f"durability is 'normal' or 'full', not {durability!r}")
+        raise InvalidInput(f"durability is 'normal' or 'full', not {durability!r}")
     inputs.seconds(lease_ttl, "lease_ttl", above=True)
     inputs.seconds(inline_sleep_max, "inline_sleep_max")
     inputs.integer(snapshot_every, "snapshot_every", low=1)
@@ -186,17 +188,17 @@ def _check_config(clock: _Any, retry: _Any, policy: _Any, approver_groups: _Any)
 
     for value, cls, what in ((retry, Retry, "retry"), (policy, Policy, "policy")):
         if value is not None and not isinstance(value, cls):
-            raise TypeError(f"{what} must be a tether.{cls.__name__}, not {value!r}")
+            raise InvalidInput(f"{what} must be a tether.{cls.__name__}, not {value!r}")
     if clock is not None and not callable(getattr(clock, "now", None)):
-        raise TypeError(f"clock must have now() and sleep() (tether.SystemClock), not {clock!r}")
+        raise InvalidInput(f"clock must have now() and sleep() (tether.SystemClock), not {clock!r}")
     if approver_groups is None:
         return
     if not isinstance(approver_groups, dict):
-        raise TypeError("approver_groups maps a group's name to its members: {'ops': ['ann']}")
+        raise InvalidInput("approver_groups maps a group's name to its members: {'ops': ['ann']}")
     for group, members in approver_groups.items():
         inputs.name(group, "approver_groups: a group's name")
         if isinstance(members, str) or not isinstance(members, list | tuple | set | frozenset):
-            raise TypeError(f"approver_groups[{group!r}] is a list of names, not {members!r}")
+            raise InvalidInput(f"approver_groups[{group!r}] is a list of names, not {members!r}")
         for m in members:
             inputs.name(m, f"approver_groups[{group!r}]: a member")
 
@@ -214,7 +216,20 @@ def _check_options(
     ]
     unknown = sorted(set(options) - set(valid))
     if unknown:
-        raise TypeError(
+        raise InvalidInput(
             f"tether.open: {', '.join(unknown)} is not an option of the {backend} store; "
             f"its options are {', '.join(valid)} (see help(tether.open))"
         )
+    from . import inputs
+
+    for option, value in options.items():
+        if value is None and option in ("lanes", "schema"):  # their defaults
+            continue
+        if option in ("busy_timeout", "timeout"):
+            inputs.seconds(value, option, above=True)
+        elif option == "linger":
+            inputs.seconds(value, option)
+        elif option in ("min_size", "max_size", "lanes"):
+            inputs.integer(value, option, low=0 if option == "min_size" else 1, high=10_000)
+        elif option == "schema":
+            inputs.name(value, option)

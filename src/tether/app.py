@@ -33,6 +33,7 @@ from .errors import (
     ClockSkew,
     Conflict,
     EncodeError,
+    InvalidInput,
     InvalidState,
     LeaseLost,
     NotFound,
@@ -233,6 +234,17 @@ class App:
         """Declare a queue's flow control: ``concurrency`` (all workers together),
         ``worker_concurrency`` (one worker), ``per_key`` (per concurrency_key), ``rate``
         ``(starts, period_seconds)`` and ``max_depth`` (refuse new runs beyond it)."""
+        inputs.name(name, "queue")
+        for what, value in (
+            ("concurrency", concurrency),
+            ("worker_concurrency", worker_concurrency),
+            ("per_key", per_key),
+            ("max_depth", max_depth),
+        ):
+            if value is not None:
+                inputs.integer(value, f"queue {name!r}: {what}", low=1)
+        if rate is not None:
+            _check_rate(name, rate)
         config = QueueConfig(name, concurrency, worker_concurrency, per_key, rate, max_depth)
         self._queues[name] = config
         return config
@@ -298,6 +310,10 @@ class App:
         payload = self._input(d, args, kwargs)
         if isinstance(session, str):  # after the checks: bad input creates no session either
             session = self.session(session)
+        elif session is not None and not isinstance(session, Session):
+            raise InvalidInput(
+                f"a session is a Session or its session id (a str), not {inputs.show(session)}"
+            )
         sid, owner = (session.id, session.owner) if session is not None else (None, None)
         new = NewRun(
             run_id or new_run_id(now),
@@ -341,6 +357,15 @@ class App:
         ``cpu``: pin the process to a CPU number, or ``"auto"`` (see :mod:`tether.cpus`).
         ``prefetch``: runs to claim ahead of the free slots (0: never; None: while runs are
         short, see :mod:`tether.worker`)."""
+        if isinstance(queues, str) or not isinstance(queues, Sequence) or not queues:
+            raise InvalidInput(
+                f"queues is a list of queue names, e.g. ['default'], not {inputs.show(queues)}"
+            )
+        for q in queues:
+            inputs.name(q, "queues: a queue")
+        for what, n in (("concurrency", concurrency), ("prefetch", prefetch)):
+            if isinstance(n, int) and n > MAX_CONCURRENCY:  # the rest: Worker's checks
+                raise InvalidInput(f"{what} must be at most {MAX_CONCURRENCY} runs, not {n}")
         return Worker(
             self, queues=queues, concurrency=concurrency, poll=poll, cpu=cpu, prefetch=prefetch
         )
@@ -419,7 +444,7 @@ class App:
 
     def _resolve(self, agent: Callable[..., Any] | str) -> AgentDef:
         if isinstance(agent, str):
-            found = self._agents.get(agent)
+            found = self._agents.get(inputs.name(agent, "agent"))
             if found is None:
                 raise NotFound(
                     f"no agent named {agent!r} is registered on this app (registered: "
@@ -449,6 +474,10 @@ class App:
         recorded in its row and its ``run.created`` event) and the agent finds it as
         ``run.session``, where ``run.llm(…, messages=…)`` records its prompt as references
         to the stored messages."""
+        if not isinstance(session, Session | str):
+            raise InvalidInput(
+                f"a session is a Session or its session id (a str), not {inputs.show(session)}"
+            )
         s = session if isinstance(session, Session) else self.session(session)
         d = self._resolve(agent)
         journal, run = self._create(d, args, kwargs, session=s)
@@ -470,6 +499,11 @@ class App:
         ``compact_at_tokens`` and ``summarize``, every ``add`` compacts the session once
         its prompt view passes that many tokens, keeping the last ``keep_last`` messages.
         """
+        inputs.name(session_id, "the session id")
+        inputs.optional_name(owner, "owner")
+        if compact_at_tokens is not None:
+            inputs.integer(compact_at_tokens, "compact_at_tokens", low=1)
+        inputs.integer(keep_last, "keep_last", low=0)
         policy = make_policy(compact_at_tokens, summarize, keep_last)
         return open_session(self.store, self.clock, session_id, owner=owner, policy=policy)
 
@@ -485,7 +519,7 @@ class App:
         A waiting run resumes once what it waits for has happened (a decision, a
         signal, its timer: resuming a sleeping run sleeps only what is left).
         """
-        prepared = self._prepare_resume(run_id, retry=False)
+        prepared = self._prepare_resume(inputs.lookup_id(run_id), retry=False)
         if isinstance(prepared, RunHandle):
             return prepared
         if prepared[1].compensating is not None:
@@ -494,7 +528,7 @@ class App:
 
     async def aresume(self, run_id: str) -> RunHandle:
         """``resume`` for use inside an event loop."""
-        prepared = self._prepare_resume(run_id, retry=False)
+        prepared = self._prepare_resume(inputs.lookup_id(run_id), retry=False)
         if isinstance(prepared, RunHandle):
             return prepared
         return await self._aexecute(*prepared)
@@ -507,6 +541,7 @@ class App:
         status ``queued``. The log records who asked (``run.suspended``, reason ``retry
         requested``).
         """
+        inputs.lookup_id(run_id)
         if in_queue:
             return self._requeue(run_id)
         prepared = self._prepare_resume(run_id, retry=True)
@@ -572,8 +607,11 @@ class App:
             codec.encode(payload)
         except EncodeError as e:
             where = e.path.replace("$.args", "args", 1).replace("$.kwargs", "kwargs", 1)
+            why = f"{e.type_name} at {where}"
+            if e.type_name in (codec.CYCLE, codec.TOO_DEEP):  # the codec's words say which
+                why = str(e).split(": ", 1)[-1].split(". ")[0].replace("$.", "")
             raise EncodeError(
-                f"agent {d.name!r}: its input cannot be stored: {e.type_name} at {where}; "
+                f"agent {d.name!r}: its input cannot be stored: {why}; "
                 f"pass plain data to agents. No run was created.",
                 path=e.path,
                 type_name=e.type_name,
@@ -958,6 +996,9 @@ class App:
         Steps never pay for snapshots. Raises RunDamaged when the log has a gap or
         disagrees with the row (see :mod:`tether.integrity`).
         """
+        inputs.lookup_id(run_id)
+        if upto is not None:
+            inputs.integer(upto, "upto", low=0)
         loaded = self.store.load(run_id, upto=upto)
         integrity.check_events(run_id, loaded.events, loaded.snapshot.seq if loaded.snapshot else 0)
         start = snapshots.load(self.store, loaded.snapshot) if loaded.snapshot else None
@@ -980,7 +1021,10 @@ class App:
 
     def events(self, run_id: str, *, after: int = 0, upto: int | None = None) -> list[Event]:
         """The run's events in seq order. Raises NotFound for an unknown run."""
-        self.store.get_run(run_id)
+        inputs.integer(after, "after", low=0)
+        if upto is not None:
+            inputs.integer(upto, "upto", low=0)
+        self.store.get_run(inputs.lookup_id(run_id))
         return self.store.read_events(run_id, after=after, upto=upto)
 
     def runs(
@@ -1000,14 +1044,20 @@ class App:
         Refused (DecisionRefused, recorded in the audit log) when ``by`` is not an
         approver, the request was already decided, or the run is not waiting for it.
         """
+        _check_decision(run_id, name, by, reason)
         waits.decide(self, run_id, name, approved=True, by=by, reason=reason)
 
     def deny(self, run_id: str, name: str, *, by: str, reason: str | None = None) -> None:
         """Deny a waiting run's request ``name``: ``run.approve`` raises ApprovalDenied."""
+        _check_decision(run_id, name, by, reason)
         waits.decide(self, run_id, name, approved=False, by=by, reason=reason)
 
     def resolve(self, run_id: str, *, happened: bool, by: str, result: Any = None) -> None:
         """Settle a tool call in doubt: it ``happened`` (with its ``result``) or not (retry)."""
+        inputs.lookup_id(run_id)
+        if not isinstance(happened, bool):
+            raise InvalidInput(f"happened is True or False, not {inputs.show(happened)}")
+        inputs.name(by, "by")
         waits.resolve(self, run_id, happened=happened, by=by, result=result)
 
     def signal(
@@ -1015,6 +1065,9 @@ class App:
     ) -> bool:
         """Send a signal; kept until ``run.wait(name)`` takes it. Returns whether it woke
         the run. A finished run refuses signals (InvalidState)."""
+        inputs.lookup_id(run_id)
+        inputs.name(name, "the signal's name")
+        inputs.optional_name(sender, "sender")
         return waits.signal(self, run_id, name, payload, sender=sender)
 
     def cancel(
@@ -1027,11 +1080,11 @@ class App:
     ) -> RunHandle:
         """Cancel a run that is not executing (queued, waiting, or crashed); with
         ``compensate=True`` first undo its completed write tools, newest first."""
-        record = self.store.get_run(run_id)
+        inputs.optional_name(by, "by")
+        inputs.text(reason, "reason")
+        record = self.store.get_run(inputs.lookup_id(run_id))
         if record.status in waits.FINISHED:
             raise InvalidState(f"run {run_id} is already {record.status}; nothing to cancel")
-        if compensate:  # every undo must be found before anything is written
-            compensation.compensable(self.load(run_id), self._lookup_tool)
         try:
             lease = self._claim(record)
         except Conflict:  # executing elsewhere: it stops at its next step
@@ -1045,6 +1098,12 @@ class App:
             self.interrupt(run_id, Cancelling(compensate, by=by, reason=reason))
             return RunHandle(run_id, "running", waiting={"cancel": "requested"})
         state = self.load(run_id)
+        if compensate:  # undone here: every undo must be found before anything is written
+            try:
+                compensation.compensable(state, self._lookup_tool)
+            except NotFound:
+                self.let_go(run_id, lease.epoch)
+                raise
         journal = Journal(
             self.store,
             self.clock,
@@ -1057,11 +1116,11 @@ class App:
 
     def effect(self, key: str) -> Effect | None:
         """The effects-table row of an idempotency key (None if never called)."""
-        return self.store.get_effect(key)
+        return self.store.get_effect(inputs.lookup_id(key, "key"))
 
     def audit(self, run_id: str) -> list[AuditRecord]:
         """The run's audit records (refused decisions and the like)."""
-        self.store.get_run(run_id)
+        self.store.get_run(inputs.lookup_id(run_id))
         return self.store.read_audit(run_id)
 
     # -- lifecycle --------------------------------------------------------
@@ -1088,7 +1147,7 @@ class App:
 
     def history(self, run_id: str) -> timetravel.History:
         """The run's row, every event with its seq, and its steps."""
-        return timetravel.history(self, run_id)
+        return timetravel.history(self, inputs.lookup_id(run_id))
 
     def state(
         self,
@@ -1100,12 +1159,15 @@ class App:
     ) -> RunState:
         """The exact state at seq ``at``, or before/after ``step`` (a position or a name);
         the head when neither is given."""
-        return timetravel.state_at(self, run_id, at=at, step=step, when=when)
+        return timetravel.state_at(self, inputs.lookup_id(run_id), at=at, step=step, when=when)
 
     def diff(
         self, a: RunState | str, b: RunState | str, *, bookkeeping: bool = False
     ) -> timetravel.Diff:
         """What differs from state ``a`` to state ``b`` (a run id means its head)."""
+        for x in (a, b):
+            if not isinstance(x, RunState | str):
+                raise InvalidInput(f"diff compares two states or two run ids, not {inputs.show(x)}")
         sa = self.load(a) if isinstance(a, str) else a
         sb = self.load(b) if isinstance(b, str) else b
         return timetravel.diff(sa, sb, bookkeeping=bookkeeping)
@@ -1122,11 +1184,13 @@ class App:
     ) -> str:
         """A new queued run branching off ``run_id`` after ``step`` (or at seq ``at``, or at
         its head), with new ``input`` and edited task ``vars``; ``resume`` executes it."""
-        return timetravel.fork(self, run_id, at=at, step=step, when=when, input=input, vars=vars)
+        return timetravel.fork(
+            self, inputs.lookup_id(run_id), at=at, step=step, when=when, input=input, vars=vars
+        )
 
     def export_run(self, run_id: str, out: TextIO) -> int:
         """Write the run to ``out`` as ``tether-run`` JSON lines; return how many events."""
-        return export.export_run(self, run_id, out)
+        return export.export_run(self, inputs.lookup_id(run_id), out)
 
     def import_run(
         self, lines: Iterable[str], *, new_id: bool = False, source: str = "<input>"
@@ -1147,8 +1211,10 @@ class App:
         """Delete finished runs by age (seconds, a timedelta or ``"30d"``), status and
         keep-last-N per agent, sweep the snapshot pages no snapshot references and nothing
         wrote for ``blob_grace``, then give the space back. See :mod:`tether.retention`."""
-        age = None if older_than is None else retention.parse_age(older_than)
-        grace = retention.parse_age(blob_grace)
+        age = parse_duration(older_than, what="older_than")
+        grace = parse_duration(blob_grace, what="blob_grace")
+        if grace is None:
+            raise InvalidInput("blob_grace is a duration (e.g. '1h'), not None")
         if keep_last is not None:
             inputs.integer(keep_last, "keep_last", low=0)
         statuses = (status,) if isinstance(status, str) else tuple(status)
@@ -1270,6 +1336,23 @@ def tool(
     return declare(fn) if fn is not None else declare
 
 
+MAX_CONCURRENCY = 10_000  # runs one worker executes at once (threads): more is a typo
+
+
+def _check_rate(queue: str, rate: Any) -> None:
+    if not isinstance(rate, tuple | list) or len(rate) != 2:
+        raise InvalidInput(f"queue {queue!r}: rate is (starts, period_seconds), e.g. (100, 60)")
+    inputs.integer(rate[0], f"queue {queue!r}: rate's starts", low=1)
+    inputs.seconds(rate[1], f"queue {queue!r}: rate's period", above=True)
+
+
+def _check_decision(run_id: Any, name: Any, by: Any, reason: Any) -> None:
+    inputs.lookup_id(run_id)
+    inputs.name(name, "the approval's name")
+    inputs.name(by, "by")
+    inputs.text(reason, "reason")
+
+
 def _check_start(
     queue: Any, priority: Any, run_id: Any, dedup_key: Any, concurrency_key: Any
 ) -> None:
@@ -1291,10 +1374,11 @@ def _define(fn: Callable[..., Any], name: str | None, version: str | None) -> Ag
             f"agent {fn.__qualname__!r} must take the run object as its first parameter, "
             f"e.g. def {fn.__name__}(run, ...)"
         )
-    inputs.name(name or fn.__name__, "the agent's name")
+    name = fn.__name__ if name is None else name
+    inputs.name(name, "the agent's name")
     inputs.optional_name(version, "the agent's version")
     code = {"module": fn.__module__, "qualname": fn.__qualname__}
     source = inspect.getsourcefile(fn)
     if source:
         code["file"] = os.path.abspath(source)
-    return AgentDef(name or fn.__name__, version, fn, inspect.iscoroutinefunction(fn), code)
+    return AgentDef(name, version, fn, inspect.iscoroutinefunction(fn), code)

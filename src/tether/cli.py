@@ -59,6 +59,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import tether
 
+from . import inputs
 from .clock import owner_is_dead_local
 from .registry import CODE_ENV, parse_modules
 from .store import RunRecord
@@ -275,25 +276,37 @@ def when(at: float | None, *, date: bool = True) -> str:
         return f"{at!r} (not a time)"
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: a whole number of 1 or more."""
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"a whole number of 1 or more, not {text!r}")
-    return n
+def whole_number(low: int = 0, high: int = inputs.INT64_MAX) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``low`` to ``high`` (at most 2^63-1, what the
+    databases hold), else a usage error naming the range."""
+
+    def parse(text: str) -> int:
+        try:
+            n = int(text.strip()) if len(text) <= 30 else None
+        except ValueError:
+            n = None
+        if n is None or not low <= n <= high:
+            shown = text if len(text) <= 40 else text[:37] + "..."
+            bound = f"of at most {high}" if n is not None and n > high else f"of {low} or more"
+            raise argparse.ArgumentTypeError(f"a whole number {bound}, not {shown!r}")
+        return n
+
+    parse.__name__ = "whole number"  # argparse names the type in its messages
+    return parse
+
+
+positive_int = whole_number(1)  # an argparse type: a whole number of 1 or more
 
 
 def positive_seconds(text: str) -> float:
-    """An argparse type: a number of seconds above 0."""
+    """An argparse type: a number of seconds above 0 (and finite)."""
     try:
-        x = float(text)
+        x = float(text) if len(text) <= 40 else 0.0
     except ValueError:
         x = 0.0
     if not 0 < x < float("inf"):
-        raise argparse.ArgumentTypeError(f"a number of seconds above 0, not {text!r}")
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        raise argparse.ArgumentTypeError(f"a number of seconds above 0, not {shown!r}")
     return x
 
 
@@ -470,7 +483,7 @@ def _show_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _show(args: argparse.Namespace, ctx: Context) -> int:
     app = ctx.app()
-    record = app.store.get_run(args.run)
+    record = app.store.get_run(inputs.lookup_id(args.run))
     try:
         state = app.get(args.run)
     except tether.RunDamaged as e:
@@ -651,7 +664,7 @@ def _steps_table(steps: Sequence[tether.StepState]) -> str:
 def _log_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", help="the run id")
     parser.add_argument(
-        "--after", type=int, default=0, metavar="N", help="only events with seq > N"
+        "--after", type=whole_number(), default=0, metavar="N", help="only events with seq > N"
     )
     parser.add_argument("--json", action="store_true", help="print the full events as JSON lines")
 
@@ -747,7 +760,7 @@ def _retry_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _retry(args: argparse.Namespace, ctx: Context) -> int:
     app = ctx.app()
-    queue = app.store.get_run(args.run).queue
+    queue = app.store.get_run(inputs.lookup_id(args.run)).queue
     if queue is None or args.here:
         report_handle(ctx, app, app.retry_run(args.run))
         return 0
@@ -881,6 +894,8 @@ def _global_options(default: Any) -> argparse.ArgumentParser:
 
 
 def _code_modules(text: str) -> frozenset[str]:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("a module name is needed, e.g. --code myproject.agents")
     try:
         return parse_modules(text, what="--code")
     except ValueError as e:
@@ -938,6 +953,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return command.run(args, ctx)
     except CommandError as e:
         return _fail(str(e), e.code)
+    except tether.InvalidInput as e:  # a value given on the command line: a usage error
+        return _fail(str(e), 2)
     except tether.TetherError as e:
         return _fail(str(e), 1)
     except KeyboardInterrupt:

@@ -17,6 +17,8 @@ import datetime as dt
 import math
 import re
 
+from .errors import InvalidInput
+
 UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 MAX_SECONDS = 100 * 365.25 * 86400.0
 _PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*", re.ASCII)
@@ -26,24 +28,24 @@ Duration = float | int | str | dt.timedelta
 
 
 def parse_duration(value: Duration | None, *, what: str = "duration") -> float | None:
-    """Seconds in ``value`` (see the module docstring); None stays None. Raises ValueError
-    (TypeError for a value of another type) naming ``what``."""
+    """Seconds in ``value`` (see the module docstring); None stays None. Raises
+    InvalidInput (a ValueError and a TypeError) naming ``what``."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float | str | dt.timedelta):
-        raise TypeError(f"{what} must be a duration: {_EXAMPLES}; not {type(value).__name__}")
+        raise InvalidInput(f"{what} must be a duration: {_EXAMPLES}; not {type(value).__name__}")
     if isinstance(value, str):
         seconds = _parse_text(value, what)
     elif isinstance(value, dt.timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, float) and math.isnan(value):
-        raise ValueError(f"{what} must be a duration, not nan: {_EXAMPLES}")
+        raise InvalidInput(f"{what} must be a duration, not nan: {_EXAMPLES}")
     else:
         seconds = float(value) if abs(value) < 2**1000 else math.inf
     if seconds < 0:
-        raise ValueError(f"{what} must not be negative, got {value!r}")
+        raise InvalidInput(f"{what} must not be negative, got {value!r}")
     if seconds > MAX_SECONDS:
-        raise ValueError(
+        raise InvalidInput(
             f"{what} {_cut(value)} is longer than a hundred years; give a finite duration: "
             f"{_EXAMPLES}"
         )
@@ -61,7 +63,7 @@ def _parse_text(text: str, what: str) -> float:
         total += float(m.group(1)) * UNITS[m.group(2) or "s"]
         pos = m.end()
     if not text or pos != len(text):
-        raise ValueError(f"{what} {_cut(text)} is not a duration; write {_EXAMPLES}")
+        raise InvalidInput(f"{what} {_cut(text)} is not a duration; write {_EXAMPLES}")
     return total
 
 

@@ -82,13 +82,16 @@ def define_tool(
         )
     if compensate is not None and not callable(compensate):
         raise TypeError(f"tool {fn.__qualname__!r}: compensate must be callable")
-    inputs.name(name or fn.__name__, "the tool's name")
+    if retry is not None and not isinstance(retry, Retry):
+        raise TypeError(f"tool {fn.__qualname__!r}: retry must be a tether.Retry, not {retry!r}")
+    name = fn.__name__ if name is None else name
+    inputs.name(name, "the tool's name")
     code = {"module": fn.__module__, "qualname": fn.__qualname__}
     source = inspect.getsourcefile(fn)
     if source:
         code["file"] = os.path.abspath(source)
     return ToolDef(
-        name or fn.__name__,
+        name,
         fn,
         risk,
         compensate,

@@ -13,6 +13,7 @@
     │   └── LeaseLost                a newer lease (fencing token) exists; stop writing
     ├── QueueFull                    a queue at its max depth refuses new runs (backpressure)
     ├── EncodeError                  a value cannot be stored (names the type and path)
+    ├── InvalidInput                 an argument tether does not take (names it; also a ValueError)
     ├── NondeterminismError          replay found a different step at a recorded position
     ├── StepTimeout                  a step attempt ran past its retry policy's timeout
     ├── InvalidState                 the run is not in a state that allows the operation
@@ -107,6 +108,12 @@ class EncodeError(TetherError, TypeError):
         super().__init__(message)
         self.path = path
         self.type_name = type_name
+
+
+class InvalidInput(TetherError, ValueError, TypeError):
+    """A value passed to tether is not one it takes: the message names the parameter and
+    says what is expected. Both a ValueError and a TypeError, so that either ``except``
+    catches it; the CLI reports it as a usage error (exit 2). See :mod:`tether.inputs`."""
 
 
 class NondeterminismError(TetherError):

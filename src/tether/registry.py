@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import ModuleType
 from typing import Any
 
-from .errors import NotFound
+from .errors import InvalidInput, NotFound
 
 CODE_ENV = "TETHER_CODE"
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -44,10 +44,12 @@ def check_modules(modules: Iterable[str] | str | None, *, what: str = "code") ->
         return frozenset()
     if isinstance(modules, str):
         modules = [modules]
+    if not isinstance(modules, Iterable):
+        raise InvalidInput(f"{what} is a list of module names, not {modules!r}")
     out = set()
     for m in modules:
         if not isinstance(m, str) or not _MODULE.match(m) or m.endswith(".py"):
-            raise ValueError(
+            raise InvalidInput(
                 f"{what}: {m!r} is not a module name; name modules as you would import "
                 f"them (e.g. code=['myproject.agents']), never as file paths"
             )
@@ -86,13 +88,14 @@ def find(code: Mapping[str, Any], attr: str, may_import: Callable[[str], bool], 
             f"{what} is not registered and its run did not record its code; "
             f"pass --app pkg.module:app"
         )
-    if not _MODULE.match(module_name) or not _MODULE.match(qualname):
+    if not _MODULE.match(module_name):
         raise NotFound(
             f"{what}: its recorded code location {module_name!r}:{qualname!r} is not a "
             f"module and a name; {how_to_allow('pkg.module')}"
         )
     module = _module(module_name, may_import, what)
-    found = _lookup(module, qualname.split("."), attr)
+    # a name defined inside a function ("f.<locals>.g") cannot be found: missing
+    found = _lookup(module, qualname.split("."), attr) if _MODULE.match(qualname) else _MISSING
     if found is _MISSING:
         raise NotFound(
             f"{what}: {module_name}.{qualname} is not a tether "

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import inputs
-from .errors import StepTimeout
+from .errors import InvalidInput, StepTimeout
 
 RetryOn = tuple[type[BaseException], ...] | Callable[[BaseException], bool]
 
@@ -41,13 +41,13 @@ class Retry:
         inputs.seconds(self.max_delay, "Retry.max_delay")
         inputs.seconds(self.multiplier, "Retry.multiplier")
         if isinstance(self.jitter, bool) or not isinstance(self.jitter, int | float):
-            raise TypeError(f"Retry.jitter is a fraction in [0, 1], not {self.jitter!r}")
+            raise InvalidInput(f"Retry.jitter is a fraction in [0, 1], not {self.jitter!r}")
         if not 0 <= self.jitter <= 1:
-            raise ValueError(f"Retry.jitter is a fraction in [0, 1], not {self.jitter}")
+            raise InvalidInput(f"Retry.jitter is a fraction in [0, 1], not {self.jitter}")
         if self.timeout is not None:
             inputs.seconds(self.timeout, "Retry.timeout", above=True)
         if not isinstance(self.retry_on, tuple) and not callable(self.retry_on):
-            raise TypeError("Retry.retry_on is a tuple of exception types or a predicate")
+            raise InvalidInput("Retry.retry_on is a tuple of exception types or a predicate")
 
     def should_retry(self, exc: BaseException, attempt: int) -> bool:
         """Whether attempt ``attempt`` failing with ``exc`` leaves another attempt."""

@@ -111,8 +111,10 @@ class Vars(MutableMapping[str, Any]):
         self._write(ev.VAR_DELETED, key, None)
 
     def _write(self, type_: str, key: str, value: Any) -> None:
-        if not isinstance(key, str):
-            raise TypeError(f"run {self._j.run_id}: task variable names are str, not {key!r}")
+        if not isinstance(key, str) or not key:
+            raise TypeError(
+                f"run {self._j.run_id}: task variable names are non-empty str, not {key!r}"
+            )
         slot = self._j.slot("var", f"vars.{key}")
         if slot.done:
             return
