@@ -60,6 +60,10 @@ AGENTS = textwrap.dedent(
         return run.step("flaky", flaky)
 
     @app.agent
+    def waiter(run):
+        return run.wait("go")
+
+    @app.agent
     def probe(run):
         def look():
             row = app.store.get_run(run.id)
@@ -116,7 +120,7 @@ def worker(cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 def test_every_configuration_item_of_the_app_survives_the_cli(
     tmp_path: Path, project: dict[str, str]
 ) -> None:
-    pay, gate, retrying = start(tmp_path, project, "pay, 5", "gate", "retrying")
+    pay, gate, retrying, waiter = start(tmp_path, project, "pay, 5", "gate", "retrying", "waiter")
     probes = start(tmp_path, project, "probe", "probe", "probe")
     done = worker(tmp_path, project)
     assert done.returncode == 0, done.stderr
@@ -141,6 +145,14 @@ def test_every_configuration_item_of_the_app_survives_the_cli(
     approved = run(*cli, "approve", gate, "ship", "--by", "ann", cwd=tmp_path, env=project)
     assert approved.returncode == 0, approved.stderr
     assert "approved 'ship'" in approved.stdout
+
+    # a signal sent through the CLI reaches the waiting run, which a worker then finishes
+    sent = run(*cli, "signal", waiter, "go", '{"n": 7}', cwd=tmp_path, env=project)
+    assert sent.returncode == 0 and "a worker of queue 'solo' resumes it" in sent.stdout
+    assert worker(tmp_path, project).returncode == 0
+    with tether.open(project["AGENTS_DB"]) as app:
+        assert app.get(waiter).output == {"n": 7}
+        assert app.get(gate).status == "completed"
 
 
 def test_a_db_that_is_not_the_apps_is_refused(tmp_path: Path, project: dict[str, str]) -> None:
