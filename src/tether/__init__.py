@@ -15,6 +15,7 @@ One front door::
 
 from __future__ import annotations
 
+from collections.abc import Iterable as _Iterable
 from typing import Any as _Any
 
 from . import context as context  # tether.context.build(…): the context window as a cache
@@ -29,12 +30,14 @@ from .errors import (
     CorruptRecord,
     DecisionRefused,
     EncodeError,
+    InvalidInput,
     InvalidState,
     LeaseLost,
     NondeterminismError,
     NotATetherDatabase,
     NotFound,
     QueueFull,
+    RunDamaged,
     RunFailed,
     SchemaTooNew,
     StepTimeout,
@@ -65,6 +68,7 @@ __all__ = [
     "EncodeError",
     "Event",
     "FakeClock",
+    "InvalidInput",
     "InvalidState",
     "LeaseLost",
     "NondeterminismError",
@@ -74,6 +78,7 @@ __all__ = [
     "QueueFull",
     "Retry",
     "Run",
+    "RunDamaged",
     "RunFailed",
     "RunHandle",
     "RunState",
@@ -113,6 +118,7 @@ def open(
     approver_groups: dict[str, list[str]] | None = None,
     inline_sleep_max: float = 60.0,
     embed: _Embedder | None = None,
+    code: _Iterable[str] | None = None,
     **options: _Any,
 ) -> App:
     """Open (creating if needed) a tether store and return its App.
@@ -125,32 +131,109 @@ def open(
     PostgreSQL follows the server's ``synchronous_commit``.
     ``embed`` (texts -> one list of floats per text) turns on semantic search in
     ``app.memory`` (see docs/memory.md).
+    ``code``: modules (and packages) that a run this App did not register may name
+    for its agent or tool code; nothing else a database names is imported (see
+    :mod:`tether.registry`).
+    ``options`` go to the backend: ``busy_timeout`` for SQLite; ``schema``,
+    ``min_size``, ``max_size``, ``timeout``, ``lanes`` and ``linger`` for PostgreSQL
+    (another name is refused, listing these).
     """
     from .store import Store
     from .store.sqlite import SQLiteStore, sqlite_path
 
-    if not isinstance(url, str) or not url:
-        raise ValueError(f"tether.open needs a path or a URL, not {url!r}")
-    if durability not in ("normal", "full"):
-        raise ValueError(f"durability is 'normal' or 'full', not {durability!r}")
+    _check_open(url, durability, lease_ttl, inline_sleep_max, snapshot_every)
+    _check_config(clock, retry, policy, approver_groups)
     store: Store
     if url.startswith(("postgres://", "postgresql://")):
         from .store.postgres import PostgresStore  # psycopg is imported only for PostgreSQL
 
+        _check_options(PostgresStore, "PostgreSQL", options)
         store = PostgresStore(url, **options)
     else:
+        _check_options(SQLiteStore, "SQLite", options, set_here=frozenset({"synchronous"}))
         store = SQLiteStore(sqlite_path(url), synchronous=durability, **options)
-    app = App(
-        store,
-        clock=clock,
-        retry=retry or Retry(),
-        snapshot_every=snapshot_every,
-        lease_ttl=lease_ttl,
-        url=url,
-        policy=policy,
-        approver_groups=dict(approver_groups or {}),
-        inline_sleep_max=inline_sleep_max,
-    )
+    try:
+        app = App(
+            store,
+            clock=clock,
+            retry=retry or Retry(),
+            snapshot_every=snapshot_every,
+            lease_ttl=lease_ttl,
+            url=url,
+            policy=policy,
+            approver_groups=dict(approver_groups or {}),
+            inline_sleep_max=inline_sleep_max,
+            code=code,
+        )
+    except BaseException:
+        store.close()
+        raise
     if embed is not None:
         app.memory.embedder = embed
     return app
+
+
+def _check_open(
+    url: _Any, durability: _Any, lease_ttl: _Any, inline_sleep_max: _Any, snapshot_every: _Any
+) -> None:
+    from . import inputs
+
+    if not isinstance(url, str) or not url or "\x00" in url:
+        raise InvalidInput(f"tether.open needs a path or a URL, not {url!r}")
+    if durability not in ("normal", "full"):
+        raise InvalidInput(f"durability is 'normal' or 'full', not {durability!r}")
+    inputs.seconds(lease_ttl, "lease_ttl", above=True)
+    inputs.seconds(inline_sleep_max, "inline_sleep_max")
+    inputs.integer(snapshot_every, "snapshot_every", low=1)
+
+
+def _check_config(clock: _Any, retry: _Any, policy: _Any, approver_groups: _Any) -> None:
+    from . import inputs
+
+    for value, cls, what in ((retry, Retry, "retry"), (policy, Policy, "policy")):
+        if value is not None and not isinstance(value, cls):
+            raise InvalidInput(f"{what} must be a tether.{cls.__name__}, not {value!r}")
+    if clock is not None and not callable(getattr(clock, "now", None)):
+        raise InvalidInput(f"clock must have now() and sleep() (tether.SystemClock), not {clock!r}")
+    if approver_groups is None:
+        return
+    if not isinstance(approver_groups, dict):
+        raise InvalidInput("approver_groups maps a group's name to its members: {'ops': ['ann']}")
+    for group, members in approver_groups.items():
+        inputs.name(group, "approver_groups: a group's name")
+        if isinstance(members, str) or not isinstance(members, list | tuple | set | frozenset):
+            raise InvalidInput(f"approver_groups[{group!r}] is a list of names, not {members!r}")
+        for m in members:
+            inputs.name(m, f"approver_groups[{group!r}]: a member")
+
+
+def _check_options(
+    store: type, backend: str, options: dict[str, _Any], set_here: frozenset[str] = frozenset()
+) -> None:
+    """Refuse options the backend does not take, listing those it does."""
+    import inspect
+
+    valid = [
+        n
+        for n, p in inspect.signature(store).parameters.items()
+        if p.kind is p.KEYWORD_ONLY and n not in set_here
+    ]
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise InvalidInput(
+            f"tether.open: {', '.join(unknown)} is not an option of the {backend} store; "
+            f"its options are {', '.join(valid)} (see help(tether.open))"
+        )
+    from . import inputs
+
+    for option, value in options.items():
+        if value is None and option in ("lanes", "schema"):  # their defaults
+            continue
+        if option in ("busy_timeout", "timeout"):
+            inputs.seconds(value, option, above=True)
+        elif option == "linger":
+            inputs.seconds(value, option)
+        elif option in ("min_size", "max_size", "lanes"):
+            inputs.integer(value, option, low=0 if option == "min_size" else 1, high=10_000)
+        elif option == "schema":
+            inputs.name(value, option)

@@ -2,28 +2,38 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import inspect
 import logging
 import os
-import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TextIO, TypeVar, cast, overload
 
-from . import codec, compensation, export, retention, snapshots, timetravel, waits
+from . import (
+    codec,
+    compensation,
+    export,
+    inputs,
+    integrity,
+    registry,
+    retention,
+    snapshots,
+    timetravel,
+    waits,
+)
 from . import events as ev
 from .artifacts import Artifacts, ArtifactStore, DatabaseArtifacts
 from .clock import Clock, SystemClock, new_run_id, owner_is_dead_local, process_owner
 from .conversation import Session, Summarizer, make_policy, open_session
+from .durations import Duration, parse_duration
 from .effects import ToolDef, define_tool, guarded
 from .errors import (
     ClockSkew,
     Conflict,
     EncodeError,
+    InvalidInput,
     InvalidState,
     LeaseLost,
     NondeterminismError,
@@ -102,6 +112,7 @@ class App:
         policy: Policy | None = None,
         approver_groups: dict[str, Iterable[str]] | None = None,
         inline_sleep_max: float = 60.0,
+        code: Iterable[str] | None = None,
     ) -> None:
         if snapshot_every < 1:
             raise ValueError(f"snapshot_every must be >= 1, not {snapshot_every}")
@@ -124,6 +135,7 @@ class App:
         self.approver_groups = waits.approver_groups(approver_groups)
         self.inline_sleep_max = inline_sleep_max
         self._clock_offset: float | None = None  # measured by check_clock, once
+        self.code = registry.check_modules(code)  # modules a run's record may make us import
 
     # -- registration -----------------------------------------------------
 
@@ -184,15 +196,34 @@ class App:
         """The registered tools by name."""
         return dict(self._tools)
 
+    def allow_code(self, *modules: str) -> None:
+        """Allow importing ``modules`` (and their submodules) to find the agents and tools
+        of runs this app did not register (see :mod:`tether.registry`)."""
+        self.code = self.code | registry.check_modules(modules)
+
+    def _may_import(self, module: str) -> bool:
+        """Whether a module a run names may be imported: allowed by ``code``, or the module
+        of an agent or tool registered here."""
+        defs: list[AgentDef | ToolDef] = [*self._agents.values(), *self._tools.values()]
+        mine = {d.code.get("module") for d in defs}
+        return module in mine or registry.allowed(module, self.code)
+
     def _find_tool(self, name: str, code: Any) -> ToolDef | None:
+        """The tool of a step, for its compensation; None (logged) when it cannot be found:
+        the run's failure is recorded all the same (``cancel(compensate=True)`` refuses
+        instead, see :meth:`_lookup_tool`)."""
+        try:
+            return self._lookup_tool(name, code)
+        except NotFound as e:
+            log.warning("no compensation for tool %r: %s", name, e)
+            return None
+
+    def _lookup_tool(self, name: str, code: Any) -> ToolDef | None:
         found = self._tools.get(name)
         if found is not None or not code:
             return found
-        try:
-            obj = _import_object(dict(code))
-        except NotFound:
-            return None
-        d = getattr(obj, "__tether_tool__", None)
+        what = f"tool {name!r}"
+        d = registry.find(dict(code), "__tether_tool__", self._may_import, what)
         return d if isinstance(d, ToolDef) else None
 
     def queue(
@@ -208,6 +239,17 @@ class App:
         """Declare a queue's flow control: ``concurrency`` (all workers together),
         ``worker_concurrency`` (one worker), ``per_key`` (per concurrency_key), ``rate``
         ``(starts, period_seconds)`` and ``max_depth`` (refuse new runs beyond it)."""
+        inputs.name(name, "queue")
+        for what, value in (
+            ("concurrency", concurrency),
+            ("worker_concurrency", worker_concurrency),
+            ("per_key", per_key),
+            ("max_depth", max_depth),
+        ):
+            if value is not None:
+                inputs.integer(value, f"queue {name!r}: {what}", low=1)
+        if rate is not None:
+            _check_rate(name, rate)
         config = QueueConfig(name, concurrency, worker_concurrency, per_key, rate, max_depth)
         self._queues[name] = config
         return config
@@ -224,7 +266,7 @@ class App:
         priority: int = 0,
         run_id: str | None = None,
         dedup_key: str | None = None,
-        delay: str | float | None = None,
+        delay: Duration | None = None,
         concurrency_key: str | None = None,
         **kwargs: Any,
     ) -> str:
@@ -232,9 +274,10 @@ class App:
 
         An existing ``run_id``, or a ``dedup_key`` held by an unfinished run of the same
         queue (queued, running, waiting or blocked), returns that run's id instead of
-        starting a second one. ``delay``
-        (seconds or ``"10m"``) makes it claimable later; higher ``priority`` first.
-        Raises QueueFull when the queue is at its ``max_depth``.
+        starting a second one. ``delay`` (seconds, a timedelta or ``"10m"``) makes it
+        claimable later; higher ``priority`` first. Raises QueueFull when the queue is at
+        its ``max_depth``; ValueError or TypeError, naming the parameter, for a value
+        :mod:`tether.inputs` refuses.
         """
         return self.start_in(
             None,
@@ -258,7 +301,7 @@ class App:
         priority: int = 0,
         run_id: str | None = None,
         dedup_key: str | None = None,
-        delay: str | float | None = None,
+        delay: Duration | None = None,
         concurrency_key: str | None = None,
         **kwargs: Any,
     ) -> str:
@@ -268,10 +311,15 @@ class App:
         are :meth:`start`'s."""
         d = self._resolve(agent)
         now = self.clock.now()
+        _check_start(queue, priority, run_id, dedup_key, concurrency_key)
+        seconds = parse_duration(delay, what="delay") or 0.0
         payload = self._input(d, args, kwargs)
-        seconds = waits.parse_duration(delay, what="delay") or 0.0
         if isinstance(session, str):  # after the checks: bad input creates no session either
             session = self.session(session)
+        elif session is not None and not isinstance(session, Session):
+            raise InvalidInput(
+                f"a session is a Session or its session id (a str), not {inputs.show(session)}"
+            )
         sid, owner = (session.id, session.owner) if session is not None else (None, None)
         new = NewRun(
             run_id or new_run_id(now),
@@ -317,6 +365,15 @@ class App:
         ``prefetch``: runs to claim ahead of the free slots (0: never; None: while runs are
         short, see :mod:`tether.worker`). ``poison_after``: executions in a row that end in
         an error outside the run's steps before the run is failed (see tether.worker)."""
+        if isinstance(queues, str) or not isinstance(queues, Sequence) or not queues:
+            raise InvalidInput(
+                f"queues is a list of queue names, e.g. ['default'], not {inputs.show(queues)}"
+            )
+        for q in queues:
+            inputs.name(q, "queues: a queue")
+        for what, n in (("concurrency", concurrency), ("prefetch", prefetch)):
+            if isinstance(n, int) and n > MAX_CONCURRENCY:  # the rest: Worker's checks
+                raise InvalidInput(f"{what} must be at most {MAX_CONCURRENCY} runs, not {n}")
         return Worker(
             self,
             queues=queues,
@@ -409,7 +466,7 @@ class App:
 
     def _resolve(self, agent: Callable[..., Any] | str) -> AgentDef:
         if isinstance(agent, str):
-            found = self._agents.get(agent)
+            found = self._agents.get(inputs.name(agent, "agent"))
             if found is None:
                 raise NotFound(
                     f"no agent named {agent!r} is registered on this app (registered: "
@@ -439,6 +496,10 @@ class App:
         recorded in its row and its ``run.created`` event) and the agent finds it as
         ``run.session``, where ``run.llm(…, messages=…)`` records its prompt as references
         to the stored messages."""
+        if not isinstance(session, Session | str):
+            raise InvalidInput(
+                f"a session is a Session or its session id (a str), not {inputs.show(session)}"
+            )
         s = session if isinstance(session, Session) else self.session(session)
         d = self._resolve(agent)
         journal, run = self._create(d, args, kwargs, session=s)
@@ -460,6 +521,11 @@ class App:
         ``compact_at_tokens`` and ``summarize``, every ``add`` compacts the session once
         its prompt view passes that many tokens, keeping the last ``keep_last`` messages.
         """
+        inputs.name(session_id, "the session id")
+        inputs.optional_name(owner, "owner")
+        if compact_at_tokens is not None:
+            inputs.integer(compact_at_tokens, "compact_at_tokens", low=1)
+        inputs.integer(keep_last, "keep_last", low=0)
         policy = make_policy(compact_at_tokens, summarize, keep_last)
         return open_session(self.store, self.clock, session_id, owner=owner, policy=policy)
 
@@ -478,11 +544,11 @@ class App:
         under it) goes on once the code matches its log again; while it does not, the
         run stays blocked and NondeterminismError is raised.
         """
-        return self._continue(self._prepare_resume(run_id, retry=False))
+        return self._continue(self._prepare_resume(inputs.lookup_id(run_id), retry=False))
 
     async def aresume(self, run_id: str) -> RunHandle:
         """``resume`` for use inside an event loop (the same preparation and cases)."""
-        return await self._acontinue(self._prepare_resume(run_id, retry=False))
+        return await self._acontinue(self._prepare_resume(inputs.lookup_id(run_id), retry=False))
 
     def retry_run(self, run_id: str, *, in_queue: bool = False) -> RunHandle:
         """Execute a failed run again from its failed step (completed steps are reused), or
@@ -493,6 +559,7 @@ class App:
         status ``queued``. The log records who asked (``run.suspended``, reason ``retry
         requested``, or ``resume requested`` for a blocked run).
         """
+        inputs.lookup_id(run_id)
         if in_queue:
             return self._requeue(run_id)
         return self._continue(self._prepare_resume(run_id, retry=True))
@@ -556,8 +623,11 @@ class App:
             codec.encode(payload)
         except EncodeError as e:
             where = e.path.replace("$.args", "args", 1).replace("$.kwargs", "kwargs", 1)
+            why = f"{e.type_name} at {where}"
+            if e.type_name in (codec.CYCLE, codec.TOO_DEEP):  # the codec's words say which
+                why = str(e).split(": ", 1)[-1].split(". ")[0].replace("$.", "")
             raise EncodeError(
-                f"agent {d.name!r}: its input cannot be stored: {e.type_name} at {where}; "
+                f"agent {d.name!r}: its input cannot be stored: {why}; "
                 f"pass plain data to agents. No run was created.",
                 path=e.path,
                 type_name=e.type_name,
@@ -745,7 +815,15 @@ class App:
         found = self._agents.get(record.agent)
         if found is not None:
             return found
-        d = import_agent(record.code, record.agent)
+        what = f"run {record.id}: agent {record.agent!r}"
+        d = registry.find(record.code, "__tether_agent__", self._may_import, what)
+        if not isinstance(d, AgentDef) or d.name != record.agent:
+            found_name = d.name if isinstance(d, AgentDef) else "no agent"
+            raise NotFound(
+                f"{what}: its recorded code {record.code.get('module')}."
+                f"{record.code.get('qualname')} is {found_name!r}, not that agent; "
+                f"pass --app pkg.module:app"
+            )
         self._agents[d.name] = d
         return d
 
@@ -991,11 +1069,18 @@ class App:
 
         Snapshots are a read-side cache: when this load folded ``snapshot_every`` events
         or more, it saves the state it computed, so the next load starts from there.
-        Steps never pay for snapshots.
+        Steps never pay for snapshots. Raises RunDamaged when the log has a gap or
+        disagrees with the row (see :mod:`tether.integrity`).
         """
+        inputs.lookup_id(run_id)
+        if upto is not None:
+            inputs.integer(upto, "upto", low=0)
         loaded = self.store.load(run_id, upto=upto)
+        integrity.check_events(run_id, loaded.events, loaded.snapshot.seq if loaded.snapshot else 0)
         start = snapshots.load(self.store, loaded.snapshot) if loaded.snapshot else None
         state = fold(loaded.events, start, run_id=run_id)
+        if upto is None:
+            integrity.check_row(run_id, loaded.run.status, state.status, state.seq)
         if len(loaded.events) >= self.snapshot_every:
             self._cache(state)
         return state
@@ -1012,13 +1097,19 @@ class App:
 
     def events(self, run_id: str, *, after: int = 0, upto: int | None = None) -> list[Event]:
         """The run's events in seq order. Raises NotFound for an unknown run."""
-        self.store.get_run(run_id)
+        inputs.integer(after, "after", low=0)
+        if upto is not None:
+            inputs.integer(upto, "upto", low=0)
+        self.store.get_run(inputs.lookup_id(run_id))
         return self.store.read_events(run_id, after=after, upto=upto)
 
     def runs(
         self, *, status: str | None = None, agent: str | None = None, limit: int = 100
     ) -> list[RunRecord]:
-        """Runs, newest first."""
+        """Runs, newest first (at most ``limit``; a status no run has matches none)."""
+        inputs.optional_name(status, "status")
+        inputs.optional_name(agent, "agent")
+        inputs.integer(limit, "limit", low=1)
         return self.store.list_runs(status=status, agent=agent, limit=limit)
 
     # -- humans and the outside world (tether.waits) ------------------------
@@ -1029,10 +1120,12 @@ class App:
         Refused (DecisionRefused, recorded in the audit log) when ``by`` is not an
         approver, the request was already decided, or the run is not waiting for it.
         """
+        _check_decision(run_id, name, by, reason)
         waits.decide(self, run_id, name, approved=True, by=by, reason=reason)
 
     def deny(self, run_id: str, name: str, *, by: str, reason: str | None = None) -> None:
         """Deny a waiting run's request ``name``: ``run.approve`` raises ApprovalDenied."""
+        _check_decision(run_id, name, by, reason)
         waits.decide(self, run_id, name, approved=False, by=by, reason=reason)
 
     def resolve(
@@ -1043,6 +1136,10 @@ class App:
         ``happened=True`` needs the call's ``result`` (``None`` included) unless the tool
         is registered here and annotated ``-> None``; refused (DecisionRefused, audited)
         without it, and for ``by`` naming an approver group rather than a person."""
+        inputs.lookup_id(run_id)
+        if not isinstance(happened, bool):
+            raise InvalidInput(f"happened is True or False, not {inputs.show(happened)}")
+        inputs.name(by, "by")
         waits.resolve(self, run_id, happened=happened, by=by, result=result)
 
     def signal(
@@ -1050,6 +1147,9 @@ class App:
     ) -> bool:
         """Send a signal; kept until ``run.wait(name)`` takes it. Returns whether it woke
         the run. A finished run refuses signals (InvalidState)."""
+        inputs.lookup_id(run_id)
+        inputs.name(name, "the signal's name")
+        inputs.optional_name(sender, "sender")
         return waits.signal(self, run_id, name, payload, sender=sender)
 
     def cancel(
@@ -1062,7 +1162,9 @@ class App:
     ) -> RunHandle:
         """Cancel a run that is not executing (queued, waiting, or crashed); with
         ``compensate=True`` first undo its completed write tools, newest first."""
-        record = self.store.get_run(run_id)
+        inputs.optional_name(by, "by")
+        inputs.text(reason, "reason")
+        record = self.store.get_run(inputs.lookup_id(run_id))
         if record.status in FINISHED:
             raise InvalidState(f"run {run_id} is already {record.status}; nothing to cancel")
         try:
@@ -1078,6 +1180,12 @@ class App:
             self.interrupt(run_id, Cancelling(compensate, by=by, reason=reason))
             return RunHandle(run_id, "running", waiting={"cancel": "requested"})
         state = self.load(run_id)
+        if compensate:  # undone here: every undo must be found before anything is written
+            try:
+                compensation.compensable(state, self._lookup_tool)
+            except NotFound:
+                self.let_go(run_id, lease.epoch)
+                raise
         journal = Journal(
             self.store,
             self.clock,
@@ -1090,11 +1198,11 @@ class App:
 
     def effect(self, key: str) -> Effect | None:
         """The effects-table row of an idempotency key (None if never called)."""
-        return self.store.get_effect(key)
+        return self.store.get_effect(inputs.lookup_id(key, "key"))
 
     def audit(self, run_id: str) -> list[AuditRecord]:
         """The run's audit records (refused decisions and the like)."""
-        self.store.get_run(run_id)
+        self.store.get_run(inputs.lookup_id(run_id))
         return self.store.read_audit(run_id)
 
     # -- lifecycle --------------------------------------------------------
@@ -1121,7 +1229,7 @@ class App:
 
     def history(self, run_id: str) -> timetravel.History:
         """The run's row, every event with its seq, and its steps."""
-        return timetravel.history(self, run_id)
+        return timetravel.history(self, inputs.lookup_id(run_id))
 
     def state(
         self,
@@ -1133,12 +1241,15 @@ class App:
     ) -> RunState:
         """The exact state at seq ``at``, or before/after ``step`` (a position or a name);
         the head when neither is given."""
-        return timetravel.state_at(self, run_id, at=at, step=step, when=when)
+        return timetravel.state_at(self, inputs.lookup_id(run_id), at=at, step=step, when=when)
 
     def diff(
         self, a: RunState | str, b: RunState | str, *, bookkeeping: bool = False
     ) -> timetravel.Diff:
         """What differs from state ``a`` to state ``b`` (a run id means its head)."""
+        for x in (a, b):
+            if not isinstance(x, RunState | str):
+                raise InvalidInput(f"diff compares two states or two run ids, not {inputs.show(x)}")
         sa = self.load(a) if isinstance(a, str) else a
         sb = self.load(b) if isinstance(b, str) else b
         return timetravel.diff(sa, sb, bookkeeping=bookkeeping)
@@ -1155,11 +1266,13 @@ class App:
     ) -> str:
         """A new queued run branching off ``run_id`` after ``step`` (or at seq ``at``, or at
         its head), with new ``input`` and edited task ``vars``; ``resume`` executes it."""
-        return timetravel.fork(self, run_id, at=at, step=step, when=when, input=input, vars=vars)
+        return timetravel.fork(
+            self, inputs.lookup_id(run_id), at=at, step=step, when=when, input=input, vars=vars
+        )
 
     def export_run(self, run_id: str, out: TextIO) -> int:
         """Write the run to ``out`` as ``tether-run`` JSON lines; return how many events."""
-        return export.export_run(self, run_id, out)
+        return export.export_run(self, inputs.lookup_id(run_id), out)
 
     def import_run(
         self, lines: Iterable[str], *, new_id: bool = False, source: str = "<input>"
@@ -1170,18 +1283,22 @@ class App:
     def gc(
         self,
         *,
-        older_than: float | str | None = None,
+        older_than: Duration | None = None,
         status: Sequence[str] = (),
         keep_last: int | None = None,
         dry_run: bool = False,
         vacuum: bool = True,
-        blob_grace: float | str = retention.BLOB_GRACE,
+        blob_grace: Duration = retention.BLOB_GRACE,
     ) -> retention.GcResult:
-        """Delete finished runs by age (seconds or ``"30d"``), status and keep-last-N per
-        agent, sweep the snapshot pages no snapshot references and nothing wrote for
-        ``blob_grace``, then give the space back. See :mod:`tether.retention`."""
-        age = retention.parse_age(older_than) if isinstance(older_than, str) else older_than
-        grace = retention.parse_age(blob_grace) if isinstance(blob_grace, str) else blob_grace
+        """Delete finished runs by age (seconds, a timedelta or ``"30d"``), status and
+        keep-last-N per agent, sweep the snapshot pages no snapshot references and nothing
+        wrote for ``blob_grace``, then give the space back. See :mod:`tether.retention`."""
+        age = parse_duration(older_than, what="older_than")
+        grace = parse_duration(blob_grace, what="blob_grace")
+        if grace is None:
+            raise InvalidInput("blob_grace is a duration (e.g. '1h'), not None")
+        if keep_last is not None:
+            inputs.integer(keep_last, "keep_last", low=0)
         statuses = (status,) if isinstance(status, str) else tuple(status)
         return retention.gc(
             self,
@@ -1272,7 +1389,8 @@ def agent(
     fn: F | None = None, *, name: str | None = None, version: str | None = None
 ) -> F | Callable[[F], F]:
     """Declare an agent without an App (``@tether.agent``): any App runs it, and a
-    resume in another process finds it by the module its run recorded."""
+    resume in another process finds it by the module its run recorded, once the
+    operator allows that module (``code=``, ``--code``: see :mod:`tether.registry`)."""
 
     def declare(f: F) -> F:
         f.__tether_agent__ = _define(f, name, version)  # type: ignore[attr-defined]
@@ -1320,6 +1438,35 @@ def tool(
     return declare(fn) if fn is not None else declare
 
 
+MAX_CONCURRENCY = 10_000  # runs one worker executes at once (threads): more is a typo
+
+
+def _check_rate(queue: str, rate: Any) -> None:
+    if not isinstance(rate, tuple | list) or len(rate) != 2:
+        raise InvalidInput(f"queue {queue!r}: rate is (starts, period_seconds), e.g. (100, 60)")
+    inputs.integer(rate[0], f"queue {queue!r}: rate's starts", low=1)
+    inputs.seconds(rate[1], f"queue {queue!r}: rate's period", above=True)
+
+
+def _check_decision(run_id: Any, name: Any, by: Any, reason: Any) -> None:
+    inputs.lookup_id(run_id)
+    inputs.name(name, "the approval's name")
+    inputs.name(by, "by")
+    inputs.text(reason, "reason")
+
+
+def _check_start(
+    queue: Any, priority: Any, run_id: Any, dedup_key: Any, concurrency_key: Any
+) -> None:
+    """``start``'s options, checked before anything is written (see tether.inputs)."""
+    inputs.name(queue, "queue")
+    inputs.integer(priority, "priority")
+    if run_id is not None:
+        inputs.run_id(run_id)
+    inputs.optional_name(dedup_key, "dedup_key")
+    inputs.optional_name(concurrency_key, "concurrency_key")
+
+
 def _define(fn: Callable[..., Any], name: str | None, version: str | None) -> AgentDef:
     if not callable(fn):
         raise TypeError(f"@app.agent decorates a function, not {fn!r}")
@@ -1329,70 +1476,11 @@ def _define(fn: Callable[..., Any], name: str | None, version: str | None) -> Ag
             f"agent {fn.__qualname__!r} must take the run object as its first parameter, "
             f"e.g. def {fn.__name__}(run, ...)"
         )
+    name = fn.__name__ if name is None else name
+    inputs.name(name, "the agent's name")
+    inputs.optional_name(version, "the agent's version")
     code = {"module": fn.__module__, "qualname": fn.__qualname__}
     source = inspect.getsourcefile(fn)
     if source:
         code["file"] = os.path.abspath(source)
-    return AgentDef(name or fn.__name__, version, fn, inspect.iscoroutinefunction(fn), code)
-
-
-def import_agent(code: dict[str, Any], name: str) -> AgentDef:
-    """Import an agent from where its run recorded its code (module and qualname)."""
-    if not code.get("module") or not code.get("qualname"):
-        raise NotFound(
-            f"agent {name!r} is not registered and its run did not record its code; "
-            f"pass --app pkg.module:app"
-        )
-    d = getattr(_import_object(code), "__tether_agent__", None)
-    if not isinstance(d, AgentDef):
-        raise NotFound(
-            f"agent {name!r}: {code.get('module')}.{code.get('qualname')} is not a "
-            f"tether agent any more; pass --app pkg.module:app"
-        )
-    return d
-
-
-def _import_object(code: dict[str, Any]) -> Any:
-    """The object at ``code``'s module and qualname (importing the module)."""
-    module_name, qualname = code.get("module"), code.get("qualname")
-    if not module_name or not qualname:
-        raise NotFound("no code location recorded")
-    obj: Any = _import_module(module_name, code.get("file"))
-    for part in qualname.split("."):
-        obj = getattr(obj, part, None)
-    return obj
-
-
-def _import_module(module_name: str, file: str | None) -> Any:
-    """Import by module name; else (``__main__``, or not on the path) from the file."""
-    if module_name != "__main__":
-        try:
-            return importlib.import_module(module_name)
-        except ImportError as e:
-            if not file or not os.path.exists(file):
-                raise NotFound(
-                    f"cannot import the agent's module {module_name!r} ({e}); run from the "
-                    f"project directory or pass --app pkg.module:app"
-                ) from None
-        except Exception as e:  # the module itself raised while importing
-            raise NotFound(_import_failed(module_name, e)) from e
-    if not file or not os.path.exists(file):
-        raise NotFound(
-            f"the agent's code {module_name!r} ({file}) cannot be found; pass --app pkg.module:app"
-        )
-    spec = importlib.util.spec_from_file_location(f"_tether_code_{abs(hash(file))}", file)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as e:
-        raise NotFound(_import_failed(file, e)) from e
-    return module
-
-
-def _import_failed(where: str, e: Exception) -> str:
-    return (
-        f"importing the agent's code {where!r} failed: {type(e).__name__}: {e}; fix it, "
-        f"or pass --app pkg.module:app"
-    )
+    return AgentDef(name, version, fn, inspect.iscoroutinefunction(fn), code)

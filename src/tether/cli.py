@@ -1,9 +1,13 @@
 """The ``tether`` command line: ``tether [--db PATH_OR_URL] [--app MODULE:APP] COMMAND …``.
 
-``--db`` defaults to ``$TETHER_DB``, else to the database of the ``--app`` App, else to
-``tether.db`` in the current directory. ``--app pkg.module:app`` (or
-``path/to/file.py:app``) names an App whose registered agents ``resume`` and ``retry``
-use; without it, a run's agent is imported from the code location the run recorded.
+``--app pkg.module:app`` (or ``path/to/file.py:app``) names the App to use, exactly as
+its module configured it: its agents and tools, policy, approver groups, queues, lease
+ttl and retry, on its own database. ``--db`` (default ``$TETHER_DB``) names the database
+without ``--app`` (default ``tether.db`` in the current directory); with ``--app`` it
+may only name the App's own database (else a usage error). What a run's row records
+about its code is never imported unless the operator allows it: ``--app`` (the modules
+of its agents and tools) or ``--code MODULE`` / ``$TETHER_CODE`` (see
+:mod:`tether.registry`).
 
 Adding commands from another module
 -----------------------------------
@@ -51,10 +55,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TextIO
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import tether
 
+from . import inputs
 from .clock import owner_is_dead_local
+from .registry import CODE_ENV, parse_modules
 from .state import FINISHED, STATUSES
 from .store import RunRecord
 from .store.sqlite import sqlite_path
@@ -91,11 +98,23 @@ class Command:
 class Context:
     """What a command runs with: the database and agents chosen by the global options."""
 
-    def __init__(self, db: str | None, app_ref: str | None, out: TextIO = sys.stdout) -> None:
+    def __init__(
+        self,
+        db: str | None,
+        app_ref: str | None,
+        out: TextIO | None = None,
+        code: Iterable[str] = (),
+    ) -> None:
         self.explicit_db = db  # --db as given (the demo ignores $TETHER_DB)
         self.app_ref = app_ref
-        self.out = out
+        self.out = out or sys.stdout  # looked up now: a test may have replaced it
+        self.code = frozenset(code)  # --code / $TETHER_CODE: modules runs may name
         self._app: tether.App | None = None
+
+    @property
+    def db(self) -> str | None:
+        """The database named by --db or $TETHER_DB (None: neither)."""
+        return self.explicit_db or os.environ.get(DB_ENV) or None
 
     def app(self, *, create: bool = False) -> tether.App:
         """The App on the database, opened once; creates a database only with ``create``."""
@@ -104,17 +123,18 @@ class Context:
         return self._app
 
     def _open(self, create: bool) -> tether.App:
-        agents = load_app(self.app_ref) if self.app_ref else None
-        db = self.explicit_db or os.environ.get(DB_ENV)
-        if db is None and agents is not None and agents.url:
-            return agents  # the App of --app, on its own database
-        db = db or DEFAULT_DB
+        if self.app_ref:  # the App as its module configured it, on its own database
+            app = load_app(self.app_ref)
+            if self.db is not None:
+                check_same_database(self.db, app)
+            app.allow_code(*self.code)
+            return app
+        db = self.db or DEFAULT_DB
         if not create:
             _require_database(db)
-        app = tether.open(db)
-        for d in (agents.agents() if agents else {}).values():
-            app.agent(name=d.name, version=d.version)(d.fn)
-        return app
+        if self.code and os.getcwd() not in sys.path:  # `--code agents` from the project
+            sys.path.insert(0, os.getcwd())
+        return tether.open(db, code=self.code)
 
     def print(self, *parts: object) -> None:
         """Print to this context's output."""
@@ -136,6 +156,45 @@ def _require_database(db: str) -> None:
             f"no tether database at {path}; give --db PATH or set {DB_ENV} "
             f"(`tether demo` makes one to look at)"
         )
+
+
+def check_same_database(db: str, app: tether.App) -> None:
+    """Refuse ``--db`` (or ``$TETHER_DB``) naming another database than the ``--app`` App's:
+    the App's policy, approver groups, queues, lease ttl and retry belong to its own."""
+    if not app.url:
+        raise CommandError(
+            "--app names an App built without a URL (App(store)), so --db cannot be checked "
+            f"against it; drop --db (and unset ${DB_ENV}), or open the App with tether.open(url)",
+            2,
+        )
+    if database_key(db) != database_key(app.url):
+        raise CommandError(
+            f"--db (or ${DB_ENV}) names {db}, but the --app App uses {app.url}: the "
+            f"App's configuration (policy, approver groups, queue limits, lease ttl, retry) "
+            f"belongs to its own database. Drop --db (and unset ${DB_ENV}) to use the App's, "
+            f"or point --app at an App opened on {db}",
+            2,
+        )
+
+
+def database_key(url: str) -> tuple[str, ...]:
+    """What identifies a database: a SQLite file's real path (``a.db``, ``./a.db``,
+    ``sqlite:///a.db`` and its absolute path are one), or a PostgreSQL server, database
+    and schema (user, password and connection options do not matter)."""
+    if not url.startswith(("postgres://", "postgresql://")):
+        return ("sqlite", os.path.realpath(sqlite_path(url)))
+    parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    host = (parts.hostname or query.get("host", ["localhost"])[-1] or "localhost").lower()
+    if host in ("127.0.0.1", "::1", "localhost") or host.startswith("/"):
+        host = "localhost"  # the local server, by TCP or by its socket
+    try:
+        port = str(parts.port or query.get("port", ["5432"])[-1])
+    except ValueError:
+        port = parts.netloc.rpartition(":")[2]
+    user = unquote(parts.username or "") or query.get("user", [""])[-1]
+    db = unquote(parts.path.lstrip("/")) or query.get("dbname", [""])[-1] or user or "postgres"
+    return ("postgres", host, port, db, query.get("schema", ["tether"])[-1])
 
 
 # -- --app: importing an App ------------------------------------------------------
@@ -209,30 +268,45 @@ def when(at: float | None, *, date: bool = True) -> str:
     """A timestamp in local time (``date=False``: time of day with milliseconds)."""
     if at is None:
         return "-"
-    if not date:
-        return time.strftime("%H:%M:%S", time.localtime(at)) + f".{int(at * 1000) % 1000:03d}"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
-
-
-def positive_int(text: str) -> int:
-    """An argparse type: a whole number of 1 or more."""
     try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"a whole number of 1 or more, not {text!r}")
-    return n
+        if not date:
+            return time.strftime("%H:%M:%S", time.localtime(at)) + f".{int(at * 1000) % 1000:03d}"
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    except (OverflowError, OSError, ValueError):  # a time no calendar holds (a damaged row)
+        return f"{at!r} (not a time)"
+
+
+def whole_number(low: int = 0, high: int = inputs.INT64_MAX) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``low`` to ``high`` (at most 2^63-1, what the
+    databases hold), else a usage error naming the range."""
+
+    def parse(text: str) -> int:
+        try:
+            n = int(text.strip()) if len(text) <= 30 else None
+        except ValueError:
+            n = None
+        if n is None or not low <= n <= high:
+            shown = text if len(text) <= 40 else text[:37] + "..."
+            bound = f"of at most {high}" if n is not None and n > high else f"of {low} or more"
+            raise argparse.ArgumentTypeError(f"a whole number {bound}, not {shown!r}")
+        return n
+
+    parse.__name__ = "whole number"  # argparse names the type in its messages
+    return parse
+
+
+positive_int = whole_number(1)  # an argparse type: a whole number of 1 or more
 
 
 def positive_seconds(text: str) -> float:
-    """An argparse type: a number of seconds above 0."""
+    """An argparse type: a number of seconds above 0 (and finite)."""
     try:
-        x = float(text)
+        x = float(text) if len(text) <= 40 else 0.0
     except ValueError:
         x = 0.0
     if not 0 < x < float("inf"):
-        raise argparse.ArgumentTypeError(f"a number of seconds above 0, not {text!r}")
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        raise argparse.ArgumentTypeError(f"a number of seconds above 0, not {shown!r}")
     return x
 
 
@@ -320,7 +394,7 @@ def _runs_arguments(parser: argparse.ArgumentParser) -> None:
 def _runs(args: argparse.Namespace, ctx: Context) -> int:
     app = ctx.app()
     records = app.runs(status=args.status, agent=args.agent, limit=args.limit)
-    rows = [run_summary(r, app.get(r.id), expected_positions(app, r)) for r in records]
+    rows = [_summary_of(app, r) for r in records]
     if args.json:
         dump_json(ctx, rows)
     elif not rows:
@@ -344,6 +418,25 @@ def _runs(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
+def _summary_of(app: tether.App, record: RunRecord) -> dict[str, Any]:
+    """``run_summary``, or for a damaged run what its row says (status ``damaged``)."""
+    try:
+        return run_summary(record, app.get(record.id), expected_positions(app, record))
+    except tether.RunDamaged:
+        return {
+            "id": record.id,
+            "agent": record.agent,
+            "version": record.version,
+            "status": "damaged",
+            "stalled": False,
+            "position": f"log damaged: tether show {record.id}",
+            "committed": None,
+            "steps": None,
+            "created_at": record.created_at,
+            "updated_at": record.updated_at,
+        }
+
+
 def expected_positions(app: tether.App, record: RunRecord) -> int | None:
     """How many positions the newest completed run of the same agent and version had."""
     key = (record.agent, record.version)
@@ -354,7 +447,10 @@ def expected_positions(app: tether.App, record: RunRecord) -> int | None:
             for r in app.runs(status="completed", agent=record.agent, limit=20)
             if r.version == record.version
         ]
-        cache[key] = len(app.get(done[0].id).steps) if done else None
+        try:
+            cache[key] = len(app.get(done[0].id).steps) if done else None
+        except tether.RunDamaged:
+            cache[key] = None
     return cache[key]
 
 
@@ -387,8 +483,11 @@ def _show_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _show(args: argparse.Namespace, ctx: Context) -> int:
     app = ctx.app()
-    record = app.store.get_run(args.run)
-    state = app.get(args.run)
+    record = app.store.get_run(inputs.lookup_id(args.run))
+    try:
+        state = app.get(args.run)
+    except tether.RunDamaged as e:
+        return _show_damaged(ctx, record, e, args.json)
     if args.json:
         dump_json(ctx, run_details(record, state))
         return 0
@@ -401,6 +500,32 @@ def _show(args: argparse.Namespace, ctx: Context) -> int:
         ctx.print()
         ctx.print(_steps_table(state.steps))
     return 0
+
+
+def _show_damaged(ctx: Context, record: RunRecord, e: tether.RunDamaged, as_json: bool) -> int:
+    """What the row says of a run whose log is damaged, and the damage (exit 1)."""
+    if as_json:
+        missing = [list(r) for r in e.missing]
+        dump_json(
+            ctx,
+            {"id": record.id, "agent": record.agent, "status": "damaged"}
+            | {"row_status": record.status, "damage": str(e), "missing": missing},
+        )
+        return 1
+    ctx.print(
+        _fields(
+            [
+                ("run", record.id),
+                (
+                    "agent",
+                    record.agent + (f" (version {record.version})" if record.version else ""),
+                ),
+                ("status", f"damaged (its row says {record.status})"),
+                ("damage", str(e).split(": ", 1)[1]),
+            ]
+        )
+    )
+    return 1
 
 
 def run_details(record: RunRecord, state: tether.RunState) -> dict[str, Any]:
@@ -560,7 +685,7 @@ def _steps_table(steps: Sequence[tether.StepState]) -> str:
 def _log_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", help="the run id")
     parser.add_argument(
-        "--after", type=int, default=0, metavar="N", help="only events with seq > N"
+        "--after", type=whole_number(), default=0, metavar="N", help="only events with seq > N"
     )
     parser.add_argument("--json", action="store_true", help="print the full events as JSON lines")
 
@@ -658,7 +783,7 @@ def _retry_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _retry(args: argparse.Namespace, ctx: Context) -> int:
     app = ctx.app()
-    record = app.store.get_run(args.run)
+    record = app.store.get_run(inputs.lookup_id(args.run))
     queue = record.queue
     if queue is None or args.here:
         report_handle(ctx, app, app.retry_run(args.run))
@@ -781,9 +906,39 @@ def _global_options(default: Any) -> argparse.ArgumentParser:
         "--app",
         metavar="MODULE:APP",
         default=default,
-        help="an App whose agents to use: pkg.module:app or path/to/file.py:app",
+        help="the App to use as configured (agents, tools, policy, queues): pkg.module:app "
+        "or path/to/file.py:app; --db, if given, must name its database",
+    )
+    p.add_argument(
+        "--code",
+        metavar="MODULE",
+        action="append",
+        type=_code_modules,
+        default=default,
+        help=f"a module runs may name for their agent or tool code, imported when needed "
+        f"(repeatable, or comma-separated; a package allows its submodules; default: "
+        f"${CODE_ENV}). Nothing else a database names is ever imported",
     )
     return p
+
+
+def _code_modules(text: str) -> frozenset[str]:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("a module name is needed, e.g. --code myproject.agents")
+    try:
+        return parse_modules(text, what="--code")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _code_option(given: list[frozenset[str]] | None) -> frozenset[str]:
+    """The modules of every --code, else of $TETHER_CODE (a clear error if malformed)."""
+    if given:
+        return frozenset().union(*given)
+    try:
+        return parse_modules(os.environ.get(CODE_ENV), what=f"${CODE_ENV}")
+    except ValueError as e:
+        raise CommandError(str(e), 2) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -823,9 +978,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     ctx = Context(args.db, args.app)
     try:
+        ctx.code = _code_option(args.code)
         return command.run(args, ctx)
     except CommandError as e:
         return _fail(str(e), e.code)
+    except tether.InvalidInput as e:  # a value given on the command line: a usage error
+        return _fail(str(e), 2)
     except tether.TetherError as e:
         return _fail(str(e), 1)
     except KeyboardInterrupt:

@@ -49,13 +49,13 @@ def _deny(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
-def _payload(text: str | None) -> Any:
+def _payload(text: str | None, what: str = "the payload") -> Any:
     if text is None:
         return None
     try:
         return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise CommandError(f"the payload must be JSON ({e}); quote strings: '\"text\"'") from None
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise CommandError(f"{what} must be JSON ({e}); quote strings: '\"text\"'", 2) from None
 
 
 def _signal_arguments(parser: argparse.ArgumentParser) -> None:
@@ -98,7 +98,7 @@ def _resolve(args: argparse.Namespace, ctx: Context) -> int:
     app = ctx.app()
     if args.not_happened and args.result is not None:
         raise CommandError("--result goes with --happened: a call that did not happen has none")
-    result = NO_RESULT if args.result is None else _payload(args.result)
+    result = NO_RESULT if args.result is None else _payload(args.result, "--result")
     app.resolve(args.run, happened=args.happened, by=args.by, result=result)
     verdict = "happened" if args.happened else "did not happen (it will be called again)"
     ctx.print(f"run {args.run}: the call in doubt {verdict}; {_goes_on(app, args.run)}")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,10 +18,8 @@ from typing import Any, TextIO
 
 import tether
 
-from . import codec
+from . import codec, inputs
 from .cli import (
-    DB_ENV,
-    DEFAULT_DB,
     Command,
     CommandError,
     Context,
@@ -33,6 +30,7 @@ from .cli import (
     status_line,
     table,
     when,
+    whole_number,
 )
 from .retention import BLOB_GRACE, parse_age
 from .state import STATUSES, RunState, to_data
@@ -76,7 +74,9 @@ def _step_arg(app: tether.App, run_id: str, text: str) -> StepRef:
 
 def _point_arguments(parser: argparse.ArgumentParser, what: str) -> None:
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--at", type=int, metavar="SEQ", help=f"{what} at this seq of the log")
+    group.add_argument(
+        "--at", type=whole_number(), metavar="SEQ", help=f"{what} at this seq of the log"
+    )
     group.add_argument(
         "--step",
         metavar="STEP",
@@ -365,7 +365,12 @@ def _export(args: argparse.Namespace, ctx: Context) -> int:
     if args.output is None:
         app.export_run(args.run, ctx.out)
         return 0
-    with open(args.output, "w", encoding="utf-8") as f:
+    app.store.get_run(inputs.lookup_id(args.run))  # an unknown run leaves no empty file
+    try:
+        f = open(args.output, "w", encoding="utf-8")  # noqa: SIM115 - closed below
+    except OSError as e:
+        raise CommandError(f"cannot write {args.output}: {e.strerror}") from None
+    with f:
         n = app.export_run(args.run, f)
     print(f"exported run {args.run} ({n} events) to {args.output}", file=sys.stderr)
     return 0
@@ -408,13 +413,7 @@ def _opened(path: str) -> Iterator[TextIO]:
 
 def _app_creating(ctx: Context) -> tether.App:
     """``import`` may be the first thing a new database receives: create it if needed."""
-    db = ctx.explicit_db or os.environ.get(DB_ENV)
-    if db is None and ctx.app_ref is not None:
-        return ctx.app()  # the database of the --app App
-    db = db or DEFAULT_DB
-    if not db.startswith(("postgres://", "postgresql://")) and not os.path.exists(db):
-        tether.open(db).close()
-    return ctx.app()
+    return ctx.app(create=True)
 
 
 # -- gc -----------------------------------------------------------------------------
@@ -425,7 +424,7 @@ def _gc_arguments(parser: argparse.ArgumentParser) -> None:
         "--older-than",
         metavar="AGE",
         type=_age,
-        help="only runs last changed longer ago than AGE: 90s, 15m, 12h, 30d",
+        help="only runs last changed longer ago than AGE: 90s, 15m, 12h, 30d, 2w",
     )
     parser.add_argument(
         "--status",
@@ -435,7 +434,10 @@ def _gc_arguments(parser: argparse.ArgumentParser) -> None:
         help="only runs with this status (repeatable; default: completed, failed and cancelled)",
     )
     parser.add_argument(
-        "--keep-last", type=int, metavar="N", help="always keep the N newest runs of each agent"
+        "--keep-last",
+        type=whole_number(),
+        metavar="N",
+        help="always keep the N newest runs of each agent",
     )
     parser.add_argument(
         "--dry-run", action="store_true", help="list what would be deleted; delete nothing"

@@ -7,6 +7,7 @@ import json
 import logging
 
 from . import cpus
+from .app import MAX_CONCURRENCY
 from .cli import (
     Command,
     CommandError,
@@ -16,6 +17,7 @@ from .cli import (
     positive_int,
     positive_seconds,
     table,
+    whole_number,
 )
 from .worker import describe, reap_dead_workers
 
@@ -30,7 +32,7 @@ def _worker_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--concurrency",
-        type=positive_int,
+        type=whole_number(1, MAX_CONCURRENCY),
         default=8,
         help="runs executed at once by this worker (default 8)",
     )
@@ -67,12 +69,15 @@ def _prefetch(text: str) -> int | None:
     if text == "auto":
         return None
     try:
-        n = int(text)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"a number of runs >= 0 or auto, not {text!r}")
-    return n
+        return _runs_ahead(text)
+    except argparse.ArgumentTypeError:
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        raise argparse.ArgumentTypeError(
+            f"a number of runs >= 0 or auto (at most {MAX_CONCURRENCY}), not {shown!r}"
+        ) from None
+
+
+_runs_ahead = whole_number(0, MAX_CONCURRENCY)
 
 
 def _worker(args: argparse.Namespace, ctx: Context) -> int:

@@ -278,12 +278,7 @@ def to_json_value(value: Any, *, what: str = "value") -> Any:
     try:
         return _enc(value)
     except RecursionError:
-        raise EncodeError(
-            f"cannot store {what}: it contains itself (a cycle) or is nested deeper than "
-            f"Python's recursion limit. Store a tree of plain data.",
-            path="$",
-            type_name=f"{type(value).__module__}.{type(value).__qualname__}",
-        ) from None
+        raise _shape_error(value, what) from None
     except _Unencodable as e:
         path = "$" + "".join(reversed(e.parts))
         raise EncodeError(
@@ -293,6 +288,77 @@ def to_json_value(value: Any, *, what: str = "value") -> Any:
             path=path,
             type_name=e.type_name,
         ) from None
+
+
+CYCLE = "cycle"  # EncodeError.type_name of a value that contains itself
+TOO_DEEP = "nesting"  # … of a value nested deeper than the recursion limit
+
+
+def _shape_error(value: Any, what: str) -> EncodeError:
+    """The walk ran out of stack: name the cycle (where it closes, and onto what), or
+    the depth. Found without recursion, so any depth can be described."""
+    cycle, depth = _find_cycle(value)
+    if cycle is not None:
+        inner, outer = cycle
+        return EncodeError(
+            f"cannot store {what}: it contains itself: {_short(inner)} is {_short(outer)} "
+            f"(a cycle). Store a tree of plain data.",
+            path=inner,
+            type_name=CYCLE,
+        )
+    return EncodeError(
+        f"cannot store {what}: it is nested {depth} levels deep, more than can be "
+        f"encoded. Store a flatter value.",
+        path="$",
+        type_name=TOO_DEEP,
+    )
+
+
+def _short(path: str) -> str:
+    return path if len(path) <= 120 else f"{path[:60]}…{path[-50:]}"
+
+
+def _children(x: Any) -> Any:
+    """``(path step, child)`` of a container, None for a leaf."""
+    if isinstance(x, dict):
+        return (
+            (f".{k}" if isinstance(k, str) and k.isidentifier() else f"[{k!r}]", v)
+            for k, v in list(x.items())
+        )
+    if isinstance(x, list | tuple | set | frozenset):
+        return ((f"[{i}]", v) for i, v in enumerate(list(x)))
+    return None
+
+
+def _find_cycle(value: Any) -> tuple[tuple[str, str] | None, int]:
+    """A depth-first walk with its own stack: ``((path into the repeat, path of the
+    container it repeats), max depth)``; the first is None when there is no cycle."""
+    kids = _children(value)
+    if kids is None:
+        return None, 0
+    depth_of = {id(value): 0}  # the containers on the current path, by depth
+    stack, deepest = [(value, kids)], 0
+    steps: list[str] = []
+    while stack:
+        obj, it = stack[-1]
+        for step, child in it:
+            grandkids = _children(child)
+            if grandkids is None:
+                continue
+            if id(child) in depth_of:
+                here = "$" + "".join([*steps, step])
+                return (here, "$" + "".join(steps[: depth_of[id(child)]])), deepest
+            steps.append(step)
+            depth_of[id(child)] = len(steps)
+            stack.append((child, grandkids))
+            deepest = max(deepest, len(steps))
+            break
+        else:
+            stack.pop()
+            del depth_of[id(obj)]
+            if steps:
+                steps.pop()
+    return None, deepest
 
 
 def encode(value: Any, *, what: str = "value") -> str:
@@ -369,6 +435,8 @@ def digest(value: Any) -> str:
         text = _canonical(value if _plain(value) else _enc(value))
     except _Unencodable:
         text = _canonical(_enc(_digestable(value)))
+    except RecursionError:  # a cycle, or nesting past the stack: no digest describes it
+        raise _shape_error(value, "the arguments") from None
     # surrogatepass: the same bytes for any Unicode text, and a digest for text that is
     # not (an argument holding a lone surrogate), which never fails
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

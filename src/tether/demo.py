@@ -15,8 +15,9 @@ then the run waits for the approval without holding a process. The demo approves
 from another process (``tether approve``) and resumes it: the rollback runs once.
 
 Run it with ``tether demo`` or ``python -m tether.demo [--db PATH]``. The agent lives
-at module level so that any process can resume its runs by the module the run
-recorded (``tether --db tether-demo.db resume RUN``). Set ``TETHER_DEMO_TRACE`` to a
+at module level so that any process allowed to import this module can resume its runs
+by the module the run recorded (``tether --db tether-demo.db --code tether.demo resume
+RUN``). Set ``TETHER_DEMO_TRACE`` to a
 file path to have every executed tool and model call append ``PID NAME`` there (the
 tests use it to prove that no committed step runs twice).
 """
@@ -38,6 +39,7 @@ from typing import Any
 import tether
 
 AGENT = "investigate"
+AGENT_MODULE = "tether.demo"  # its module, whatever name this file runs under
 DEFAULT_DB = "tether-demo.db"
 CRASH_STEP = "check_deployments"
 INCIDENT = "INC-1042: checkout-api p99 latency above 2 s since 14:02"
@@ -226,7 +228,7 @@ def run_demo(db: str = DEFAULT_DB) -> int:
     if code != -signal.SIGKILL:
         _out(f"\nthe child process {pid} exited with {code} instead of dying; see above")
         return 1
-    with tether.open(db) as app:
+    with tether.open(db, code=[AGENT_MODULE]) as app:  # resume finds investigate by its run
         run_id = _only_run(app)
         _report_crash(app, run_id, pid)
         first = _resume(app, run_id)

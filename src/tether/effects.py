@@ -48,7 +48,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import codec
+from . import codec, inputs
 from . import events as ev
 from .errors import InvalidState, StepTimeout
 from .journal import Call, Core, Journal, Slot, attempts, error_info, in_agent_body, step_key
@@ -98,13 +98,17 @@ def define_tool(
         )
     if compensate is not None and not callable(compensate):
         raise TypeError(f"tool {fn.__qualname__!r}: compensate must be callable")
+    if retry is not None and not isinstance(retry, Retry):
+        raise TypeError(f"tool {fn.__qualname__!r}: retry must be a tether.Retry, not {retry!r}")
+    name = fn.__name__ if name is None else name
+    inputs.name(name, "the tool's name")
     code = {"module": fn.__module__, "qualname": fn.__qualname__}
     source = inspect.getsourcefile(fn)
     if source:
         code["file"] = os.path.abspath(source)
     takes_key = _takes_key(fn)
     return ToolDef(
-        name or fn.__name__,
+        name,
         fn,
         risk,
         compensate,

@@ -9,6 +9,7 @@
     │   ├── CorruptRecord            a stored row cannot be read (names table, run, seq)
     │   ├── NotATetherDatabase       the file is not SQLite, is corrupt, or is someone else's
     │   ├── SchemaTooNew             written by a newer tether; upgrade tether to open it
+    │   ├── RunDamaged               a run's log has gaps or disagrees with its row (names both)
     │   └── ArtifactCorrupt          stored bytes no longer match their SHA-256 (names the digest)
     ├── ClockSkew                    this machine's clock is too far from the database's
     ├── NotFound                     no such run / agent / event
@@ -16,6 +17,7 @@
     │   └── LeaseLost                a newer lease (fencing token) exists; stop writing
     ├── QueueFull                    a queue at its max depth refuses new runs (backpressure)
     ├── EncodeError                  a value cannot be stored (names the type and path)
+    ├── InvalidInput                 an argument tether does not take (names it; also a ValueError)
     ├── NondeterminismError          replay found another step at a recorded position (blocked)
     ├── StepTimeout                  a step attempt ran past its retry policy's timeout
     ├── InvalidState                 the run is not in a state that allows the operation
@@ -68,6 +70,24 @@ class SchemaTooNew(StoreError):
     """The database was written by a newer tether than this one."""
 
 
+class RunDamaged(StoreError):
+    """A run's stored log is not whole: events are missing (``missing``: the absent seqs,
+    as ``(first, last)`` ranges), or its row's status disagrees with what its log says.
+    The run is never resumed as if whole: restore the database from a backup, or export
+    what is left (``tether export RUN``) to inspect it."""
+
+    def __init__(
+        self, run_id: str, problem: str, missing: tuple[tuple[int, int], ...] = ()
+    ) -> None:
+        super().__init__(
+            f"run {run_id} is damaged: {problem}. It is not resumed as if whole: restore "
+            f"the database from a backup, or `tether export {run_id}` what is left to "
+            f"inspect it"
+        )
+        self.run_id = run_id
+        self.missing = missing
+
+
 class ArtifactCorrupt(StoreError):
     """An artifact's stored bytes do not hash to its digest: they were changed or damaged."""
 
@@ -104,6 +124,12 @@ class EncodeError(TetherError, TypeError):
         super().__init__(message)
         self.path = path
         self.type_name = type_name
+
+
+class InvalidInput(TetherError, ValueError, TypeError):
+    """A value passed to tether is not one it takes: the message names the parameter and
+    says what is expected. Both a ValueError and a TypeError, so that either ``except``
+    catches it; the CLI reports it as a usage error (exit 2). See :mod:`tether.inputs`."""
 
 
 class NondeterminismError(TetherError):

@@ -36,7 +36,7 @@ from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import codec
+from . import codec, inputs
 from . import events as ev
 from .clock import Clock
 from .errors import EncodeError, InvalidState, LeaseLost, NondeterminismError, StoreUnavailable
@@ -273,8 +273,13 @@ class Journal:
     def slot(self, kind: str, name: str, digest: str | None = None) -> Slot:
         """Take the next position (or the fan-out branch's reserved one); check it against
         the log (kind, name, tool args)."""
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"run {self.run_id}: a {kind} needs a non-empty str name, got {name!r}")
+        if (
+            type(name) is not str
+            or not name
+            or len(name) > inputs.NAME_MAX
+            or not name.isprintable()
+        ):
+            inputs.name(name, f"run {self.run_id}: a {kind}'s name")  # says what is wrong
         with self.lock:
             pos = self._take(kind, name)
             recorded = self.recorded[pos - 1] if pos <= len(self.recorded) else None

@@ -36,11 +36,11 @@ as they may be artifacts.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .durations import Duration, parse_duration
 from .state import FINISHED, STATUSES
 from .store import RunRecord, Store
 
@@ -49,17 +49,16 @@ if TYPE_CHECKING:
 
 BATCH = 500
 BLOB_GRACE = 3600.0  # seconds a snapshot page is kept after it was last written or reused
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
 _ALL = 2**62  # list_runs' limit when every run is wanted
 
 
-def parse_age(text: str) -> float:
-    """Seconds in ``"90s"``, ``"15m"``, ``"12h"``, ``"30d"``. Raises ValueError."""
-    m = _AGE.match(text)
-    if m is None:
-        raise ValueError(f"age {text!r} is a number and a unit: s, m, h or d (e.g. 30d, 12h)")
-    return float(m.group(1)) * _UNITS[m.group(2)]
+def parse_age(value: Duration) -> float:
+    """Seconds in an age: a duration (``"90s"``, ``"15m"``, ``"30d"``, ``"1w"``, seconds
+    or a timedelta; see :mod:`tether.durations`). Raises ValueError (TypeError)."""
+    seconds = parse_duration(value, what="age")
+    if seconds is None:
+        raise TypeError("an age is a duration (e.g. '30d'), not None")
+    return seconds
 
 
 def runs_to_collect(

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import StepTimeout
+from . import inputs
+from .errors import InvalidInput, StepTimeout
 
 RetryOn = tuple[type[BaseException], ...] | Callable[[BaseException], bool]
 
@@ -42,14 +43,18 @@ class Retry:
     multiplier: float = 2.0
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ValueError(f"Retry.max_attempts must be >= 1, not {self.max_attempts}")
-        if self.backoff < 0 or self.max_delay < 0:
-            raise ValueError("Retry.backoff and Retry.max_delay must be >= 0")
+        inputs.integer(self.max_attempts, "Retry.max_attempts", low=1)
+        inputs.seconds(self.backoff, "Retry.backoff")
+        inputs.seconds(self.max_delay, "Retry.max_delay")
+        inputs.seconds(self.multiplier, "Retry.multiplier")
+        if isinstance(self.jitter, bool) or not isinstance(self.jitter, int | float):
+            raise InvalidInput(f"Retry.jitter is a fraction in [0, 1], not {self.jitter!r}")
         if not 0 <= self.jitter <= 1:
-            raise ValueError(f"Retry.jitter is a fraction in [0, 1], not {self.jitter}")
-        if self.timeout is not None and self.timeout <= 0:
-            raise ValueError(f"Retry.timeout must be > 0 seconds, not {self.timeout}")
+            raise InvalidInput(f"Retry.jitter is a fraction in [0, 1], not {self.jitter}")
+        if self.timeout is not None:
+            inputs.seconds(self.timeout, "Retry.timeout", above=True)
+        if not isinstance(self.retry_on, tuple) and not callable(self.retry_on):
+            raise InvalidInput("Retry.retry_on is a tuple of exception types or a predicate")
 
     def should_retry(self, exc: BaseException, attempt: int) -> bool:
         """Whether attempt ``attempt`` failing with ``exc`` leaves another attempt."""

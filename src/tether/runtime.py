@@ -17,9 +17,10 @@ from functools import partial
 from typing import Any
 
 from . import events as ev
-from . import fanout
+from . import fanout, inputs
 from .clock import Clock
 from .conversation import Session, session_of_run
+from .durations import parse_duration
 from .effects import ToolDef, tool_core
 from .errors import EncodeError
 from .journal import Call, Core, Journal, Sleep, step_core
@@ -114,8 +115,10 @@ class Vars(MutableMapping[str, Any]):
         self._write(ev.VAR_DELETED, key, None)
 
     def _write(self, type_: str, key: str, value: Any) -> None:
-        if not isinstance(key, str):
-            raise TypeError(f"run {self._j.run_id}: task variable names are str, not {key!r}")
+        if not isinstance(key, str) or not key:
+            raise TypeError(
+                f"run {self._j.run_id}: task variable names are non-empty str, not {key!r}"
+            )
         slot = self._j.slot("var", f"vars.{key}")
         if slot.done:
             return
@@ -156,6 +159,9 @@ class Policy:
     ) -> None:
         if approve_at is not None and approve_at not in self.LEVELS:
             raise ValueError(f"approve_at must be one of {self.LEVELS} or None, not {approve_at!r}")
+        parse_duration(timeout, what="Policy.timeout")  # refused here, not at the first gate
+        for a in approvers or ():
+            inputs.name(a, "Policy.approvers: an approver")
         self.approve_at = approve_at
         self.approvers = approvers
         self.timeout = timeout

@@ -20,15 +20,16 @@ for the bookkeeping it leaves out.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from . import codec, effects, snapshots
+from . import codec, effects, inputs, integrity, snapshots
 from . import events as ev
 from .clock import new_run_id
-from .errors import EncodeError, InvalidState, NotFound, TetherError
+from .errors import EncodeError, InvalidInput, InvalidState, NotFound, TetherError
 from .events import Event, NewEvent
 from .state import RunState, StepState, fold, to_data
 from .store import NewRun, RunRecord
@@ -70,10 +71,14 @@ class History:
 
 
 def history(app: App, run_id: str) -> History:
-    """The run's events and steps. Raises NotFound for an unknown run."""
+    """The run's events and steps. Raises NotFound for an unknown run, RunDamaged for a
+    log with gaps or a row it disagrees with."""
     record = app.store.get_run(run_id)
     events = app.store.read_events(run_id)
-    return History(record, tuple(_entry(e) for e in events), fold(events, run_id=run_id).steps)
+    integrity.check_events(run_id, events, 0)
+    state = fold(events, run_id=run_id)
+    integrity.check_row(run_id, record.status, state.status, state.seq)
+    return History(record, tuple(_entry(e) for e in events), state.steps)
 
 
 def _entry(e: Event) -> HistoryEntry:
@@ -113,11 +118,11 @@ def state_at(
 
 def _check_point(at: int | None, step: StepRef | None, when: str) -> None:
     if when not in ("before", "after"):
-        raise ValueError(f"when is 'before' or 'after', not {when!r}")
+        raise InvalidInput(f"when is 'before' or 'after', not {when!r}")
     if at is not None and step is not None:
-        raise ValueError("name one point: at=seq or step=position_or_name, not both")
-    if at is not None and (isinstance(at, bool) or not isinstance(at, int)):
-        raise TypeError(f"at= is a seq (int), not {at!r}")
+        raise InvalidInput("name one point: at=seq or step=position_or_name, not both")
+    if at is not None:
+        inputs.integer(at, "at= (a seq)", low=0)
 
 
 def _state_upto(app: App, run_id: str, seq: int) -> RunState:
@@ -136,7 +141,9 @@ def find_step(state: RunState, step: StepRef) -> int:
     """The position ``step`` names in ``state``: a position, a name (its first match), or
     ``name#k`` (the k-th step of that name). Raises NotFound listing the steps."""
     if isinstance(step, bool) or not isinstance(step, (int, str)):
-        raise TypeError(f"step= is a position (int) or a step name (str), not {step!r}")
+        raise InvalidInput(f"step= is a position (int) or a step name (str), not {step!r}")
+    if isinstance(step, str):
+        inputs.name(step, "step=")
     if isinstance(step, int):
         if 1 <= step <= len(state.steps):
             return step
@@ -326,8 +333,14 @@ def _walk(a: Any, b: Any, path: tuple[PathKey, ...], out: list[Change]) -> None:
             _walk(x, y, (*path, i), out)
         out.extend(Change((*path, i), "removed", x, None) for i, x in enumerate(a) if i >= len(b))
         out.extend(Change((*path, i), "added", None, y) for i, y in enumerate(b) if i >= len(a))
-    elif type(a) is not type(b) or a != b:
+    elif type(a) is not type(b) or _leaf(a) != _leaf(b):
         out.append(Change(path, "changed", a, b))
+
+
+def _leaf(x: Any) -> Any:
+    """A leaf as compared: a tagged value (a tuple, a set…) by its JSON text, so that
+    False and 0 (or 1 and 1.0) inside it differ as they do everywhere else."""
+    return json.dumps(x, sort_keys=True) if isinstance(x, dict | list) else x
 
 
 def _walk_key(
@@ -468,7 +481,11 @@ def _check_vars(run_id: str, vars: Mapping[str, Any] | None) -> dict[str, Any]:
     if vars is None:
         return {}
     if not isinstance(vars, Mapping) or not all(isinstance(k, str) for k in vars):
-        raise TypeError(f"run {run_id}: fork vars= is a dict of str names to values, not {vars!r}")
+        raise TypeError(
+            f"run {run_id}: fork vars= is a dict of str names to values, not {inputs.show(vars)}"
+        )
+    for k in vars:
+        inputs.name(k, "fork vars=: a task variable's name")
     return dict(vars)
 
 
@@ -481,7 +498,7 @@ def _check_input(run_id: str, input: Mapping[str, Any] | None) -> dict[str, Any]
     if not isinstance(args, (list, tuple)) or not isinstance(kwargs, Mapping):
         raise TypeError(
             f"run {run_id}: fork input= is {{'args': [...], 'kwargs': {{...}}}} "
-            f"(either may be left out), not {input!r}"
+            f"(either may be left out), not {inputs.show(input)}"
         )
     return {"args": list(args), "kwargs": dict(kwargs)}
 

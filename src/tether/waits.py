@@ -11,12 +11,12 @@ or simply goes on after the timer.
 from __future__ import annotations
 
 import inspect
-import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import codec
 from . import events as ev
+from .durations import parse_duration as parse_duration  # the one grammar (re-exported)
 from .errors import (
     ApprovalDenied,
     Conflict,
@@ -30,30 +30,6 @@ from .store import EffectWrite, SignalTake, Transition
 
 if TYPE_CHECKING:
     from .app import App
-
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
-
-
-def parse_duration(value: float | int | str | None, *, what: str = "duration") -> float | None:
-    """Seconds from ``90``, ``1.5``, ``"10m"``, ``"24h"``, ``"7d"``, ``"250ms"``; None stays."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise ValueError(f"{what} must be a duration (seconds, or e.g. '10m'), not {value!r}")
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    else:
-        parts = [_DURATION.match(p) for p in str(value).split()] if value else [None]
-        if not all(parts):
-            raise ValueError(
-                f"{what} {value!r} is not a duration; write seconds or e.g. '250ms', '10m', "
-                f"'24h', '7d', '1h 30m'"
-            )
-        seconds = sum(float(m.group(1)) * _UNITS[m.group(2) or "s"] for m in parts if m)
-    if seconds < 0:
-        raise ValueError(f"{what} must not be negative, got {value!r}")
-    return seconds
 
 
 # -- inside the agent ---------------------------------------------------------

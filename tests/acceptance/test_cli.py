@@ -244,7 +244,9 @@ def test_resume_a_run_killed_by_sigkill_in_another_process(tmp_path: Path) -> No
     assert "running (stalled)" in listed.stdout and "step 4, 1–3 committed" in listed.stdout
     run_id = listed.stdout.splitlines()[1].split()[0]
 
-    proc = tether_cli("--db", str(db), "resume", run_id, cwd=elsewhere)
+    refused = tether_cli("--db", str(db), "resume", run_id, cwd=elsewhere)
+    assert_one_line_error(refused, "may not import", "--code tether.demo")  # the db's say-so
+    proc = tether_cli("--db", str(db), "--code", "tether.demo", "resume", run_id, cwd=elsewhere)
     assert proc.returncode == 0, proc.stderr
     assert f"run {run_id}: waiting, step 8, 1–7 committed" in proc.stdout
     assert "(not executed again): 1 plan, 2 query_metrics, 3 search_logs\n" in proc.stdout
@@ -254,8 +256,9 @@ def test_resume_a_run_killed_by_sigkill_in_another_process(tmp_path: Path) -> No
     )
     assert '"kind": "approval", "name": "rollback"' in proc.stdout
     approve = ["approve", run_id, "rollback", "--by", "oncall"]
+    demo_code = {"TETHER_CODE": "tether.demo"}
     assert tether_cli("--db", str(db), *approve, cwd=elsewhere).returncode == 0
-    proc = tether_cli("--db", str(db), "resume", run_id, cwd=elsewhere)
+    proc = tether_cli("resume", run_id, cwd=elsewhere, env={"TETHER_DB": str(db), **demo_code})
     assert proc.returncode == 0, proc.stderr
     assert f"run {run_id}: completed, 10 of 10 committed" in proc.stdout
     assert "executed now: 9 rollback_deploy, 10 summarise\n" in proc.stdout
@@ -292,11 +295,12 @@ def test_show_a_failed_run_then_retry_it(tmp_path: Path, project: dict[str, str]
 
     resumed = tether_cli("--db", db, "resume", run_id, cwd=tmp_path, env=project)
     assert_one_line_error(resumed, f"tether retry {run_id}")
-    retried = tether_cli("--db", db, "retry", run_id, cwd=tmp_path, env=project)
+    code = {**project, "TETHER_CODE": "agents"}  # the module the run names may be imported
+    retried = tether_cli("--db", db, "retry", run_id, cwd=tmp_path, env=code)
     assert_one_line_error(retried, f"run {run_id} failed in step 'double'", "broken today")
 
     os.remove(project["FAIL_FLAG"])
-    proc = tether_cli("--db", db, "retry", run_id, cwd=tmp_path, env=project)
+    proc = tether_cli("--db", db, "--code", "agents", "retry", run_id, cwd=tmp_path, env=project)
     assert proc.returncode == 0, proc.stderr
     assert "(not executed again): 1 add_one\n" in proc.stdout
     assert "executed now: 2 double, 3 finish\n" in proc.stdout

@@ -158,7 +158,7 @@ def test_step_needs_a_name_and_a_callable(app: tether.App) -> None:
     def agent(run: tether.Run) -> None:
         run.step("", lambda: 1)
 
-    with pytest.raises(tether.RunFailed, match="non-empty str name"):
+    with pytest.raises(tether.RunFailed, match="a step's name must be a non-empty str"):
         app.run(agent)
 
     @app.agent

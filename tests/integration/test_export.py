@@ -111,14 +111,25 @@ def _refused(app: tether.App, lines: list[str], message: str) -> None:
     assert app.runs() == before
 
 
-def test_a_run_exported_while_active_is_imported_queued(
-    app: tether.App, exported: list[str]
-) -> None:
-    for status in ("running", "waiting"):
-        header = exported[0].replace('"status":"completed"', f'"status":"{status}"')
-        run_id = app.import_run([header, *exported[1:]], new_id=True)
+def test_a_run_exported_while_active_is_imported_queued(app: tether.App) -> None:
+    @app.agent
+    def paused(run: tether.Run) -> None:
+        run.step("a", lambda: 1)
+        raise KeyboardInterrupt  # a crash-like exit: the log ends queued (suspended)
+
+    with pytest.raises(KeyboardInterrupt):
+        app.run(paused)
+    lines = _export(app, app.runs()[0].id).splitlines()
+    for status in ("running", "waiting", "queued"):
+        header = lines[0].replace('"status":"queued"', f'"status":"{status}"')
+        run_id = app.import_run([header, *lines[1:]], new_id=True)
         assert app.store.get_run(run_id).status == "queued"
         assert app.store.get_run(run_id).lease_owner is None
+
+
+def test_a_row_that_disagrees_with_its_log_is_refused(app: tether.App, exported: list[str]) -> None:
+    header = exported[0].replace('"status":"completed"', '"status":"running"')
+    _refused(app, [header, *exported[1:]], "'run.status' is 'running' but the log says")
 
 
 def test_a_duplicate_id_is_refused_with_a_way_out(app: tether.App, exported: list[str]) -> None:
@@ -144,7 +155,10 @@ def test_a_duplicate_id_is_refused_with_a_way_out(app: tether.App, exported: lis
             "line 3: seq 3 where seq 2 was expected; a run's events are contiguous",
         ),
         (lambda ls: [*ls[:-1]], "the header announces 5 events but the file holds 4"),
-        (lambda ls: [*ls[:2], '{"seq": 2, "type": "x"}', *ls[3:]], "line 3: an event needs seq"),
+        (
+            lambda ls: [*ls[:2], '{"seq": 2, "type": "x"}', *ls[3:]],
+            r"line 3 \(seq 2\): field 'type': 'x' is not an event type",
+        ),
         (lambda ls: [*ls[:2], "[1, 2]", *ls[3:]], "line 3: expected a JSON object"),
         (
             lambda ls: [*ls[:2], ls[2].replace('"data":{', '"data":{"x":NaN,'), *ls[3:]],
@@ -163,7 +177,7 @@ def test_a_damaged_export_is_refused_naming_the_line(
     _refused(app, damage(fresh), message)
 
 
-def test_events_that_do_not_fold_are_refused(app: tether.App, exported: list[str]) -> None:
+def test_events_without_their_fields_are_refused(app: tether.App, exported: list[str]) -> None:
     event = json.loads(exported[3])
     del event["data"]["pos"]
     lines = [
@@ -172,7 +186,7 @@ def test_events_that_do_not_fold_are_refused(app: tether.App, exported: list[str
         json.dumps(event),
         *exported[4:],
     ]
-    _refused(app, lines, "the events do not fold")
+    _refused(app, lines, r"line 4 \(seq 3\): field 'data.pos': a step.completed event needs it")
 
 
 def _cli(db: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

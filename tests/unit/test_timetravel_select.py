@@ -128,9 +128,9 @@ def test_parse_age(text: str, seconds: float) -> None:
     assert parse_age(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["30", "d", "3w", "-1d", "1 day", ""])
+@pytest.mark.parametrize("text", ["d", "-1d", "1 day", "", "30 days"])
 def test_parse_age_refuses(text: str) -> None:
-    with pytest.raises(ValueError, match="a number and a unit: s, m, h or d"):
+    with pytest.raises(ValueError, match="not a duration"):
         parse_age(text)
 
 
