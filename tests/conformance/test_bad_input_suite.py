@@ -361,7 +361,7 @@ CASES: list[Case] = [
     *cases_for(
         "tool on_doubt",
         "on_doubt",
-        ["never", None],
+        ["never", "", 5],  # None is the default: derived from the tool (docs/guarantees.md)
         lambda w, g: w.app.tool(on_doubt=g)(lambda: None),
     ),
     *cases_for("tool name", "name", NAMES, lambda w, g: w.app.tool(name=g)(lambda: None)),
