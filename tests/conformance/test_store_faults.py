@@ -216,7 +216,7 @@ def test_memory_and_conversation_writes_refuse_text_that_is_not_unicode(app: tet
         lambda: app.session("s").add("user", "h\ud800"),
     ]
     for write in writes:  # a name is refused by the input checks, a value by the codec
-        with pytest.raises((EncodeError, tether.InvalidInput), match="not (valid )?Unicode"):
+        with pytest.raises((EncodeError, tether.InvalidInput), match=r"not (valid )?Unicode"):
             write()
     app.memory.put(("user", "u"), "k", 1)
     app.session("s").add("user", "hi")
