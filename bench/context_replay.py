@@ -19,7 +19,7 @@ context; a fact that is only behind a handle makes the model call ``recall`` fir
 page fault: one more model call, whose input tokens count, and the result joins the
 history); a call to a stubbed tool first fails and is made again (a stub fault, counted
 the same way). A fact found neither in the context nor behind a handle is *lost*; the
-test of this replay asserts there is none. Token counts use tether.tokens (tiktoken when
+test of this replay asserts there is none. Token counts use tether.context.tokens (tiktoken when
 installed, else ~4 characters per token). Results go to bench/results/context_replay.json.
 """
 
@@ -39,8 +39,9 @@ sys.path.insert(0, str(HERE))
 
 import tether  # noqa: E402
 from incident import CALLS, SYSTEM, TASK, TOOLS  # noqa: E402
-from tether import context, tokens  # noqa: E402
-from tether.conversation import Session  # noqa: E402
+from tether.context import tokens  # noqa: E402
+from tether.context import window as context  # noqa: E402
+from tether.context.conversation import Session  # noqa: E402
 
 BUDGET = 32_000
 

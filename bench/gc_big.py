@@ -29,10 +29,10 @@ from contextlib import closing
 from typing import Any
 
 import tether
-from tether import codec
-from tether import events as ev
-from tether.events import Event
-from tether.state import fold, to_data
+from tether.model import codec
+from tether.model import events as ev
+from tether.model.events import Event
+from tether.model.state import fold, to_data
 
 STEPS = 250
 SNAPSHOT_EVERY = 100

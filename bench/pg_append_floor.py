@@ -27,7 +27,7 @@ import psycopg
 from psycopg import sql
 
 from common import PG_ADMIN_URL
-from tether.events import NewEvent
+from tether.model.events import NewEvent
 from tether.store import EffectWrite, NewRun
 from tether.store.postgres import PostgresStore
 

@@ -87,7 +87,7 @@ def codec_rows() -> list[tuple[str, float | None]]:
         ("tether.encode(step event data)", per_call(lambda: tether.encode(data))),
     ]
     try:
-        from tether import codec
+        from tether.model import codec
 
         walked, text = codec.to_json_value(data), codec.encode(data)
         rows += [
@@ -108,7 +108,7 @@ def codec_rows() -> list[tuple[str, float | None]]:
 def store_append_us(tmp: str) -> float | None:
     """µs per SQLiteStore.append of one already-encoded ~1 KB event."""
     try:
-        from tether.events import NewEvent
+        from tether.model.events import NewEvent
         from tether.store import NewRun
         from tether.store.sqlite import SQLiteStore
     except ImportError:

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import tether
-from tether import events as ev
-from tether.clock import new_run_id
-from tether.state import fold
+from tether.model import events as ev
+from tether.model.clock import new_run_id
+from tether.model.state import fold
 from tether.store import NewRun, Transition
 
 BATCH = 100

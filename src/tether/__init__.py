@@ -18,11 +18,13 @@ from __future__ import annotations
 from collections.abc import Iterable as _Iterable
 from typing import Any as _Any
 
-from . import context as context  # tether.context.build(…): the context window as a cache
-from .app import AgentDef, App, RunHandle, agent, tool
-from .clock import Clock, FakeClock, SystemClock
-from .codec import decode, encode
-from .errors import (
+from tether import context as context  # tether.context.build: the context window
+from tether.app import AgentDef, App, RunHandle, agent, tool
+from tether.context.memory import Embedder as _Embedder
+from tether.engine.journal import StepInfo, current_step
+from tether.engine.retry import Retry
+from tether.engine.runtime import AsyncRun, Policy, Run
+from tether.errors import (
     ApprovalDenied,
     ArtifactCorrupt,
     ClockSkew,
@@ -47,12 +49,10 @@ from .errors import (
     TetherError,
     WaitTimeout,
 )
-from .events import Event
-from .journal import StepInfo, current_step
-from .memory import Embedder as _Embedder
-from .retry import Retry
-from .runtime import AsyncRun, Policy, Run
-from .state import RunState, StepState, Usage, fold
+from tether.model.clock import Clock, FakeClock, SystemClock
+from tether.model.codec import decode, encode
+from tether.model.events import Event
+from tether.model.state import RunState, StepState, Usage, fold
 
 __all__ = [
     "AgentDef",
@@ -133,19 +133,19 @@ def open(
     ``app.memory`` (see docs/memory.md).
     ``code``: modules (and packages) that a run this App did not register may name
     for its agent or tool code; nothing else a database names is imported (see
-    :mod:`tether.registry`).
+    :mod:`tether.engine.registry`).
     ``options`` go to the backend: ``busy_timeout`` for SQLite; ``schema``,
     ``min_size``, ``max_size``, ``timeout``, ``lanes`` and ``linger`` for PostgreSQL
     (another name is refused, listing these).
     """
-    from .store import Store
-    from .store.sqlite import SQLiteStore, sqlite_path
+    from tether.store import Store
+    from tether.store.sqlite import SQLiteStore, sqlite_path
 
     _check_open(url, durability, lease_ttl, inline_sleep_max, snapshot_every)
     _check_config(clock, retry, policy, approver_groups)
     store: Store
     if url.startswith(("postgres://", "postgresql://")):
-        from .store.postgres import PostgresStore  # psycopg is imported only for PostgreSQL
+        from tether.store.postgres import PostgresStore
 
         _check_options(PostgresStore, "PostgreSQL", options)
         store = PostgresStore(url, **options)
@@ -176,7 +176,7 @@ def open(
 def _check_open(
     url: _Any, durability: _Any, lease_ttl: _Any, inline_sleep_max: _Any, snapshot_every: _Any
 ) -> None:
-    from . import inputs
+    from tether.model import inputs
 
     if not isinstance(url, str) or not url or "\x00" in url:
         raise InvalidInput(f"tether.open needs a path or a URL, not {url!r}")
@@ -188,7 +188,7 @@ def _check_open(
 
 
 def _check_config(clock: _Any, retry: _Any, policy: _Any, approver_groups: _Any) -> None:
-    from . import inputs
+    from tether.model import inputs
 
     for value, cls, what in ((retry, Retry, "retry"), (policy, Policy, "policy")):
         if value is not None and not isinstance(value, cls):
@@ -224,7 +224,7 @@ def _check_options(
             f"tether.open: {', '.join(unknown)} is not an option of the {backend} store; "
             f"its options are {', '.join(valid)} (see help(tether.open))"
         )
-    from . import inputs
+    from tether.model import inputs
 
     for option, value in options.items():
         if value is None and option in ("lanes", "schema"):  # their defaults

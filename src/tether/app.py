@@ -11,25 +11,15 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TextIO, TypeVar, cast, overload
 
-from . import (
-    codec,
-    compensation,
-    export,
-    inputs,
-    integrity,
-    registry,
-    retention,
-    snapshots,
-    timetravel,
-    waits,
-)
-from . import events as ev
-from .artifacts import Artifacts, ArtifactStore, DatabaseArtifacts
-from .clock import Clock, SystemClock, new_run_id, owner_is_dead_local, process_owner
-from .conversation import Session, Summarizer, make_policy, open_session
-from .durations import Duration, parse_duration
-from .effects import ToolDef, define_tool, guarded
-from .errors import (
+from tether.context.artifacts import Artifacts, ArtifactStore, DatabaseArtifacts
+from tether.context.conversation import Session, Summarizer, make_policy, open_session
+from tether.context.memory import Memory
+from tether.engine import compensation, registry, waits
+from tether.engine.effects import ToolDef, define_tool, guarded
+from tether.engine.journal import Cancelling, Core, Journal, Stopping, Suspended, agent_body
+from tether.engine.retry import NO_RETRY, Retry
+from tether.engine.runtime import AsyncRun, Policy, Run, adrive, drive
+from tether.errors import (
     ClockSkew,
     Conflict,
     EncodeError,
@@ -43,22 +33,15 @@ from .errors import (
     StoreUnavailable,
     TetherError,
 )
-from .events import Event
-from .journal import Cancelling, Core, Journal, Stopping, Suspended, agent_body
-from .memory import Memory
-from .retry import NO_RETRY, Retry
-from .runtime import AsyncRun, Policy, Run, adrive, drive
-from .state import FINISHED, RunState, fold
-from .store import (
-    AuditRecord,
-    Effect,
-    Lease,
-    NewRun,
-    RunRecord,
-    Store,
-    Transition,
-)
-from .worker import POISON_AFTER, QueueConfig, Worker, heartbeat
+from tether.model import codec, inputs, integrity
+from tether.model import events as ev
+from tether.model.clock import Clock, SystemClock, new_run_id, owner_is_dead_local, process_owner
+from tether.model.durations import Duration, parse_duration
+from tether.model.events import Event
+from tether.model.state import FINISHED, RunState, fold
+from tether.services import export, retention, timetravel
+from tether.services.worker import POISON_AFTER, QueueConfig, Worker, heartbeat
+from tether.store import AuditRecord, Effect, Lease, NewRun, RunRecord, Store, Transition, snapshots
 
 log = logging.getLogger("tether")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -179,7 +162,7 @@ class App:
         with the same idempotency key) or ``ask`` (pause for a human) after a crash or
         a timeout that hid whether the call happened. Left out, it is ``retry`` for a
         ``write`` tool that takes ``idempotency_key`` and ``ask`` otherwise (see
-        :mod:`tether.effects` and docs/guarantees.md).
+        :mod:`tether.engine.effects` and docs/guarantees.md).
         """
 
         def register(f: F) -> F:
@@ -198,7 +181,7 @@ class App:
 
     def allow_code(self, *modules: str) -> None:
         """Allow importing ``modules`` (and their submodules) to find the agents and tools
-        of runs this app did not register (see :mod:`tether.registry`)."""
+        of runs this app did not register (see :mod:`tether.engine.registry`)."""
         self.code = self.code | registry.check_modules(modules)
 
     def _may_import(self, module: str) -> bool:
@@ -277,7 +260,7 @@ class App:
         starting a second one. ``delay`` (seconds, a timedelta or ``"10m"``) makes it
         claimable later; higher ``priority`` first. Raises QueueFull when the queue is at
         its ``max_depth``; ValueError or TypeError, naming the parameter, for a value
-        :mod:`tether.inputs` refuses.
+        :mod:`tether.model.inputs` refuses.
         """
         return self.start_in(
             None,
@@ -361,10 +344,10 @@ class App:
         poison_after: int = POISON_AFTER,
     ) -> Worker:
         """A worker that claims runs from ``queues`` on this app's store; call ``.run()``.
-        ``cpu``: pin the process to a CPU number, or ``"auto"`` (see :mod:`tether.cpus`).
+        ``cpu``: pin the process to a CPU number, or ``"auto"`` (see :mod:`tether.services.cpus`).
         ``prefetch``: runs to claim ahead of the free slots (0: never; None: while runs are
-        short, see :mod:`tether.worker`). ``poison_after``: executions in a row that end in
-        an error outside the run's steps before the run is failed (see tether.worker)."""
+        short, see :mod:`tether.services.worker`). ``poison_after``: executions in a row that end in
+        an error outside the run's steps before the run is failed (see tether.services.worker)."""
         if isinstance(queues, str) or not isinstance(queues, Sequence) or not queues:
             raise InvalidInput(
                 f"queues is a list of queue names, e.g. ['default'], not {inputs.show(queues)}"
@@ -515,7 +498,7 @@ class App:
         summarize: Summarizer | None = None,
         keep_last: int = 6,
     ) -> Session:
-        """Get or create the conversation ``session_id`` (see :mod:`tether.conversation`).
+        """Get or create the conversation ``session_id`` (see :mod:`tether.context.conversation`).
 
         An existing session with another owner raises Conflict. With
         ``compact_at_tokens`` and ``summarize``, every ``add`` compacts the session once
@@ -1070,7 +1053,7 @@ class App:
         Snapshots are a read-side cache: when this load folded ``snapshot_every`` events
         or more, it saves the state it computed, so the next load starts from there.
         Steps never pay for snapshots. Raises RunDamaged when the log has a gap or
-        disagrees with the row (see :mod:`tether.integrity`).
+        disagrees with the row (see :mod:`tether.model.integrity`).
         """
         inputs.lookup_id(run_id)
         if upto is not None:
@@ -1112,7 +1095,7 @@ class App:
         inputs.integer(limit, "limit", low=1)
         return self.store.list_runs(status=status, agent=agent, limit=limit)
 
-    # -- humans and the outside world (tether.waits) ------------------------
+    # -- humans and the outside world (tether.engine.waits) ------------------------
 
     def approve(self, run_id: str, name: str, *, by: str, reason: str | None = None) -> None:
         """Approve a waiting run's request ``name``; the run becomes resumable.
@@ -1225,7 +1208,7 @@ class App:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- time travel (tether.timetravel, tether.export, tether.retention) ------
+    # -- time travel (services: timetravel, export, retention) ----------------------------
 
     def history(self, run_id: str) -> timetravel.History:
         """The run's row, every event with its seq, and its steps."""
@@ -1292,7 +1275,7 @@ class App:
     ) -> retention.GcResult:
         """Delete finished runs by age (seconds, a timedelta or ``"30d"``), status and
         keep-last-N per agent, sweep the snapshot pages no snapshot references and nothing
-        wrote for ``blob_grace``, then give the space back. See :mod:`tether.retention`."""
+        wrote for ``blob_grace``, then give the space back. See :mod:`tether.services.retention`."""
         age = parse_duration(older_than, what="older_than")
         grace = parse_duration(blob_grace, what="blob_grace")
         if grace is None:
@@ -1310,7 +1293,7 @@ class App:
             blob_grace=grace,
         )
 
-    # -- memory and artifacts (tether.memory, tether.artifacts) ----------------
+    # -- memory and artifacts (tether.context.memory, tether.context.artifacts) ----------------
 
     @property
     def memory(self) -> Memory:
@@ -1390,7 +1373,7 @@ def agent(
 ) -> F | Callable[[F], F]:
     """Declare an agent without an App (``@tether.agent``): any App runs it, and a
     resume in another process finds it by the module its run recorded, once the
-    operator allows that module (``code=``, ``--code``: see :mod:`tether.registry`)."""
+    operator allows that module (``code=``, ``--code``: see :mod:`tether.engine.registry`)."""
 
     def declare(f: F) -> F:
         f.__tether_agent__ = _define(f, name, version)  # type: ignore[attr-defined]
@@ -1458,7 +1441,7 @@ def _check_decision(run_id: Any, name: Any, by: Any, reason: Any) -> None:
 def _check_start(
     queue: Any, priority: Any, run_id: Any, dedup_key: Any, concurrency_key: Any
 ) -> None:
-    """``start``'s options, checked before anything is written (see tether.inputs)."""
+    """``start``'s options, checked before anything is written (see tether.model.inputs)."""
     inputs.name(queue, "queue")
     inputs.integer(priority, "priority")
     if run_id is not None:

@@ -129,7 +129,7 @@ class EncodeError(TetherError, TypeError):
 class InvalidInput(TetherError, ValueError, TypeError):
     """A value passed to tether is not one it takes: the message names the parameter and
     says what is expected. Both a ValueError and a TypeError, so that either ``except``
-    catches it; the CLI reports it as a usage error (exit 2). See :mod:`tether.inputs`."""
+    catches it; the CLI reports it as a usage error (exit 2). See :mod:`tether.model.inputs`."""
 
 
 class NondeterminismError(TetherError):
@@ -162,7 +162,7 @@ class StepTimeout(TetherError, TimeoutError):
 
     ``in_doubt`` is True for a write tool's call: it may have taken effect, or still run
     (a sync call's thread is abandoned, not killed), so it is retried only when that is
-    safe (see :mod:`tether.effects`)."""
+    safe (see :mod:`tether.engine.effects`)."""
 
     def __init__(self, message: str, *, in_doubt: bool = False) -> None:
         super().__init__(message)

@@ -16,7 +16,7 @@ import sys
 import time
 
 import tether
-import tether.journal
+import tether.engine.journal
 
 DB, SIDE = sys.argv[1], sys.argv[2]
 KILL_IN = int(sys.argv[sys.argv.index("--kill-in") + 1]) if "--kill-in" in sys.argv else 0
@@ -25,7 +25,7 @@ HOLD = float(sys.argv[sys.argv.index("--hold") + 1]) if "--hold" in sys.argv els
 GO = SIDE + ".go"
 app = tether.open(DB)
 if KILL_AFTER:  # step KILL_AFTER's record must wait for the next call, however slow the disk
-    tether.journal.DEFER_BELOW = 60.0
+    tether.engine.journal.DEFER_BELOW = 60.0
 
 
 def work(i: int) -> dict[str, int]:

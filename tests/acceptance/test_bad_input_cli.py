@@ -200,7 +200,7 @@ def test_garbage_for_every_option_gets_a_clear_error(
 
 
 def _export(app: tether.App, run_id: str) -> list[str]:
-    from tether.export import export_lines
+    from tether.services.export import export_lines
 
     return list(export_lines(app, run_id))
 

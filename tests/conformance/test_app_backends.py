@@ -12,7 +12,7 @@ import pytest
 from _conformance import Backend, until
 
 import tether
-from tether.worker import Worker
+from tether.services.worker import Worker
 
 pytestmark = pytest.mark.conformance
 
@@ -404,7 +404,7 @@ def test_a_worker_claims_ahead_only_while_its_runs_are_short(
     with limits (a held run would count against them)."""
     import threading
 
-    from tether import worker as worker_mod
+    from tether.services import worker as worker_mod
 
     gate = threading.Event()
 

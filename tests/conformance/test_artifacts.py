@@ -12,7 +12,7 @@ from _conformance import Backend
 from _memory import count
 
 import tether
-from tether.artifacts import ArtifactRef, Artifacts, DatabaseArtifacts, is_ref
+from tether.context.artifacts import ArtifactRef, Artifacts, DatabaseArtifacts, is_ref
 
 pytestmark = pytest.mark.conformance
 

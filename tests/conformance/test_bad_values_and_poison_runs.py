@@ -20,7 +20,7 @@ import pytest
 from _conformance import Backend, until
 
 import tether
-from tether.worker import ATTEMPT_FAILED, Worker
+from tether.services.worker import ATTEMPT_FAILED, Worker
 
 pytestmark = pytest.mark.conformance
 

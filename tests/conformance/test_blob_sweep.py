@@ -12,12 +12,11 @@ import pytest
 from _conformance import Backend
 
 import tether
-from tether import events as ev
-from tether import snapshots
-from tether.clock import FakeClock
-from tether.snapshots import PAGE_SIZE
-from tether.state import fold
-from tether.store import NewRun
+from tether.model import events as ev
+from tether.model.clock import FakeClock
+from tether.model.state import fold
+from tether.store import NewRun, snapshots
+from tether.store.snapshots import PAGE_SIZE
 
 pytestmark = pytest.mark.conformance
 

@@ -1,4 +1,4 @@
-"""The context window as a cache (tether.context) on SQLite and PostgreSQL: the budget,
+"""The context window as a cache (tether.context.window) on SQLite and PostgreSQL: the budget,
 paging and recall, tool stubs restored after a fault, dedup, and the token report."""
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 import tether
-from tether import context, tokens
-from tether.context import Policy
-from tether.conversation import Session
+from tether.context import tokens
+from tether.context import window as context
+from tether.context.conversation import Session
+from tether.context.window import Policy
 
 pytestmark = pytest.mark.conformance
 

@@ -1,4 +1,4 @@
-"""Compaction (tether.conversation) on SQLite and PostgreSQL: a summary replaces old turns
+"""Compaction (tether.context.conversation) on SQLite and PostgreSQL: a summary replaces old turns
 in the prompt view, the originals stay, a second compaction with nothing new writes
 nothing, and a summariser that fails or is SIGKILLed leaves the session as it was."""
 
@@ -14,7 +14,7 @@ import pytest
 from _conformance import Backend
 
 import tether
-from tether.conversation import Session
+from tether.context.conversation import Session
 
 pytestmark = pytest.mark.conformance
 

@@ -1,4 +1,4 @@
-"""Sessions and messages (tether.conversation) on SQLite and PostgreSQL: order, content
+"""Sessions and messages (tether.context.conversation) on SQLite and PostgreSQL: order, content
 dedup, owners, runs in a session, and model prompts recorded as references."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from _conformance import Backend
 
 import tether
-from tether.conversation import Message, Session, load_session, pack
+from tether.context.conversation import Message, Session, load_session, pack
 
 pytestmark = pytest.mark.conformance
 

@@ -16,7 +16,7 @@ import pytest
 from _conformance import Backend
 
 import tether
-from tether.cli import main
+from tether.cli.main import main
 
 pytestmark = pytest.mark.conformance
 

@@ -222,7 +222,7 @@ def test_the_corpus_is_large_and_the_genuine_file_imports(app: tether.App, genui
 def test_show_never_crashes_on_an_imported_run(
     app: tether.App, genuine: File, capsys: pytest.CaptureFixture[str], backend: Backend
 ) -> None:
-    from tether.cli import main
+    from tether.cli.main import main
 
     run_id = app.import_run(lines_of(copy.deepcopy(genuine)))
     for command in ("show", "log", "history"):

@@ -6,7 +6,7 @@ resolutions, approvals, signal waits and timeouts, sleeps, decisions, task varia
 compensation, cancel, suspension, crashes and restarts under a new lease, forks at any
 earlier point with edited variables), appending every event through the real store with
 the lease's fencing token and the effects and signal writes the engine makes beside
-them. Between the events it saves snapshots through :mod:`tether.snapshots` (pages of 2
+them. Between the events it saves snapshots through :mod:`tether.store.snapshots` (pages of 2
 or 3 positions as well as the default, so page sharing is reached), and after every
 rule it checks, reading everything back through the store:
 
@@ -48,17 +48,17 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from tether import codec, snapshots
-from tether import events as ev
-from tether.clock import FakeClock
-from tether.effects import define_tool, tool_core
+from tether.engine.effects import define_tool, tool_core
+from tether.engine.journal import Journal, step_core, step_key
+from tether.engine.retry import NO_RETRY
+from tether.engine.runtime import drive
+from tether.engine.waits import approve_core, sleep_core, wait_core
 from tether.errors import ApprovalDenied, WaitTimeout
-from tether.journal import Journal, step_core, step_key
-from tether.retry import NO_RETRY
-from tether.runtime import drive
-from tether.state import RunState, StepState, fold
-from tether.store import EffectWrite, Lease, NewRun, SignalTake, Store
-from tether.waits import approve_core, sleep_core, wait_core
+from tether.model import codec
+from tether.model import events as ev
+from tether.model.clock import FakeClock
+from tether.model.state import RunState, StepState, fold
+from tether.store import EffectWrite, Lease, NewRun, SignalTake, Store, snapshots
 
 pytestmark = pytest.mark.conformance
 
@@ -104,7 +104,7 @@ class Pos:
 
 @dataclass
 class Model:
-    """A run as the events written so far describe it (written without tether.state)."""
+    """A run as the events written so far describe it (written without tether.model.state)."""
 
     positions: list[Pos] = field(default_factory=list)
     vars: dict[str, Any] = field(default_factory=dict)

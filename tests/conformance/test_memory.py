@@ -1,4 +1,4 @@
-"""Long-term memory (tether.memory) on SQLite and PostgreSQL: round trips, search and its
+"""Long-term memory (tether.context.memory) on SQLite and PostgreSQL: round trips, search and its
 ranking, filters, prefixes, TTL with an injected clock, forgetting, embeddings, bad input."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from _conformance import Backend
 from _memory import DIMS, count, memory_tables, toy_embed
 
 import tether
-from tether.memory import Memory
+from tether.context.memory import Memory
 
 pytestmark = pytest.mark.conformance
 
@@ -38,7 +38,7 @@ def memory(app: tether.App) -> Memory:
     return app.memory
 
 
-def keys(items: list[tether.memory.MemoryItem]) -> list[str]:
+def keys(items: list[tether.context.memory.MemoryItem]) -> list[str]:
     return [i.key for i in items]
 
 

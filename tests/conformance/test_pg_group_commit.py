@@ -18,7 +18,7 @@ from _conformance import PG_URL, Backend, until
 
 import tether
 from tether.errors import Conflict, EncodeError, LeaseLost, StoreError
-from tether.events import NewEvent
+from tether.model.events import NewEvent
 from tether.store import EffectWrite, NewRun, WorkerRecord
 from tether.store.groupcommit import Pending
 from tether.store.pgwire import Prepared, WireConnection

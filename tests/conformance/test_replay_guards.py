@@ -24,7 +24,7 @@ import pytest
 from _conformance import T0, Backend
 
 import tether
-from tether import codec
+from tether.model import codec
 
 pytestmark = pytest.mark.conformance
 

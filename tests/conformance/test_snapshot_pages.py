@@ -10,12 +10,12 @@ import pytest
 from _conformance import T0, Backend
 
 import tether
-from tether import codec
-from tether import events as ev
-from tether.events import NewEvent
-from tether.snapshots import PAGE_SIZE
-from tether.state import fold, to_data
+from tether.model import codec
+from tether.model import events as ev
+from tether.model.events import NewEvent
+from tether.model.state import fold, to_data
 from tether.store import NewRun, Snapshot
+from tether.store.snapshots import PAGE_SIZE
 
 pytestmark = pytest.mark.conformance
 

@@ -12,7 +12,7 @@ import pytest
 from _conformance import Backend
 
 import tether
-from tether.journal import DEFER_BELOW
+from tether.engine.journal import DEFER_BELOW
 
 pytestmark = pytest.mark.conformance
 

@@ -22,7 +22,7 @@ from _conformance import T0, Backend, ev, new_run, seqs, until
 
 import tether
 from tether.errors import CorruptRecord, EncodeError, StoreError, TetherError
-from tether.events import NewEvent
+from tether.model.events import NewEvent
 from tether.store import EffectWrite, NewRun, Snapshot, Store
 from tether.store.faults import STORE_METHODS
 

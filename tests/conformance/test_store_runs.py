@@ -6,7 +6,7 @@ import pytest
 from _conformance import T0, ev, new_run, seqs
 
 from tether.errors import Conflict, NotFound
-from tether.events import NewEvent
+from tether.model.events import NewEvent
 from tether.store import Lease, NewRun, Store
 
 pytestmark = pytest.mark.conformance

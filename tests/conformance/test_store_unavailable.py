@@ -25,7 +25,7 @@ from _conformance import PG_URL, Backend, until
 
 import tether
 from tether.errors import StoreUnavailable
-from tether.worker import Worker
+from tether.services.worker import Worker
 
 pytestmark = pytest.mark.conformance
 

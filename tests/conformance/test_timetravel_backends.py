@@ -11,7 +11,7 @@ import pytest
 from _conformance import Backend
 
 import tether
-from tether.state import fold
+from tether.model.state import fold
 
 pytestmark = pytest.mark.conformance
 

@@ -1,4 +1,4 @@
-"""Store.transaction() (used by tether.memory and tether.artifacts) on both backends: all or
+"""Store.transaction() (used by context.memory and context.artifacts) on both backends: all or
 nothing, and driver errors come out as StoreError."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import tether
-from tether.artifacts import ArtifactRef, Artifacts, DirectoryArtifacts
+from tether.context.artifacts import ArtifactRef, Artifacts, DirectoryArtifacts
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 import tether
-from tether import context, tokens
+from tether.context import tokens
+from tether.context import window as context
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))

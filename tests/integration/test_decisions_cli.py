@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import tether
-from tether.cli import main
+from tether.cli.main import main
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ import pytest
 from _disk import small_disk
 
 from tether.errors import StoreFull, StoreUnavailable
-from tether.events import NewEvent
+from tether.model.events import NewEvent
 from tether.store import NewRun
 from tether.store.sqlite import SQLiteStore
 

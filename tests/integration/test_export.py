@@ -17,7 +17,7 @@ from _timetravel_agents import execute, finish, programs, register
 from hypothesis import HealthCheck, given, settings
 
 import tether
-from tether.export import FORMAT, FORMAT_VERSION
+from tether.services.export import FORMAT, FORMAT_VERSION
 
 pytestmark = pytest.mark.integration
 

@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tether
-from tether import events as ev
-from tether.state import fold
-from tether.timetravel import cache_snapshot
+from tether.model import events as ev
+from tether.model.state import fold
+from tether.services.timetravel import cache_snapshot
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import tether
-from tether import events as ev
+from tether.model import events as ev
 
 pytestmark = pytest.mark.integration
 

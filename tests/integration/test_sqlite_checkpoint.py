@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from _wait import until
 
-from tether.events import NewEvent
+from tether.model.events import NewEvent
 from tether.store import NewRun
 from tether.store.sqlite import WAL_AUTOCHECKPOINT, SQLiteStore
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tether.errors import LeaseLost
-from tether.events import NewEvent
+from tether.model.events import NewEvent
 from tether.store import NewRun, Transition
 from tether.store.sqlite import SQLiteStore
 

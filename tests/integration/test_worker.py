@@ -10,16 +10,18 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _wait import until
 
 import tether
-from tether import events as ev
+from tether.model import events as ev
+from tether.services.worker import CANCEL_POLL
 from tether.store import QueueLimits, WorkerRecord
-from tether.worker import CANCEL_POLL
 
 pytestmark = pytest.mark.integration
 
@@ -628,8 +630,8 @@ def test_a_worker_of_another_pid_namespace_is_not_reaped_by_pid(tmp_path: Path) 
     """Two containers on host networking share the host's name; a pid of one means
     nothing in the other. A worker starting here must not take the runs of a worker
     there because no process here has its pid: only its heartbeat's age can tell."""
-    from tether.clock import pid_space
-    from tether.worker import reap_dead_workers
+    from tether.model.clock import pid_space
+    from tether.services.worker import reap_dead_workers
 
     clock = tether.FakeClock()
     app = tether.open(str(tmp_path / "ns.db"), clock=clock)
@@ -658,4 +660,46 @@ def test_a_worker_of_another_pid_namespace_is_not_reaped_by_pid(tmp_path: Path) 
     assert app.store.get_run(lost).lease_expires <= now  # claimable at once
     clock.advance(10 * app.lease_ttl + 1)  # its heartbeat is long past: now it goes
     assert reap_dead_workers(app) == []
+    app.close()
+
+
+def test_until_idle_does_not_stop_while_a_run_that_ends_frees_a_queue_slot(tmp_path: Path) -> None:
+    """A claim finds the queue's only slot taken; the run holding it ends before the
+    worker asks whether it is idle: the worker claims again (the next run is claimable
+    now) instead of stopping with work left in the queue."""
+    app = tether.open(str(tmp_path / "idle.db"))
+    app.queue("solo", concurrency=1)
+    go = threading.Event()
+
+    @app.agent
+    def slow(run: tether.Run) -> str:
+        go.wait(10)
+        return "slow"
+
+    @app.agent
+    def quick(run: tether.Run) -> str:
+        return "quick"
+
+    first, second = app.start(slow, queue="solo"), app.start(quick, queue="solo")
+    worker = app.worker(queues=["solo"], concurrency=2)
+    claim = app.store.claim_next
+
+    def claim_then_let_the_slot_free(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread() is not threading.main_thread():
+            # the slow run's thread claims next once its run ended: it comes second, after
+            # the claiming loop decided whether the worker is idle (a stopping worker's
+            # thread claims nothing)
+            if worker._stopping.wait(1):
+                return []
+            return claim(*args, **kwargs)
+        got = claim(*args, **kwargs)
+        if not got and not go.is_set():  # the slot is taken: the run holding it ends now
+            go.set()
+            until(lambda: not worker._active, 10)
+        return got
+
+    app.store.claim_next = claim_then_let_the_slot_free  # type: ignore[method-assign]
+    stats = worker.run(until_idle=True, install_signals=False)
+    assert stats.completed == 2, stats
+    assert app.get(first).output == "slow" and app.get(second).output == "quick"
     app.close()

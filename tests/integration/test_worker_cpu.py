@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import tether
-from tether import cpus
+from tether.services import cpus
 
 pytestmark = pytest.mark.integration
 

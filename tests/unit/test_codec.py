@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether import codec
 from tether.errors import EncodeError
+from tether.model import codec
 
 pytestmark = pytest.mark.unit
 

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from tether.durations import MAX_SECONDS, parse_duration
-from tether.retention import parse_age
+from tether.model.durations import MAX_SECONDS, parse_duration
+from tether.services.retention import parse_age
 
 pytestmark = pytest.mark.unit
 

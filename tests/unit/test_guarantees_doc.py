@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import tether
-from tether.effects import derived_doubt
-from tether.journal import DEFER_BELOW
+from tether.engine.effects import derived_doubt
+from tether.engine.journal import DEFER_BELOW
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""The pure parts of tether.memory and tether.artifacts: namespace ranges, the default
+"""The pure parts of context.memory and context.artifacts: namespace ranges, the default
 search text, rank fusion, artifact references and the offload threshold."""
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tether
-from tether import codec
-from tether.artifacts import (
+from tether.context.artifacts import (
     DEFAULT_THRESHOLD,
     VALUE_MEDIA_TYPE,
     ArtifactRef,
@@ -22,8 +21,9 @@ from tether.artifacts import (
     restore,
     verify,
 )
-from tether.memory import _bounds, _decode_namespace, _encode_namespace, render_text
-from tether.vectors import dot, fuse, pack, unit, unpack
+from tether.context.memory import _bounds, _decode_namespace, _encode_namespace, render_text
+from tether.context.vectors import dot, fuse, pack, unit, unpack
+from tether.model import codec
 
 pytestmark = pytest.mark.unit
 

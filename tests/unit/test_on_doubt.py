@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 import tether
-from tether.effects import ToolDef
+from tether.engine.effects import ToolDef
 
 pytestmark = pytest.mark.unit
 

@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 
-from tether.clock import owner_is_dead_local, pid_space, process_owner
+from tether.model.clock import owner_is_dead_local, pid_space, process_owner
 
 
 def _dead_pid() -> int:

@@ -7,12 +7,13 @@ from typing import Any
 
 import pytest
 
-from tether import codec, snapshots
-from tether import events as ev
 from tether.errors import StoreError
-from tether.events import Event
-from tether.state import RunState, fold, to_data
-from tether.steplist import StepList
+from tether.model import codec
+from tether.model import events as ev
+from tether.model.events import Event
+from tether.model.state import RunState, fold, to_data
+from tether.model.steps import StepList
+from tether.store import snapshots
 
 pytestmark = pytest.mark.unit
 

@@ -8,10 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether import codec, snapshots
-from tether import events as ev
-from tether.events import Event
-from tether.state import RunState, fold, from_data, to_data
+from tether.model import codec
+from tether.model import events as ev
+from tether.model.events import Event
+from tether.model.state import RunState, fold, from_data, to_data
+from tether.store import snapshots
 
 pytestmark = pytest.mark.unit
 

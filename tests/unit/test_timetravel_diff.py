@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether.state import RunState, StepState, Usage
-from tether.timetravel import Change, Diff, diff, render_path, view
+from tether.model.state import RunState, StepState, Usage
+from tether.services.timetravel import Change, Diff, diff, render_path, view
 
 pytestmark = pytest.mark.unit
 

@@ -7,10 +7,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tether.errors import NotFound
-from tether.retention import parse_age, runs_to_collect
-from tether.state import RunState, StepState
+from tether.model.state import RunState, StepState
+from tether.services.retention import parse_age, runs_to_collect
+from tether.services.timetravel import find_step
 from tether.store import RunRecord
-from tether.timetravel import find_step
 
 pytestmark = pytest.mark.unit
 

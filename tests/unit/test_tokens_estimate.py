@@ -1,4 +1,4 @@
-"""tether.tokens: the documented estimate (4 characters per token, rounded up) when
+"""tether.context.tokens: the documented estimate (4 characters per token, rounded up) when
 tiktoken is not installed, and what a message costs."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import importlib.util
 
 import pytest
 
-from tether import tokens
+from tether.context import tokens
 
 pytestmark = pytest.mark.unit
 

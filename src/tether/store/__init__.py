@@ -14,8 +14,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..errors import Conflict, StoreError
-from ..events import Event, NewEvent
+from tether.errors import Conflict, StoreError
+from tether.model.events import Event, NewEvent
 
 TOUCH_AFTER = 60.0  # seconds: a snapshot page dated this recently is not dated again
 
@@ -118,7 +118,9 @@ class Snapshot:
 
     run_id: str
     seq: int
-    data: str  # JSON (tether.codec): a format 2 root (tether.snapshots) or to_data(state)
+    data: (
+        str  # JSON (tether.model.codec): a format 2 root (tether.store.snapshots) or to_data(state)
+    )
     at: float
 
 
@@ -140,8 +142,8 @@ class Effect:
     run_id: str
     position: int
     tool: str
-    status: str  # intent | completed | compensating | compensated (tether.effects.UNDONE)
-    result: str | None  # JSON (tether.codec) when completed
+    status: str  # intent | completed | compensating | compensated (tether.engine.effects.UNDONE)
+    result: str | None  # JSON (tether.model.codec) when completed
     created_at: float
     updated_at: float
 
@@ -173,7 +175,7 @@ class Signal:
     id: int
     run_id: str
     name: str
-    payload: str  # JSON (tether.codec)
+    payload: str  # JSON (tether.model.codec)
     sent_at: float
     sender: str | None
 
@@ -374,7 +376,7 @@ class Store(Protocol):
         """Flag the run so that the process executing it stops at its next step."""
         ...
 
-    # -- the queue and its workers (tether.worker) --
+    # -- the queue and its workers (tether.services.worker) --
 
     def enqueue(
         self, run: NewRun, events: Sequence[NewEvent], *, now: float, max_depth: int | None
@@ -482,7 +484,7 @@ class Store(Protocol):
         """
         ...
 
-    # -- raw transactions (tether.memory, tether.artifacts) ---------------------
+    # -- raw transactions (tether.context.memory, tether.context.artifacts) ---------------------
 
     dialect: str  # "sqlite" | "postgres": the sql/<dialect>/ folder of named queries
 
@@ -490,7 +492,7 @@ class Store(Protocol):
         """A context manager yielding the raw DB-API connection inside one transaction.
 
         For modules that keep their own tables and named queries in
-        ``sql/<dialect>/<module>.sql`` (tether.memory, tether.artifacts). Everything
+        ``sql/<dialect>/<module>.sql`` (tether.context.memory, tether.context.artifacts). Everything
         executed in the block commits together when it exits normally, and rolls back
         when it raises (the exception propagates). Driver errors, in the block or at
         commit, are raised as StoreError. Placeholders are the driver's (``:name`` for

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from ..errors import CorruptRecord, EncodeError, TetherError
-from . import Store
+from tether.errors import CorruptRecord, EncodeError, TetherError
+from tether.store import Store
 
 
 def schema_number(value: Any, where: str) -> int:

@@ -47,7 +47,7 @@ except ImportError as e:  # pragma: no cover - depends on the install
         f"install them with: pip install 'tether[postgres]'"
     ) from e
 
-from ..errors import (
+from tether.errors import (
     Conflict,
     EncodeError,
     LeaseLost,
@@ -60,8 +60,8 @@ from ..errors import (
     StoreUnavailable,
     TetherError,
 )
-from ..events import Event, NewEvent
-from . import (
+from tether.model.events import Event, NewEvent
+from tether.store import (
     TOUCH_AFTER,
     AuditRecord,
     Effect,
@@ -80,11 +80,11 @@ from . import (
     gap_conflict,
     pick_within_limits,
 )
-from .faults import data_fault, schema_number, translated, translating
-from .groupcommit import GroupCommit, Pending
-from .pgwire import Prepared, WireConnection
-from .prefetch import Prefetched, as_claimed
-from .queries import load_queries, migrations
+from tether.store.faults import data_fault, schema_number, translated, translating
+from tether.store.groupcommit import GroupCommit, Pending
+from tether.store.pgwire import Prepared, WireConnection
+from tether.store.prefetch import Prefetched, as_claimed
+from tether.store.queries import load_queries, migrations
 
 _Q = load_queries("postgres")
 _MIGRATIONS = migrations("postgres")
@@ -1016,7 +1016,7 @@ class PostgresStore:
         with self._borrow() as conn:
             conn.execute(_Q["vacuum"])
 
-    # -- raw transactions (tether.memory, tether.artifacts) -------------------
+    # -- raw transactions (tether.context.memory, tether.context.artifacts) -------------------
 
     @contextmanager
     def transaction(self) -> Iterator[Conn]:

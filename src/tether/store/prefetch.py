@@ -19,7 +19,7 @@ import threading
 import time
 from dataclasses import replace
 
-from . import Lease, Loaded, RunRecord
+from tether.store import Lease, Loaded, RunRecord
 
 FRESH = 2.0  # seconds
 LIMIT = 1024  # entries

@@ -29,7 +29,7 @@ try:
 except ImportError:  # Windows: writers queue on SQLite's busy handler alone
     fcntl = None  # type: ignore[assignment]
 
-from ..errors import (
+from tether.errors import (
     Conflict,
     CorruptRecord,
     EncodeError,
@@ -43,8 +43,8 @@ from ..errors import (
     StoreUnavailable,
     TetherError,
 )
-from ..events import Event, NewEvent
-from . import (
+from tether.model.events import Event, NewEvent
+from tether.store import (
     TOUCH_AFTER,
     AuditRecord,
     Effect,
@@ -63,9 +63,9 @@ from . import (
     gap_conflict,
     pick_within_limits,
 )
-from .faults import data_fault, schema_number, translated, translating
-from .prefetch import Prefetched
-from .queries import load_queries, migrations
+from tether.store.faults import data_fault, schema_number, translated, translating
+from tether.store.prefetch import Prefetched
+from tether.store.queries import load_queries, migrations
 
 _Q = load_queries("sqlite")
 _MIGRATIONS = migrations("sqlite")
@@ -1390,7 +1390,7 @@ class SQLiteStore:
         except sqlite3.Error as e:
             raise self._translate(e) from None
 
-    # -- raw transactions (tether.memory, tether.artifacts) -------------------
+    # -- raw transactions (tether.context.memory, tether.context.artifacts) -------------------
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -1432,7 +1432,7 @@ def _sendable(
                 raise EncodeError(
                     f"run {run_id}: cannot append: the {what} holds text that is not Unicode "
                     f"({e.reason}: {text[e.start : e.end]!r} at index {e.start}); nothing was "
-                    f"written. Encode values with tether.codec, which refuses them by path.",
+                    f"written. Encode values with tether.model.codec, which refuses them by path.",
                     type_name="str",
                 ) from None
 

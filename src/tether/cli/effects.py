@@ -1,0 +1,215 @@
+"""CLI commands for humans in the loop: approve, deny, signal, resolve, cancel, audit."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from tether.app import App
+from tether.cli.main import (
+    Command,
+    CommandError,
+    Context,
+    Subparsers,
+    add_command,
+    report_handle,
+    when,
+)
+from tether.engine.waits import NO_RESULT
+from tether.model import codec
+from tether.services.worker import CANCEL_POLL
+
+
+def _decision_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="the run id")
+    parser.add_argument("name", help="the approval's name (as in run.approve(NAME, …))")
+    parser.add_argument(
+        "--by", required=True, help="who decides: a person among the approvers, never a group"
+    )
+    parser.add_argument("--reason", help="why, kept in the run's log")
+
+
+def _goes_on(app: App, run_id: str) -> str:
+    """Who resumes a run a decision woke: a worker of its queue, or `tether resume`."""
+    record = app.store.get_run(run_id)
+    if record.status != "queued":
+        return f"it is {record.status}"
+    if record.queue is not None:
+        return f"a worker of queue {record.queue!r} resumes it"
+    return f"`tether resume {run_id}` goes on"
+
+
+def _approve(args: argparse.Namespace, ctx: Context) -> int:
+    app = ctx.app()
+    app.approve(args.run, args.name, by=args.by, reason=args.reason)
+    ctx.print(f"approved {args.name!r} on run {args.run}; {_goes_on(app, args.run)}")
+    return 0
+
+
+def _deny(args: argparse.Namespace, ctx: Context) -> int:
+    app = ctx.app()
+    app.deny(args.run, args.name, by=args.by, reason=args.reason)
+    ctx.print(
+        f"denied {args.name!r} on run {args.run}; {_goes_on(app, args.run)}, and "
+        f"ApprovalDenied is raised in it"
+    )
+    return 0
+
+
+def _payload(text: str | None, what: str = "the payload") -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise CommandError(f"{what} must be JSON ({e}); quote strings: '\"text\"'", 2) from None
+
+
+def _signal_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="the run id")
+    parser.add_argument("name", help="the signal's name (as in run.wait(NAME))")
+    parser.add_argument("payload", nargs="?", help="a JSON payload (default: null)")
+    parser.add_argument("--sender", help="who sends it, kept with the signal")
+
+
+def _signal(args: argparse.Namespace, ctx: Context) -> int:
+    app = ctx.app()
+    woke = app.signal(args.run, args.name, _payload(args.payload), sender=args.sender)
+    state = "kept for its wait"
+    if woke:
+        state = f"the run was waiting for it; {_goes_on(app, args.run)}"
+    ctx.print(f"signal {args.name!r} sent to run {args.run}: {state}")
+    return 0
+
+
+def _resolve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="the run id")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument(
+        "--happened",
+        action="store_true",
+        help="the tool call did happen: give --result, unless the tool returns nothing",
+    )
+    which.add_argument(
+        "--not-happened", action="store_true", help="the tool call did not happen: call it again"
+    )
+    parser.add_argument(
+        "--result",
+        help="the call's result as JSON, as the service reports it (with --happened; "
+        "'null' if it returned nothing); the run goes on with it",
+    )
+    parser.add_argument("--by", required=True, help="who settles it")
+
+
+def _resolve(args: argparse.Namespace, ctx: Context) -> int:
+    app = ctx.app()
+    if args.not_happened and args.result is not None:
+        raise CommandError("--result goes with --happened: a call that did not happen has none")
+    result = NO_RESULT if args.result is None else _payload(args.result, "--result")
+    app.resolve(args.run, happened=args.happened, by=args.by, result=result)
+    verdict = "happened" if args.happened else "did not happen (it will be called again)"
+    ctx.print(f"run {args.run}: the call in doubt {verdict}; {_goes_on(app, args.run)}")
+    return 0
+
+
+def _cancel_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="the run id")
+    parser.add_argument(
+        "--compensate",
+        action="store_true",
+        help="first undo its completed write tools, newest first",
+    )
+    parser.add_argument("--by", help="who cancels")
+    parser.add_argument("--reason", help="why")
+
+
+def _cancel(args: argparse.Namespace, ctx: Context) -> int:
+    app = ctx.app()
+    handle = app.cancel(args.run, compensate=args.compensate, by=args.by, reason=args.reason)
+    if handle.status == "running":  # executing in another process: a request
+        holder = app.store.get_run(args.run).lease_owner or "another process"
+        undo = ", after undoing its completed write tools" if args.compensate else ""
+        ctx.print(
+            f"run {args.run} is executing in {holder}: asked to cancel. It stops at its next "
+            f"step (that process looks every {CANCEL_POLL:g} s) and ends cancelled{undo}; a "
+            f"run that finishes first stays finished (`tether show {args.run}` tells)."
+        )
+        return 0
+    report_handle(ctx, app, handle)
+    return 0
+
+
+def _audit_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="the run id")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line")
+
+
+def _audit(args: argparse.Namespace, ctx: Context) -> int:
+    records = ctx.app().audit(args.run)
+    for r in records:
+        detail = codec.decode(r.detail)
+        if args.json:
+            ctx.print(
+                json.dumps(
+                    {"id": r.id, "at": r.at, "actor": r.actor, "action": r.action, "detail": detail}
+                )
+            )
+        else:
+            ctx.print(f"{when(r.at)}  {r.action:<18} {r.actor or '-':<12} {detail.get('why', '')}")
+    if not records and not args.json:
+        ctx.print(f"run {args.run}: no audit records")
+    return 0
+
+
+def register(subparsers: Subparsers) -> None:
+    """Add the human-in-the-loop commands."""
+    for command in (
+        Command(
+            "approve",
+            "approve a waiting run's request",
+            _decision_arguments,
+            _approve,
+            "Records the decision (refused, and kept in the audit log, for someone not "
+            "among the approvers, a second decision, or a run not waiting for it) and "
+            "makes the run resumable.",
+        ),
+        Command(
+            "deny",
+            "deny a waiting run's request",
+            _decision_arguments,
+            _deny,
+            "Records the denial; when the run resumes, run.approve raises "
+            "tether.ApprovalDenied inside the agent, which may catch it.",
+        ),
+        Command(
+            "signal",
+            "send a signal to a run",
+            _signal_arguments,
+            _signal,
+            "Signals are kept until a run.wait(NAME) takes them, so a signal sent before "
+            "the run waits is not lost. A finished run refuses signals.",
+        ),
+        Command(
+            "resolve",
+            "settle a tool call left in doubt by a crash or a timeout",
+            _resolve_arguments,
+            _resolve,
+            "For tools that ask when in doubt: say whether the call happened (with the "
+            "result it returned, --result JSON, unless the tool is known to return None) "
+            "or not (it is called again with the same key).",
+        ),
+        Command(
+            "cancel",
+            "cancel a run, optionally compensating its effects",
+            _cancel_arguments,
+            _cancel,
+            "Cancels a queued, waiting or stopped run. With "
+            "--compensate, the compensations of its completed write tools run first, "
+            "newest first, each journaled.",
+        ),
+        Command(
+            "audit", "show a run's audit records (refused decisions)", _audit_arguments, _audit
+        ),
+    ):
+        add_command(subparsers, command)

@@ -1,0 +1,125 @@
+"""Compensation (sagas): undo what a failed or cancelled run already did.
+
+When a run fails, or is cancelled with ``compensate=True``, the ``compensate``
+functions of its completed write tools run in reverse order of their positions,
+each as a journaled step (kind ``compensate``, name ``undo:<tool>``) with its
+own idempotency key and a durable intent, after a ``run.compensating`` event
+that fixes where their positions start. A compensating run killed midway
+resumes the compensation (not the agent): compensations already completed are
+not run again.
+
+An undo function is called as ``undo(result, *args, **kwargs)``: the tool's
+recorded result, then the arguments of the original call (and
+``idempotency_key=`` when it declares that parameter).
+
+A run undoes only the calls it made itself. A fork's copied calls belong to the
+run that made them (their idempotency key names it): undoing them would undo its
+parent's work. Each undo marks the effects-table row of the call it undoes,
+``compensating`` with its intent and ``compensated`` with its completion, so that
+no fork reuses an effect that no longer holds (:func:`tether.engine.effects.undone`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from tether.engine.effects import ToolDef, owns
+from tether.engine.journal import Call, Core, Journal, attempts, step_key
+from tether.engine.retry import Retry
+from tether.model import codec
+from tether.model import events as ev
+from tether.model.state import RunState, StepState
+from tether.store import EffectWrite
+
+FindTool = Callable[[str, Mapping[str, Any]], ToolDef | None]
+
+
+def compensable(state: RunState, find_tool: FindTool) -> list[StepState]:
+    """The completed write-tool steps the run made itself that have a compensation, newest
+    first (a fork's copied calls are its parent's to undo)."""
+    out = []
+    for s in reversed(state.steps):
+        if s.kind != "tool" or s.status != "completed" or not s.key or not s.detail:
+            continue
+        if not owns(state.run_id, s.key):
+            continue
+        if s.detail.get("risk") in (None, "read"):
+            continue
+        tool = find_tool(s.name, s.detail.get("code") or {})
+        if tool is not None and tool.compensate is not None:
+            out.append(s)
+    return out
+
+
+def start(j: Journal, state: RunState, reason: str, error: Mapping[str, Any] | None) -> None:
+    """Append ``run.compensating``: undo steps take positions after every recorded one."""
+    data = {"reason": reason, "error": error, "from_position": len(state.steps) + 1}
+    j.append([j.event(ev.RUN_COMPENSATING, data)])
+
+
+def compensation_core(
+    j: Journal, state: RunState, find_tool: FindTool, default_retry: Retry
+) -> Core:
+    """Run every pending compensation in reverse order; return the ones that failed."""
+    assert state.compensating is not None
+    j.pos = int(state.compensating["from_position"]) - 1
+    j.recorded = state.steps
+    failures: list[dict[str, Any]] = []
+    for target in compensable(state, find_tool):
+        tool = find_tool(target.name, (target.detail or {}).get("code") or {})
+        assert tool is not None and tool.compensate is not None
+        try:
+            yield from _undo(j, target, tool, default_retry)
+        except Exception as exc:  # recorded as the step's failure; the others still run
+            failures.append(
+                {
+                    "position": target.position,
+                    "tool": target.name,
+                    "type": type(exc).__name__,
+                    "message": str(exc),
+                }
+            )
+    return failures
+
+
+def _undo(j: Journal, target: StepState, tool: ToolDef, default_retry: Retry) -> Core:
+    name = f"undo:{tool.name}"
+    digest = codec.digest({"of": target.position, "key": target.key})
+    slot = j.slot("compensate", name, digest)
+    if slot.done:
+        return None
+    key = step_key(j.run_id, slot.pos, name, digest)
+    inputs = (target.detail or {}).get("input") or {"args": [], "kwargs": {}}
+    kwargs = dict(inputs.get("kwargs") or {})
+    if tool.undo_takes_key:
+        kwargs["idempotency_key"] = key
+    assert tool.compensate is not None
+    call = Call(tool.compensate, [target.output, *inputs.get("args", [])], kwargs, None)
+    effect = EffectWrite(key, j.run_id, slot.pos, name, "intent")
+    undone_key = target.key
+    assert undone_key is not None  # compensable() keeps keyed calls only
+    result = codec.encode(target.output, what="tool result")
+
+    def mark(status: str) -> EffectWrite:  # the undone call's own row says so
+        return EffectWrite(undone_key, j.run_id, target.position, tool.name, status, result)
+
+    def intent(attempt: int) -> None:
+        data = {
+            "pos": slot.pos,
+            "name": name,
+            "kind": "compensate",
+            "key": key,
+            "attempt": attempt,
+            "digest": digest,
+            "risk": tool.risk,
+            "of": target.position,
+            "input": None,
+            "code": tool.code,
+        }
+        j.append([j.event(ev.TOOL_INTENT, data)], writes=[effect, mark("compensating")])
+
+    policy = tool.retry or default_retry
+    done = [mark("compensated")]
+    yield from attempts(j, slot, call, policy, digest, key, intent, effect, also=done)
+    return None

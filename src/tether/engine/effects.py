@@ -1,0 +1,303 @@
+"""Tools with side effects, made effectively once: idempotency keys and the effects table.
+
+Every tool call gets the key ``{run_id}:{position}:{tool}:{args_hash}``. For a
+``write`` or ``irreversible`` tool, a durable ``tool.intent`` event (and an
+``intent`` row in the effects table) is committed *before* the tool runs, and
+the completion (event + ``completed`` row with the result) after it, each in
+one transaction. On replay:
+
+- a completed call returns its recorded result (nothing runs);
+- a key already ``completed`` in the effects table returns that result;
+- an intent without a completion means the process died around the call: the
+  effect is *in doubt*. ``on_doubt="retry"`` calls the tool again with the same
+  key, for APIs that dedup by key; ``on_doubt="ask"`` pauses the run until a
+  human says it happened (with its result) or did not (call again).
+
+An attempt that ran past its ``Retry.timeout`` is in doubt too: it may have taken
+effect, and a sync call's thread may still run (it is abandoned, not killed).
+With ``retry`` it is retried by its policy, but never while the abandoned attempt
+still runs in this process: the next attempt waits for it instead (bounded by the
+same timeout) and takes its outcome once it ends; when the policy gives up on a
+timeout, the run asks (a failure would leave an effect that may have happened
+neither recorded nor undone). With ``ask`` the first timeout asks. An error the
+tool raises is its own word that the call did not take effect: it is retried by
+the policy in both cases.
+
+``on_doubt`` left out (None) is derived: ``ask`` for an ``irreversible`` tool and
+for a ``write`` tool that takes no ``idempotency_key`` (tether cannot know it
+dedups); ``retry`` for a ``write`` tool that takes the key, since it can pass it
+on. Say ``on_doubt="retry"`` to declare that a tool without the key dedups.
+
+A tool that declares a keyword parameter ``idempotency_key`` receives the key;
+:func:`tether.current_step` gives it (with the attempt and run id) anywhere
+inside the call.
+
+A decorated tool called directly in an agent's body (``send(...)`` instead of
+``run.tool(send, ...)``) would run outside all of this: no key, no intent, no
+record, again at every replay. It raises instead (:func:`guarded`). Called
+anywhere else (a test, a script, inside a step or another tool) it is the plain
+function.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tether.engine.journal import (
+    Call,
+    Core,
+    Journal,
+    Slot,
+    attempts,
+    error_info,
+    in_agent_body,
+    step_key,
+)
+from tether.engine.retry import Retry, keyed_call
+from tether.errors import InvalidState, StepTimeout
+from tether.model import codec, inputs
+from tether.model import events as ev
+from tether.store import EffectWrite, Store
+
+RISKS = ("read", "write", "irreversible")
+DOUBT_POLICIES = ("retry", "ask")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDef:
+    """A registered tool."""
+
+    name: str
+    fn: Callable[..., Any]
+    risk: str
+    compensate: Callable[..., Any] | None
+    on_doubt: str  # retry | ask: as declared, or derived (see the module's docstring)
+    retry: Retry | None
+    code: dict[str, Any]
+    takes_key: bool
+    undo_takes_key: bool
+
+    @property
+    def writes(self) -> bool:
+        """Whether calls have side effects (need an intent before they run)."""
+        return self.risk != "read"
+
+
+def define_tool(
+    fn: Callable[..., Any],
+    *,
+    name: str | None,
+    risk: str,
+    compensate: Callable[..., Any] | None,
+    on_doubt: str | None,
+    retry: Retry | None,
+) -> ToolDef:
+    """Validate and build a ToolDef (what ``@app.tool`` does)."""
+    if risk not in RISKS:
+        raise ValueError(f"tool {fn.__qualname__!r}: risk must be one of {RISKS}, not {risk!r}")
+    if on_doubt is not None and on_doubt not in DOUBT_POLICIES:
+        raise ValueError(
+            f"tool {fn.__qualname__!r}: on_doubt must be one of {DOUBT_POLICIES} (or None: "
+            f"derived from risk and the idempotency_key parameter), not {on_doubt!r}"
+        )
+    if compensate is not None and not callable(compensate):
+        raise TypeError(f"tool {fn.__qualname__!r}: compensate must be callable")
+    if retry is not None and not isinstance(retry, Retry):
+        raise TypeError(f"tool {fn.__qualname__!r}: retry must be a tether.Retry, not {retry!r}")
+    name = fn.__name__ if name is None else name
+    inputs.name(name, "the tool's name")
+    code = {"module": fn.__module__, "qualname": fn.__qualname__}
+    source = inspect.getsourcefile(fn)
+    if source:
+        code["file"] = os.path.abspath(source)
+    takes_key = _takes_key(fn)
+    return ToolDef(
+        name,
+        fn,
+        risk,
+        compensate,
+        on_doubt or derived_doubt(risk, takes_key),
+        retry,
+        code,
+        takes_key,
+        compensate is not None and _takes_key(compensate),
+    )
+
+
+def derived_doubt(risk: str, takes_key: bool) -> str:
+    """The ``on_doubt`` of a tool that did not declare one: retry only what can dedup."""
+    return "retry" if risk == "write" and takes_key else "ask"
+
+
+def guarded(d: ToolDef) -> Callable[..., Any]:
+    """The tool's function as its decorator returns it: the function itself, except in an
+    agent's body (outside any step or tool call), where calling it raises InvalidState
+    and says to call it through the run."""
+    fn = d.fn
+
+    def check() -> None:
+        run_id = in_agent_body()
+        if run_id is not None:
+            raise InvalidState(
+                f"run {run_id}: tool {d.name!r} was called directly in the agent, so its "
+                f"call would be neither journaled nor done once (it would run again at every "
+                f"replay). Call it through the run: run.tool({fn.__name__}, ...)"
+            )
+
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def direct_async(*args: Any, **kwargs: Any) -> Any:
+            check()
+            return await fn(*args, **kwargs)
+
+        wrapper: Callable[..., Any] = direct_async
+    else:
+
+        @functools.wraps(fn)
+        def direct(*args: Any, **kwargs: Any) -> Any:
+            check()
+            return fn(*args, **kwargs)
+
+        wrapper = direct
+    wrapper.__tether_tool__ = d  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _takes_key(fn: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    p = params.get("idempotency_key")
+    return p is not None and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+
+
+def tool_core(
+    j: Journal,
+    tool: ToolDef,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    policy: Retry,
+) -> Core:
+    """One tool call: its position is taken now (in the order of the calls); the core
+    returned replays it, dedups it by key, or executes it with a durable intent first."""
+    inputs = {"args": list(args), "kwargs": kwargs}
+    digest = codec.digest(inputs)
+    slot = j.slot("tool", tool.name, digest)
+    return _tool_call(j, slot, tool, inputs, digest, policy)
+
+
+def _tool_call(
+    j: Journal, slot: Slot, tool: ToolDef, inputs: dict[str, Any], digest: str, policy: Retry
+) -> Core:
+    args, kwargs = inputs["args"], inputs["kwargs"]
+    rec = slot.recorded
+    if rec is not None and rec.status == "completed":
+        if tool.writes and rec.key and not owns(j.run_id, rec.key):
+            still_holds(j, slot, rec.key)  # a fork's copied call: undone by its owner since?
+        return rec.output
+    key = step_key(j.run_id, slot.pos, tool.name, digest)
+    if tool.writes:
+        done = _already_done(j, slot, key, digest)
+        if done is not None:
+            return done[0]
+        if rec is not None and rec.status == "running" and tool.on_doubt == "ask":
+            data = {"pos": slot.pos, "name": tool.name, "key": key, "reason": "crash"}
+            raise j.suspend([j.event(ev.TOOL_IN_DOUBT, data)], f"doubt:{key}", None)
+    call_kwargs = {**kwargs, "idempotency_key": key} if tool.takes_key else kwargs
+    if not tool.writes:
+        call = Call(tool.fn, args, call_kwargs, policy.timeout)
+        return (yield from attempts(j, slot, call, policy, digest, key))
+    call = Call(keyed_call(tool.fn, key, policy.timeout), args, call_kwargs, None)
+
+    def intent(attempt: int) -> None:
+        data = {
+            "pos": slot.pos,
+            "name": tool.name,
+            "kind": "tool",
+            "key": key,
+            "attempt": attempt,
+            "digest": digest,
+            "risk": tool.risk,
+            "input": inputs,
+            "code": tool.code,
+        }
+        j.append([j.event(ev.TOOL_INTENT, data)], writes=[effect])
+
+    def in_doubt(exc: BaseException, attempt: int) -> None:
+        """A timed-out attempt that is not to be retried now: ask, in one append."""
+        if not isinstance(exc, StepTimeout) or not exc.in_doubt:
+            return  # the tool's own error: its word that the call did not take effect
+        if tool.on_doubt == "retry" and policy.should_retry(exc, attempt):
+            return
+        data = {
+            "pos": slot.pos,
+            "name": tool.name,
+            "key": key,
+            "reason": "timeout",
+            "attempt": attempt,
+            "error": error_info(exc, j.clock.now()),
+        }
+        raise j.suspend([j.event(ev.TOOL_IN_DOUBT, data)], f"doubt:{key}", None)
+
+    effect = EffectWrite(key, j.run_id, slot.pos, tool.name, "intent")
+    return (
+        yield from attempts(j, slot, call, policy, digest, key, intent, effect, in_doubt=in_doubt)
+    )
+
+
+def _already_done(j: Journal, slot: Slot, key: str, digest: str) -> tuple[Any] | None:
+    """The effects table's result for ``key``, recorded into this run's log (with the
+    call's args digest, so that a later replay still checks the arguments)."""
+    effect = j.store.get_effect(key)
+    if effect is None or effect.status != "completed" or effect.result is None:
+        return None
+    output = codec.decode(effect.result)
+    attempt = slot.recorded.attempts if slot.recorded else 1
+    j.record_success(slot, attempt, digest, output, 0.0, key=key)
+    return (output,)
+
+
+# An effects-table row's status: ``intent`` (committed before the call runs),
+# ``completed`` (with its result), and, when a compensation undoes the call,
+# ``compensating`` (committed before the undo runs) then ``compensated`` (with its end).
+UNDONE = ("compensating", "compensated")
+
+
+def owns(run_id: str, key: str) -> bool:
+    """Whether run ``run_id`` made the call of ``key``: a fork's copied calls keep the key
+    (and so the effect) of the run that made them."""
+    return key.startswith(f"{run_id}:")
+
+
+def undone(store: Store, key: str) -> str | None:
+    """``compensating`` or ``compensated`` when a compensation undid, or is undoing, the
+    call of ``key`` (whichever run of its lineage did); None while its effect holds."""
+    effect = store.get_effect(key)
+    return effect.status if effect is not None and effect.status in UNDONE else None
+
+
+def still_holds(j: Journal, slot: Slot, key: str) -> None:
+    """Refuse to replay a copied call whose effect a compensation undid since the fork:
+    the run would build on an effect that no longer holds (ship an order whose charge was
+    refunded). Raised at its position, so the run fails and undoes its own calls."""
+    status = undone(j.store, key)
+    if status is None:
+        return
+    owner = key.split(":", 1)[0]
+    err = InvalidState(
+        f"run {j.run_id}: tool {slot.name!r} at position {slot.pos} reuses the call run "
+        f"{owner} made (key {key}), which a compensation has undone since this fork was made "
+        f"(its effect is {status}); this run cannot go on from it. Fork {owner} before that "
+        f"step instead (app.fork({owner!r}, step={slot.pos}, when='before')), where the call "
+        f"runs again with the fork's own idempotency key."
+    )
+    j.poisoned = err  # every later call of this execution raises it too
+    j.last_failure = (err, j.failure_context(err, slot, None, None))
+    raise err

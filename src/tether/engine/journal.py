@@ -1,0 +1,752 @@
+"""Replay by position: the one core behind sync and async agents.
+
+The agent function runs again from the top on every resume. Each tether call
+takes the next *position* when it is made, in the program's order of calls (an
+``AsyncRun`` call takes it before it is awaited, so ``asyncio.gather`` of calls
+numbers them in argument order whatever finishes first). If the log holds a
+completed entry at that position with the same kind and name, its recorded output
+is returned and nothing runs; a different name is
+:class:`~tether.errors.NondeterminismError`; an entry that never completed (in
+flight at a crash, or retrying), or a position with no record at all (a fan-out's
+branch still in flight when a later one finished), is executed again, its attempts
+counted on from the log.
+
+Positions whose order would depend on timing are refused when the call is made
+(InvalidState), not found out at a resume: a call from a thread other than the
+agent's (outside ``run.map``/``run.parallel``, which take their positions in order
+first), and a second call of an asyncio task while another task's call is in
+flight. A Journal is shared by the threads of a fan-out: positions, appends and the
+deferred records are taken under its lock.
+
+The step logic is written once, as generators (:func:`step_core`) that yield
+commands (:class:`Call`, :class:`Sleep`); :mod:`tether.engine.runtime` drives them
+either synchronously or with ``await``. There are no sync/async twins.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import sys
+import threading
+import time
+import traceback
+import weakref
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tether.engine.retry import Retry
+from tether.errors import (
+    EncodeError,
+    InvalidState,
+    LeaseLost,
+    NondeterminismError,
+    StoreUnavailable,
+)
+from tether.model import codec, inputs
+from tether.model import events as ev
+from tether.model.clock import Clock
+from tether.model.events import NewEvent
+from tether.model.state import UNRECORDED, RunState, StepState
+from tether.store import EffectWrite, Lease, SignalTake, Store, Transition
+
+MAX_INPUT_REPR = 2000
+# A step that took less than this (a model call never) has its record written with the run's
+# next append (Journal.record_success): a crash before it runs the step again, which costs
+# less than the commit it saves. A slower one is written at once.
+DEFER_BELOW = 0.05  # seconds
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """Command: call ``fn(*args, **kwargs)`` (bounded by ``timeout`` seconds)."""
+
+    fn: Callable[..., Any]
+    args: Sequence[Any]
+    kwargs: dict[str, Any]
+    timeout: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    """Command: wait ``seconds`` before going on."""
+
+    seconds: float
+
+
+Core = Generator[Call | Sleep, Any, Any]
+
+
+class Suspended(BaseException):
+    """Internal: unwinds the agent when its run starts waiting (approval, signal, timer).
+
+    A BaseException so that an agent's ``except Exception`` does not swallow it.
+    """
+
+    def __init__(self, waiting_for: str) -> None:
+        super().__init__(waiting_for)
+        self.waiting_for = waiting_for
+
+
+class Stopping(BaseException):
+    """Internal: the process is stopping; the run goes back to the queue at its next step."""
+
+
+class Cancelling(BaseException):
+    """Internal: someone cancelled the run; it stops at its next step (and compensates)."""
+
+    def __init__(
+        self, compensate: bool = False, *, by: str | None = None, reason: str | None = None
+    ) -> None:
+        super().__init__("cancel requested" + (" with compensation" if compensate else ""))
+        self.compensate = compensate
+        self.by = by  # None when the request came through the store (another process):
+        self.reason = reason  # then the run's audit record "cancel.requested" says
+
+
+@dataclass(frozen=True, slots=True)
+class StepInfo:
+    """What :func:`tether.current_step` returns inside a step or tool call."""
+
+    run_id: str
+    position: int
+    name: str
+    kind: str
+    attempt: int
+    idempotency_key: str
+
+
+_CURRENT: contextvars.ContextVar[StepInfo | None] = contextvars.ContextVar(
+    "tether_current_step", default=None
+)
+
+
+# The run whose agent body this context executes (set around the agent function by App):
+# a tool called there outside any step or tool call bypasses the journal (see effects).
+_AGENT: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "tether_agent_run", default=None
+)
+
+
+@contextlib.contextmanager
+def agent_body(run_id: str) -> Iterator[None]:
+    """Mark this context as executing run ``run_id``'s agent function, outside any step
+    (an agent run inline inside another's step has a body of its own)."""
+    token, step = _AGENT.set(run_id), _CURRENT.set(None)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(step)
+        _AGENT.reset(token)
+
+
+def in_agent_body() -> str | None:
+    """The run whose agent body is executing here, outside any step or tool call, or None."""
+    run_id = _AGENT.get()
+    return run_id if run_id is not None and _CURRENT.get() is None else None
+
+
+def current_step() -> StepInfo:
+    """The step being executed: run id, position, attempt and its idempotency key.
+
+    Pass ``idempotency_key`` on to external APIs (an ``Idempotency-Key`` header).
+    Raises LookupError outside a tether step.
+    """
+    info = _CURRENT.get()
+    if info is None:
+        raise LookupError("tether.current_step() is only available inside a step or tool call")
+    return info
+
+
+def step_key(run_id: str, pos: int, name: str, digest: str) -> str:
+    """The idempotency key ``{run_id}:{position}:{name}:{args_hash}``."""
+    return f"{run_id}:{pos}:{name}:{digest[:16]}"
+
+
+@dataclass(slots=True)
+class Slot:
+    """One position taken by a tether call during this execution."""
+
+    pos: int
+    kind: str
+    name: str
+    recorded: StepState | None
+
+    @property
+    def done(self) -> bool:
+        return self.recorded is not None and self.recorded.status == "completed"
+
+
+@dataclass(slots=True)
+class Reserved:
+    """The position a fan-out reserved for one branch (:meth:`Journal.reserve`): the
+    branch's one journaled call takes it, wherever and whenever it is made."""
+
+    journal: Journal
+    pos: int
+    used: bool = False
+
+    def take(self, kind: str, name: str) -> int:
+        if self.used:
+            raise InvalidState(
+                f"run {self.journal.run_id}: {kind} {name!r} is a second journaled call in one "
+                f"branch of run.parallel (its position, {self.pos}, went to the first); a branch "
+                f"makes one call: give each call a branch of its own, or make this one after "
+                f"run.parallel returns"
+            )
+        self.used = True
+        return self.pos
+
+
+# The reservation of the fan-out branch this context executes (see Journal.reserve).
+_RESERVED: contextvars.ContextVar[Reserved | None] = contextvars.ContextVar(
+    "tether_reserved", default=None
+)
+
+
+@contextlib.contextmanager
+def branch(reserved: Reserved) -> Iterator[None]:
+    """Execute a fan-out's branch here: its journaled call takes ``reserved``'s position."""
+    token = _RESERVED.set(reserved)
+    try:
+        yield
+    finally:
+        _RESERVED.reset(token)
+
+
+def current_task() -> object | None:
+    """The asyncio task running here, or None (no loop, or asyncio never imported)."""
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
+        return None
+    try:
+        task: object | None = asyncio.current_task()
+    except RuntimeError:  # no running event loop in this thread
+        return None
+    return task
+
+
+class Journal:
+    """A run's log as seen by one execution: positions, replay, appends with the lease."""
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        state: RunState,
+        lease: Lease,
+        *,
+        actor: str | None = None,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.run_id = state.run_id
+        self.lease = lease
+        self.seq = state.seq
+        self.recorded = state.steps
+        self.pos = 0
+        self.actor = actor
+        self.poisoned: BaseException | None = None
+        # a worker's execution: nothing waits for the run's final event, so its append
+        # need not wait for the commit (a crash before it replays the run to the same end)
+        self.detached_end = False
+        self._deferred: list[NewEvent] = []
+        self._deferred_transition: Transition | None = None
+        self.interrupted: BaseException | None = None  # raised at the next position
+        self.reused: list[tuple[int, str]] = []
+        self.executed: list[tuple[int, str]] = []
+        self.last_failure: tuple[BaseException, dict[str, Any]] | None = None
+        self.compensating = state.compensating  # set: resume the compensation, not the agent
+        self.vars: dict[str, Any] = {}  # task variables as of the current position
+        # fan-outs: calls from several threads share this journal (see the module docstring)
+        self.lock = threading.RLock()
+        self.thread = threading.get_ident()  # the agent's thread
+        self.agent_task: object | None = None  # an async agent's task (App sets it)
+        self._took: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self._in_flight: dict[Any, int] = {}  # task -> its calls taken and not finished
+        self._fork_edits = sorted(state.fork_edits, key=lambda edit: edit[0])
+        self._apply_fork_vars()
+
+    def _apply_fork_vars(self) -> None:
+        """Each fork's edited variables take effect once replay passes its fork point
+        (oldest first, so a fork of a fork sees every ancestor's edits in turn)."""
+        while self._fork_edits and self.pos >= self._fork_edits[0][0]:
+            self.vars.update(self._fork_edits.pop(0)[1])
+
+    # -- positions --------------------------------------------------------
+
+    def slot(self, kind: str, name: str, digest: str | None = None) -> Slot:
+        """Take the next position (or the fan-out branch's reserved one); check it against
+        the log (kind, name, tool args)."""
+        if (
+            type(name) is not str
+            or not name
+            or len(name) > inputs.NAME_MAX
+            or not name.isprintable()
+        ):
+            inputs.name(name, f"run {self.run_id}: a {kind}'s name")  # says what is wrong
+        with self.lock:
+            pos = self._take(kind, name)
+            recorded = self.recorded[pos - 1] if pos <= len(self.recorded) else None
+            if recorded is not None and recorded.status == UNRECORDED:
+                recorded = None  # a branch in flight when a later one finished: runs again
+            self._check(pos, kind, name, digest, recorded)
+            slot = Slot(pos, kind, name, recorded)
+            if slot.done:
+                self.reused.append((slot.pos, name))
+            self._apply_fork_vars()
+            return slot
+
+    def reserve(self, n: int) -> int:
+        """Take the next ``n`` (>= 1) positions at once, in order, for a fan-out's branches
+        (see :class:`Reserved`); return the first. Checked as a call made here."""
+        with self.lock:
+            reserved = _RESERVED.get()
+            if reserved is not None and reserved.journal is self:
+                return self._poison_on(self._nested, "fan-out", "run.parallel")
+            first = self._take("fan-out", f"of {n} branches")
+            self.pos += n - 1
+            self._apply_fork_vars()
+            return first
+
+    def _nested(self, kind: str, name: str) -> int:
+        raise InvalidState(
+            f"run {self.run_id}: a fan-out (run.parallel or run.map) inside a branch of "
+            f"run.parallel; a branch makes one journaled call: fan out from the agent itself"
+        )
+
+    def _take(self, kind: str, name: str) -> int:
+        if self.poisoned is not None:
+            raise self.poisoned
+        if self.interrupted is not None:
+            raise self.interrupted
+        reserved = _RESERVED.get()
+        if reserved is not None and reserved.journal is self:
+            return self._poison_on(reserved.take, kind, name)
+        if threading.get_ident() != self.thread:
+            return self._poison_on(self._other_thread, kind, name)
+        if self.agent_task is not None:
+            self._poison_on(self._check_task, kind, name)
+        self.pos += 1
+        return self.pos
+
+    def _poison_on(self, check: Callable[[str, str], int], kind: str, name: str) -> int:
+        """``check(kind, name)``; what it raises also fails the run's later calls and its
+        end, so that a branch whose error nobody reads (a thread's) still fails the run."""
+        try:
+            return check(kind, name)
+        except InvalidState as e:
+            self.poisoned = e
+            raise
+
+    def _other_thread(self, kind: str, name: str) -> int:
+        raise InvalidState(
+            f"run {self.run_id}: {kind} {name!r} was called from a thread other than the "
+            f"agent's, so its position would depend on which thread got there first (a resume "
+            f"would find the steps out of order). Fan out with run.map(name, fn, items) or "
+            f"run.parallel(lambda: run.step(...), ...): they take the positions in order, then "
+            f"run the calls on threads."
+        )
+
+    def _check_task(self, kind: str, name: str) -> int:
+        """An asyncio task other than the agent's may take one position while other calls
+        are in flight (its first, taken in the order the tasks start), not a second: when
+        it would take it depends on which call finishes first."""
+        task = current_task()
+        if task is None or task is self.agent_task:
+            return 0
+        took = self._took.get(task, 0)
+        if took and any(n for t, n in self._in_flight.items() if t is not task):
+            raise InvalidState(
+                f"run {self.run_id}: {kind} {name!r} is the second journaled call of a "
+                f"concurrent asyncio task while another call is in flight, so its position "
+                f"would depend on which call finished first (a resume would find the steps out "
+                f"of order). Give each concurrent branch one call (asyncio.gather(run.step(...), "
+                f"run.llm(...)) numbers them in argument order), use run.parallel or run.map, "
+                f"or await one branch's calls before another's."
+            )
+        self._took[task] = took + 1
+        return took + 1
+
+    def _check(
+        self, pos: int, kind: str, name: str, digest: str | None, recorded: StepState | None
+    ) -> None:
+        """Raise NondeterminismError (and poison the journal) when the log recorded another
+        step at ``pos``: another kind or name, or a tool call with other arguments."""
+        if recorded is None:
+            return
+        if recorded.name != name or recorded.kind != kind:
+            expected, found = f"{recorded.kind} {recorded.name}", f"{kind} {name}"
+        elif digest is not None and recorded.input_digest not in (None, digest):
+            assert recorded.input_digest is not None
+            expected = f"{kind} {name}(args {recorded.input_digest[:12]})"
+            found = f"{kind} {name}(args {digest[:12]})"
+        else:
+            return
+        err = NondeterminismError(self.run_id, pos, expected, found)
+        self.poisoned = err
+        raise err
+
+    def begin(self) -> object | None:
+        """Count a call taken by the current asyncio task as in flight until :meth:`end`
+        (an async agent's calls; see ``_check_task``)."""
+        if self.agent_task is None:
+            return None
+        task = current_task()
+        with self.lock:
+            self._in_flight[task] = self._in_flight.get(task, 0) + 1
+        return task
+
+    def end(self, task: object | None) -> None:
+        """The call :meth:`begin` counted finished."""
+        if self.agent_task is None:
+            return
+        with self.lock:
+            left = self._in_flight.get(task, 0) - 1
+            if left > 0:
+                self._in_flight[task] = left
+            else:
+                self._in_flight.pop(task, None)
+
+    def peek(self) -> StepState | None:
+        """What the log recorded at the position the next call here takes (None past the
+        recorded ones, or where nothing is recorded)."""
+        with self.lock:
+            reserved = _RESERVED.get()
+            mine = reserved is not None and reserved.journal is self
+            pos = reserved.pos if reserved is not None and mine else self.pos + 1
+            recorded = self.recorded[pos - 1] if pos <= len(self.recorded) else None
+        return None if recorded is None or recorded.status == UNRECORDED else recorded
+
+    # -- appends ----------------------------------------------------------
+
+    def append(
+        self,
+        events: list[NewEvent],
+        transition: Transition | None = None,
+        writes: Sequence[EffectWrite | SignalTake] = (),
+        *,
+        wait: bool = True,
+    ) -> None:
+        """Append events under this execution's lease (one transaction), after any
+        deferred ones (see :meth:`defer`); ``wait=False``: see Store.append. The lock
+        keeps the seqs of a fan-out's threads in order."""
+        with self.lock:
+            self._append(events, transition, writes, wait)
+
+    def _append(
+        self,
+        events: list[NewEvent],
+        transition: Transition | None,
+        writes: Sequence[EffectWrite | SignalTake],
+        wait: bool,
+    ) -> None:
+        if self.poisoned is not None:
+            raise self.poisoned
+        if self._deferred:
+            events = [*self._deferred, *events]
+            transition = transition or self._deferred_transition
+            self._deferred, self._deferred_transition = [], None
+        try:
+            self.seq = self.store.append(
+                self.run_id,
+                events,
+                expected_seq=self.seq,
+                epoch=self.lease.epoch,
+                transition=transition,
+                writes=writes,
+                now=self.clock.now(),
+                wait=wait,
+            )
+        except (LeaseLost, StoreUnavailable) as e:  # fenced out; or the connection died under
+            self.poisoned = e  # the write, which may or may not have committed: write no more
+            raise
+
+    def seq_after(self, n: int) -> int:
+        """The seq the ``n``-th event of the next append will get (deferred ones first);
+        hold :attr:`lock` until that append, or another thread's may come first."""
+        with self.lock:
+            return self.seq + len(self._deferred) + n
+
+    def defer(self, events: list[NewEvent], transition: Transition | None = None) -> None:
+        """Write ``events`` with the next append (group commit): e.g. ``run.started`` rides
+        with the first step, saving a commit per execution. A crash before that append
+        loses only the record that an execution began, which changed nothing."""
+        with self.lock:
+            self._deferred.extend(events)
+            self._deferred_transition = transition or self._deferred_transition
+
+    def flush(self) -> None:
+        """Append a step's deferred record now (see :meth:`record_success`): before a
+        call runs (``attempts``), before the run's own log is read, and before a
+        failure or a cancel is recorded."""
+        with self.lock:
+            if any(e.type == ev.STEP_COMPLETED for e in self._deferred):  # not run.started
+                self._append([], None, (), True)
+
+    def event(self, type_: str, data: dict[str, Any]) -> NewEvent:
+        return ev.new(type_, data, self.clock.now(), self.actor)
+
+    def suspend(
+        self, events: list[NewEvent], waiting_for: str, available_at: float | None
+    ) -> Suspended:
+        """Append ``events`` and make the run wait (no lease); return the exception to raise."""
+        self.append(
+            events,
+            Transition("waiting", release=True, available_at=available_at, waiting_for=waiting_for),
+        )
+        return Suspended(waiting_for)
+
+    # -- records ----------------------------------------------------------
+
+    def record_success(
+        self,
+        slot: Slot,
+        attempt: int,
+        digest: str | None,
+        output: Any,
+        duration: float,
+        *,
+        key: str | None = None,
+        effect: EffectWrite | None = None,
+        extra: Mapping[str, Any] | None = None,
+        writes: Sequence[EffectWrite | SignalTake] = (),
+    ) -> None:
+        """Record a completed step. A fast one's record (under ``DEFER_BELOW``) rides with
+        the run's next append, and :meth:`flush` writes it before the next call runs: the
+        last step's record shares the run's final commit, a wait's, a decision's or a
+        write tool's intent shares theirs, and a step followed by a step costs what it
+        did. No other step has seen the result meanwhile; a crash in between runs the
+        step again, as a crash during it would. A slower step's record, a model call's, a
+        write tool's outcome and a taken signal are appended at once."""
+        data = {
+            "pos": slot.pos,
+            "name": slot.name,
+            "kind": slot.kind,
+            "attempt": attempt,
+            "digest": digest,
+            "output": output,
+            "duration": round(duration, 6),  # the event's time is the end: start = at - duration
+        }  # a model call's usage is folded from its output (state.usage_of): not stored twice
+        if key is not None:
+            data["key"] = key
+        if extra:
+            data.update(extra)
+        try:
+            event = self.event(ev.STEP_COMPLETED, data)
+            side = [_with_result(effect, output)] if effect is not None else []
+        except EncodeError as e:
+            raise self._encode_error(slot, e) from None
+        if side or writes or slot.kind == "llm" or duration >= DEFER_BELOW:
+            self.append([event], writes=[*side, *writes])
+        else:
+            self.defer([event])
+        self.executed.append((slot.pos, slot.name))
+
+    def _encode_error(self, slot: Slot, e: EncodeError) -> EncodeError:
+        path = e.path.replace("$.output", "$", 1) if e.path.startswith("$.output") else e.path
+        err = EncodeError(
+            f"run {self.run_id}: {slot.kind} {slot.name!r} (position {slot.pos}) returned a "
+            f"value that cannot be stored: {e.type_name} at {path}. Return plain data "
+            f"(dict, list, str, int, float, bool, None, tuple, set, bytes, datetime, "
+            f"Decimal, UUID), or convert that part first.",
+            path=path,
+            type_name=e.type_name,
+        )
+        self.last_failure = (err, self.failure_context(err, slot, None, None))
+        return err
+
+    def record_failure(
+        self,
+        slot: Slot,
+        attempt: int,
+        digest: str | None,
+        exc: BaseException,
+        policy: Retry,
+        inputs: Any = None,
+    ) -> float | None:
+        """Append the failed attempt; return the delay before the next one, or None."""
+        retry = policy.should_retry(exc, attempt)
+        delay = policy.delay(attempt) if retry else None
+        now = self.clock.now()
+        data = {
+            "pos": slot.pos,
+            "name": slot.name,
+            "kind": slot.kind,
+            "attempt": attempt,
+            "digest": digest,
+            "error": error_info(exc, now),
+            "retry_at": now + delay if delay is not None else None,
+        }
+        self.append([self.event(ev.STEP_FAILED, data)])
+        if delay is None:
+            self.last_failure = (exc, self.failure_context(exc, slot, digest, inputs))
+        return delay
+
+    def failure_context(
+        self, exc: BaseException, slot: Slot | None, digest: str | None, inputs: Any
+    ) -> dict[str, Any]:
+        ctx = error_info(exc, self.clock.now())
+        ctx.update(step=None, position=None, kind=None, input_digest=digest, input=None)
+        if slot is not None:
+            ctx.update(step=slot.name, position=slot.pos, kind=slot.kind)
+        if inputs is not None:
+            ctx["input"] = _short_repr(inputs)
+        return ctx
+
+    def context_for(self, exc: BaseException) -> dict[str, Any]:
+        """The failure context of ``exc`` escaping the agent: its step if a step raised it."""
+        if self.last_failure is not None and self.last_failure[0] is exc:
+            return self.last_failure[1]
+        if isinstance(exc, NondeterminismError):
+            ctx = self.failure_context(exc, None, None, None)
+            ctx.update(position=exc.position, step=exc.found)
+            return ctx
+        return self.failure_context(exc, None, None, None)
+
+
+def _with_result(effect: EffectWrite, output: Any) -> EffectWrite:
+    return EffectWrite(
+        effect.key,
+        effect.run_id,
+        effect.position,
+        effect.tool,
+        "completed",
+        codec.encode(output, what="tool result"),
+    )
+
+
+def error_info(exc: BaseException, at: float) -> dict[str, Any]:
+    """An exception as plain data: type, message, traceback, time."""
+    t = type(exc)
+    name = t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+    return {
+        "type": name,
+        "message": _storable(str(exc)),
+        "traceback": _storable("".join(traceback.format_exception(exc))),
+        "at": at,
+    }
+
+
+def _storable(text: str) -> str:
+    """Text that can be stored: a lone surrogate (a model's truncated emoji escape quoted in
+    an error message, which UTF-8 cannot hold) kept as its escape, ``\\ud83d``."""
+    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode()
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= MAX_INPUT_REPR else text[:MAX_INPUT_REPR] + "…"
+
+
+def step_core(
+    j: Journal,
+    kind: str,
+    name: str,
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    policy: Retry,
+    note: Callable[[], Mapping[str, Any]] | None = None,
+) -> Core:
+    """One journaled call with retries: its position is taken now, in the order of the
+    calls; the core returned replays it, or executes it and records every attempt.
+
+    ``note()``, when given, is called once if the call executes (never on replay) and
+    its items are added to the ``step.completed`` event (a model call's prompt refs).
+    """
+    if not callable(fn):
+        raise TypeError(f"run {j.run_id}: {kind} {name!r} needs a callable, got {fn!r}")
+    slot = j.slot(kind, name)
+    if slot.done:
+        assert slot.recorded is not None
+        return replayed(slot.recorded.output)
+    return _step(j, slot, fn, args, kwargs, policy, note)
+
+
+def replayed(value: Any) -> Core:
+    """A core that returns ``value`` at once (a position the log already answers)."""
+    return value
+    yield  # makes this a generator: drivers treat every core alike
+
+
+def _step(
+    j: Journal,
+    slot: Slot,
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    policy: Retry,
+    note: Callable[[], Mapping[str, Any]] | None,
+) -> Core:
+    digest = codec.digest([list(args), kwargs])
+    key = step_key(j.run_id, slot.pos, slot.name, digest)
+    call = Call(fn, args, kwargs, policy.timeout)
+    extra = note() if note is not None else None
+    return (yield from attempts(j, slot, call, policy, digest, key, extra=extra))
+
+
+def attempts(
+    j: Journal,
+    slot: Slot,
+    call: Call,
+    policy: Retry,
+    digest: str,
+    key: str,
+    before: Callable[[int], None] | None = None,
+    effect: EffectWrite | None = None,
+    extra: Mapping[str, Any] | None = None,
+    also: Sequence[EffectWrite] = (),
+    in_doubt: Callable[[BaseException, int], None] | None = None,
+) -> Core:
+    """Call until success or the policy gives up, recording every attempt.
+
+    ``before(attempt)`` runs ahead of each attempt (a tool's durable intent);
+    ``effect`` is completed in the effects table with the result, and the writes
+    ``also`` made, in the same transaction. ``in_doubt(error, attempt)`` sees a
+    failed attempt before it is recorded and raises to record it otherwise (a write
+    tool's call in doubt makes the run wait for a human).
+    """
+    attempt = slot.recorded.attempts + 1 if slot.recorded else 1
+    if slot.recorded is not None and slot.recorded.next_retry_at is not None:
+        wait = slot.recorded.next_retry_at - j.clock.now()
+        if wait > 0:
+            yield Sleep(wait)
+    inputs = (call.args, call.kwargs)
+    while True:
+        if before is not None:
+            before(attempt)
+        j.flush()  # the step before this one is durable before this call runs
+        t0 = time.perf_counter()
+        token = _CURRENT.set(StepInfo(j.run_id, slot.pos, slot.name, slot.kind, attempt, key))
+        try:
+            output = yield call
+        except Exception as exc:
+            _CURRENT.reset(token)
+            if isinstance(exc, LeaseLost) or j.poisoned is not None:
+                raise
+            if in_doubt is not None:
+                in_doubt(exc, attempt)
+            delay = j.record_failure(slot, attempt, digest, exc, policy, inputs)
+            if delay is None:
+                raise
+            yield Sleep(delay)
+            attempt += 1
+            continue
+        except BaseException:
+            _CURRENT.reset(token)
+            raise
+        _CURRENT.reset(token)
+        j.record_success(
+            slot,
+            attempt,
+            digest,
+            output,
+            time.perf_counter() - t0,
+            key=key if effect is not None else None,
+            effect=effect,
+            extra=extra,
+            writes=also,
+        )
+        return output

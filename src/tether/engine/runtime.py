@@ -1,0 +1,474 @@
+"""The ``run`` object an agent receives: step, llm, decide and task variables.
+
+``Run`` (for ``def`` agents) and ``AsyncRun`` (for ``async def`` agents) are two
+thin drivers of the same generator core in :mod:`tether.engine.journal`: the sync one
+calls and sleeps, the async one awaits. Every call takes its position when it is
+made: an ``AsyncRun`` method is a plain function that takes it, then returns the
+awaitable that does the work, so ``asyncio.gather(run.step(...), run.llm(...))``
+numbers its calls in argument order. ``run.map`` and ``run.parallel`` fan out
+(see :mod:`tether.engine.fanout`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Collection, Coroutine, Iterable, Iterator, MutableMapping
+from functools import partial
+from typing import Any
+
+from tether.context.conversation import Session, session_of_run
+from tether.engine import fanout
+from tether.engine.effects import ToolDef, tool_core
+from tether.engine.journal import Call, Core, Journal, Sleep, step_core
+from tether.engine.retry import Retry, call_with_timeout
+from tether.engine.waits import approve_core, sleep_core, wait_core
+from tether.errors import EncodeError
+from tether.model import events as ev
+from tether.model import inputs
+from tether.model.clock import Clock
+from tether.model.durations import parse_duration
+
+_UNSET = object()
+
+
+def drive(core: Core, clock: Clock) -> Any:
+    """Run a journal core synchronously."""
+    try:
+        cmd = next(core)
+        while True:
+            if isinstance(cmd, Sleep):
+                clock.sleep(cmd.seconds)
+                cmd = core.send(None)
+                continue
+            try:
+                result = call_with_timeout(cmd.fn, cmd.args, cmd.kwargs, cmd.timeout)
+            except Exception as exc:
+                cmd = core.throw(exc)
+            except BaseException:  # KeyboardInterrupt, SystemExit: not the step's failure,
+                core.close()  # but the core unmarks its step (current_step) on the way out
+                raise
+            else:
+                cmd = core.send(result)
+    except StopIteration as stop:
+        return stop.value
+
+
+async def adrive(core: Core, clock: Clock) -> Any:
+    """Run a journal core with ``await``: async callables are awaited, sleeps are async."""
+    try:
+        cmd = next(core)
+        while True:
+            if isinstance(cmd, Sleep):
+                await _asleep(clock, cmd.seconds)
+                cmd = core.send(None)
+                continue
+            try:
+                result = await _acall(cmd)
+            except Exception as exc:
+                cmd = core.throw(exc)
+            except BaseException:  # cancelled, interrupted: see drive
+                core.close()
+                raise
+            else:
+                cmd = core.send(result)
+    except StopIteration as stop:
+        return stop.value
+
+
+async def _asleep(clock: Clock, seconds: float) -> None:
+    if hasattr(clock, "advance"):  # a fake clock: move it, do not wait
+        clock.sleep(seconds)
+    else:
+        import asyncio  # imported lazily: most agents are not async
+
+        await asyncio.sleep(seconds)
+
+
+async def _acall(cmd: Call) -> Any:
+    result = cmd.fn(*cmd.args, **cmd.kwargs)
+    if inspect.isawaitable(result):
+        if cmd.timeout is None:
+            return await result
+        import asyncio
+
+        return await asyncio.wait_for(result, cmd.timeout)
+    return result
+
+
+class Vars(MutableMapping[str, Any]):
+    """Task variables: reads are local, every write and delete is journaled by position."""
+
+    def __init__(self, journal: Journal) -> None:
+        self._j = journal
+        self._data = journal.vars
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._data[key] = value  # before the write: a fork's edits applied at it win
+        self._write(ev.VAR_SET, key, value)
+
+    def __delitem__(self, key: str) -> None:
+        if key not in self._data:
+            raise KeyError(key)
+        del self._data[key]
+        self._write(ev.VAR_DELETED, key, None)
+
+    def _write(self, type_: str, key: str, value: Any) -> None:
+        if not isinstance(key, str) or not key:
+            raise TypeError(
+                f"run {self._j.run_id}: task variable names are non-empty str, not {key!r}"
+            )
+        slot = self._j.slot("var", f"vars.{key}")
+        if slot.done:
+            return
+        data = {"pos": slot.pos, "name": slot.name, "key": key, "value": value}
+        try:
+            event = self._j.event(type_, data)
+        except EncodeError as e:
+            raise EncodeError(
+                f"run {self._j.run_id}: task variable {key!r} (position {slot.pos}) cannot be "
+                f"stored: {e.type_name} at {e.path.replace('$.value', '$', 1)}",
+                path=e.path,
+                type_name=e.type_name,
+            ) from None
+        self._j.append([event])
+        self._j.executed.append((slot.pos, slot.name))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return f"Vars({self._data!r})"
+
+
+class Policy:
+    """When tool calls need a human: tools at or above ``approve_at`` risk get an
+    automatic ``run.approve("approve:<tool>")`` gate before they run."""
+
+    LEVELS = ("read", "write", "irreversible")
+
+    def __init__(
+        self,
+        approve_at: str | None = None,
+        approvers: list[str] | None = None,
+        timeout: str | float | None = None,
+    ) -> None:
+        if approve_at is not None and approve_at not in self.LEVELS:
+            raise ValueError(f"approve_at must be one of {self.LEVELS} or None, not {approve_at!r}")
+        parse_duration(timeout, what="Policy.timeout")  # refused here, not at the first gate
+        for a in approvers or ():
+            inputs.name(a, "Policy.approvers: an approver")
+        self.approve_at = approve_at
+        self.approvers = approvers
+        self.timeout = timeout
+
+    def requires_approval(self, risk: str) -> bool:
+        if self.approve_at is None:
+            return False
+        return self.LEVELS.index(risk) >= self.LEVELS.index(self.approve_at)
+
+
+class _RunBase:
+    awaited = False  # whether its calls return awaitables (AsyncRun)
+
+    def __init__(
+        self,
+        journal: Journal,
+        agent: str,
+        default_retry: Retry,
+        policy: Policy | None = None,
+        inline_sleep_max: float = 60.0,
+        approver_groups: Collection[str] = (),
+    ) -> None:
+        self._j = journal
+        self.agent = agent
+        self._retry = default_retry
+        self._policy = policy or Policy()
+        self._inline_sleep_max = inline_sleep_max
+        self._groups = frozenset(approver_groups)  # recorded with approval requests
+        self.vars = Vars(journal)
+        self._session: Session | object | None = _UNSET  # loaded on first use
+
+    @property
+    def session(self) -> Session | None:
+        """The conversation this run belongs to (``app.run_in``), or None."""
+        if self._session is _UNSET:
+            self._session = session_of_run(self._j.store, self._j.clock, self.id, self)
+        assert self._session is None or isinstance(self._session, Session)
+        return self._session
+
+    def _prompt(self, messages: Any) -> dict[str, Any]:
+        """A model call's prompt as references to the session's messages (none outside one)."""
+        session = self.session
+        return {} if session is None else {"prompt": session.prompt_refs(messages)}
+
+    @property
+    def id(self) -> str:
+        """The run id."""
+        return self._j.run_id
+
+    @property
+    def position(self) -> int:
+        """The position of the last tether call made (0 before the first)."""
+        return self._j.pos
+
+    def _core(
+        self,
+        kind: str,
+        name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        retry: Retry | None,
+    ) -> Core:
+        note = None
+        if kind == "llm" and "messages" in kwargs:  # plain steps pay nothing
+            note = partial(self._prompt, kwargs["messages"])
+        return step_core(self._j, kind, name, fn, args, kwargs, retry or self._retry, note)
+
+    def _map_cores(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        items: Iterable[Any],
+        retry: Retry | None,
+        max_workers: int | None,
+        wrap: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
+    ) -> list[Core]:
+        """One step ``name[i]`` per item, their positions taken now, in item order (``fn``
+        called as ``wrap(fn)``, when given)."""
+        fanout.check_workers(max_workers)
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"run {self.id}: run.map needs a non-empty str name, got {name!r}")
+        if not callable(fn):
+            raise TypeError(f"run {self.id}: run.map {name!r} needs a callable, got {fn!r}")
+        call = wrap(fn) if wrap is not None else fn
+        return [
+            self._core("step", f"{name}[{i}]", call, (item,), {}, retry)
+            for i, item in enumerate(items)
+        ]
+
+    def _tool(
+        self, tool: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Core:
+        d = getattr(tool, "__tether_tool__", None)
+        if not isinstance(d, ToolDef):
+            raise TypeError(
+                f"run {self.id}: {getattr(tool, '__qualname__', tool)!r} is not a "
+                f"tether tool; decorate it with @app.tool(risk=...)"
+            )
+        gate = f"approve:{d.name}"
+        recorded = self._j.peek()
+        # The log wins over the policy: a recorded gate is replayed, a recorded call is not
+        # gated afresh, so changing the policy never breaks a run in flight.
+        if (recorded is None and self._policy.requires_approval(d.risk)) or (
+            recorded is not None and recorded.kind == "approve" and recorded.name == gate
+        ):
+            payload = {"tool": d.name, "risk": d.risk, "args": list(args), "kwargs": kwargs}
+            policy = self._policy
+            approve_core(self._j, gate, payload, policy.approvers, policy.timeout, self._groups)
+        return tool_core(self._j, d, args, kwargs, d.retry or self._retry)
+
+    def _decide(self, name: str, choice: Any, why: str, details: dict[str, Any]) -> Any:
+        slot = self._j.slot("decide", name)
+        if slot.done:
+            assert slot.recorded is not None
+            return slot.recorded.output
+        data = {"pos": slot.pos, "name": name, "choice": choice, "why": why, "details": details}
+        self._j.append([self._j.event(ev.DECISION, data)])
+        self._j.executed.append((slot.pos, name))
+        return choice
+
+
+class Run(_RunBase):
+    """What a ``def`` agent receives first. Every call below is journaled by position."""
+
+    def step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        retry: Retry | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Call ``fn(*args, **kwargs)`` once; on replay return the recorded result."""
+        return drive(self._core("step", name, fn, args, kwargs, retry), self._j.clock)
+
+    def llm(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        retry: Retry | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """A model call: a step whose result's usage (tokens, cost) is recorded."""
+        return drive(self._core("llm", name, fn, args, kwargs, retry), self._j.clock)
+
+    def decide(self, name: str, choice: Any, why: str = "", **details: Any) -> Any:
+        """Record a choice and its rationale; on replay return the recorded choice."""
+        return self._decide(name, choice, why, details)
+
+    def tool(self, tool: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Call a registered tool effectively once (idempotency key, intent, effects table)."""
+        return drive(self._tool(tool, args, kwargs), self._j.clock)
+
+    def map(
+        self,
+        name: str,
+        fn: Callable[[Any], Any],
+        items: Iterable[Any],
+        *,
+        max_workers: int | None = None,
+        retry: Retry | None = None,
+    ) -> list[Any]:
+        """``[fn(item) for item in items]`` at once on threads, each call a step named
+        ``name[i]`` whose position is taken first, in item order; the results in item
+        order. When calls fail, the others finish and are recorded, then the first
+        failure (in item order) is raised. ``max_workers``: threads (default: one per
+        item, up to 32). See ``docs/fanout.md``."""
+        cores = self._map_cores(name, fn, items, retry, max_workers)
+        clock = self._j.clock
+        return fanout.in_threads([partial(drive, core, clock) for core in cores], max_workers)
+
+    def parallel(self, *branches: Callable[[], Any], max_workers: int | None = None) -> list[Any]:
+        """Run ``branches`` (functions of no argument, each making one journaled call:
+        ``lambda: run.step("fetch", fetch, url)``, ``lambda: run.tool(send, to)``) at once
+        on threads; their positions are taken first, in order. Returns their results in
+        order; failures as :meth:`map`. See ``docs/fanout.md``."""
+        fanout.check_workers(max_workers)
+        fanout.check_branches(self.id, branches)
+        return fanout.branches_in_threads(self._j, branches, max_workers)
+
+    def approve(
+        self,
+        name: str,
+        payload: Any = None,
+        *,
+        approvers: list[str] | None = None,
+        timeout: str | float | None = None,
+    ) -> Any:
+        """Ask a human; the run waits (no process) until approved, denied or timed out.
+
+        Returns the decision (``approved``, ``by``, ``reason``); a denial or a timeout
+        raises :class:`tether.ApprovalDenied`, which the agent may catch.
+        """
+        return approve_core(self._j, name, payload, approvers, timeout, self._groups)
+
+    def sleep(self, duration: str | float, name: str = "sleep") -> None:
+        """A durable sleep (``"10m"``): a restart sleeps only the time that is left."""
+        drive(sleep_core(self._j, name, duration, self._inline_sleep_max), self._j.clock)
+
+    def wait(self, name: str, timeout: str | float | None = None) -> Any:
+        """Wait for ``app.signal(run_id, name, payload)`` and return its payload.
+
+        Signals sent before the wait are kept. On timeout raises :class:`tether.WaitTimeout`.
+        """
+        return wait_core(self._j, name, timeout)
+
+
+class AsyncRun(_RunBase):
+    """What an ``async def`` agent receives first: the same calls, awaited.
+
+    Each call takes its position when it is made and returns the awaitable that does
+    the work (a coroutine): ``asyncio.gather(run.step("a", ...), run.llm("b", ...))``
+    gives ``a`` and ``b`` the positions of their order in the call, whichever finishes
+    first, so a resume reuses the one that completed.
+    """
+
+    awaited = True
+
+    def _start(self, core: Core) -> Coroutine[Any, Any, Any]:
+        return self._drive(core, self._j.begin())
+
+    async def _drive(self, core: Core, task: object | None) -> Any:
+        try:
+            return await adrive(core, self._j.clock)
+        finally:
+            self._j.end(task)
+
+    def step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        retry: Retry | None = None,
+        **kwargs: Any,
+    ) -> Coroutine[Any, Any, Any]:
+        """Call (and await) ``fn(*args, **kwargs)`` once; on replay return the recorded result."""
+        return self._start(self._core("step", name, fn, args, kwargs, retry))
+
+    def llm(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        retry: Retry | None = None,
+        **kwargs: Any,
+    ) -> Coroutine[Any, Any, Any]:
+        """A model call: a step whose result's usage (tokens, cost) is recorded."""
+        return self._start(self._core("llm", name, fn, args, kwargs, retry))
+
+    def decide(
+        self, name: str, choice: Any, why: str = "", **details: Any
+    ) -> Coroutine[Any, Any, Any]:
+        """Record a choice and its rationale; on replay return the recorded choice."""
+        return _ready(self._decide(name, choice, why, details))
+
+    def tool(self, tool: Callable[..., Any], *args: Any, **kwargs: Any) -> Coroutine[Any, Any, Any]:
+        """Call a registered tool effectively once (awaited when it is async)."""
+        return self._start(self._tool(tool, args, kwargs))
+
+    def map(
+        self,
+        name: str,
+        fn: Callable[[Any], Any],
+        items: Iterable[Any],
+        *,
+        max_workers: int | None = None,
+        retry: Retry | None = None,
+    ) -> Coroutine[Any, Any, list[Any]]:
+        """``fn(item)`` for every item at once (at most ``max_workers`` at a time), each a
+        step ``name[i]`` whose position is taken now, in item order; a plain ``fn`` runs
+        on threads. Awaited: the results in item order; see :meth:`Run.map`."""
+        cores = self._map_cores(name, fn, items, retry, max_workers, fanout.threaded)
+        return fanout.gathered([self._start(core) for core in cores], max_workers)
+
+    def parallel(
+        self, *branches: Callable[[], Any], max_workers: int | None = None
+    ) -> Coroutine[Any, Any, list[Any]]:
+        """Run ``branches`` (functions of no argument, each making one journaled call,
+        ``lambda: run.step(...)``) as tasks, their positions taken now, in order. Awaited:
+        their results in order; see :meth:`Run.parallel`."""
+        fanout.check_workers(max_workers)
+        fanout.check_branches(self.id, branches)
+        return fanout.branches_gathered(self._j, branches, max_workers)
+
+    def approve(
+        self,
+        name: str,
+        payload: Any = None,
+        *,
+        approvers: list[str] | None = None,
+        timeout: str | float | None = None,
+    ) -> Coroutine[Any, Any, Any]:
+        """Ask a human; see :meth:`Run.approve`."""
+        return _ready(approve_core(self._j, name, payload, approvers, timeout, self._groups))
+
+    def sleep(self, duration: str | float, name: str = "sleep") -> Coroutine[Any, Any, None]:
+        """A durable sleep; see :meth:`Run.sleep`."""
+        return self._start(sleep_core(self._j, name, duration, self._inline_sleep_max))
+
+    def wait(self, name: str, timeout: str | float | None = None) -> Coroutine[Any, Any, Any]:
+        """Wait for a signal; see :meth:`Run.wait`."""
+        return _ready(wait_core(self._j, name, timeout))
+
+
+async def _ready(value: Any) -> Any:
+    """An awaitable of a value already known (a call that finished when it was made)."""
+    return value
