@@ -22,60 +22,21 @@ from typing import Any
 
 from tether.model import events as ev
 from tether.model.events import Event
-from tether.model.steps import StepList, committed_of
-
-# Every status a run can have (docs/design.md draws how they follow each other), the ones
-# it never leaves, and the status of a position no event has recorded yet.
-STATUSES = ("queued", "running", "waiting", "blocked", "completed", "failed", "cancelled")
-FINISHED = ("completed", "failed", "cancelled")
-UNRECORDED = "unrecorded"
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """Model usage: tokens in and out, cost (in the unit the model reports), calls."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost: float = 0.0
-    calls: int = 0
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.input_tokens + other.input_tokens,
-            self.output_tokens + other.output_tokens,
-            self.cost + other.cost,
-            self.calls + other.calls,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class StepState:
-    """One position of a run: a step, model call, decision or variable write.
-
-    A position with status ``unrecorded`` (no name, no kind) has no event yet while a later
-    one has: a branch of a fan-out still in flight when the process stopped, whose sibling
-    finished first (see :func:`unrecorded`). Replay executes it again.
-    """
-
-    position: int
-    name: str
-    kind: str  # step | llm | tool | decide | var | approve | sleep | wait | compensate
-    status: str  # running | retrying | completed | failed | waiting | in_doubt | unrecorded
-    attempts: int = 0
-    input_digest: str | None = None
-    output: Any = None
-    errors: tuple[Mapping[str, Any], ...] = ()
-    started_at: float | None = None
-    finished_at: float | None = None
-    duration: float | None = None
-    next_retry_at: float | None = None
-    usage: Usage | None = None
-    why: str | None = None  # decisions: the rationale
-    seq: int = 0  # the event that last changed this step
-    key: str | None = None  # tools: the idempotency key
-    due_at: float | None = None  # timers: wake time; approvals and waits: timeout
-    detail: Mapping[str, Any] | None = None  # tool risk, approval payload and approvers…
+from tether.model.status import FINISHED as FINISHED
+from tether.model.status import STATUSES as STATUSES
+from tether.model.status import UNRECORDED as UNRECORDED
+from tether.model.status import RunStatus, StepStatus
+from tether.model.steps import (
+    StepList,
+    committed_of,
+    step_data,
+    step_from,
+    step_usage,
+    unrecorded,
+    usage_data,
+)
+from tether.model.steps import StepState as StepState
+from tether.model.steps import Usage as Usage
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,14 +47,14 @@ class RunState:
     seq: int = 0
     agent: str | None = None
     version: str | None = None
-    status: str = "queued"
+    status: str = RunStatus.QUEUED
     input: Mapping[str, Any] = field(default_factory=dict)
     output: Any = None
     failure: Mapping[str, Any] | None = None
     # a tuple, or a StepList whose stored pages load on first read (see tether.model.steps)
     steps: Sequence[StepState] = ()
     vars: Mapping[str, Any] = field(default_factory=dict)
-    usage: Usage = Usage()
+    usage: Usage = Usage()  # noqa: RUF009 (a frozen dataclass: one shared default is safe)
     code: Mapping[str, Any] = field(default_factory=dict)
     created_at: float | None = None
     updated_at: float | None = None
@@ -141,7 +102,7 @@ class RunState:
         caller knows how many positions to expect (e.g. from an earlier completed run)."""
         total = len(self.steps)
         done = self.committed
-        if self.status == "completed":
+        if self.status == RunStatus.COMPLETED:
             return f"completed, {total} of {total} committed"
         committed = f"1–{done} committed" if done else "none committed"
         of = f" of {max(expected, self.position)}" if expected else ""
@@ -185,14 +146,17 @@ class _Fold:
     def _set(self, pos: int, step: StepState) -> None:
         self.over[pos - 1] = step
         self.n = max(self.n, pos)
-        if step.status != "completed":
+        if step.status != StepStatus.COMPLETED:
             self.committed = min(self.committed, pos - 1)
         elif pos == self.committed + 1:
-            while self.committed < self.n and self.at(self.committed + 1).status == "completed":
+            while (
+                self.committed < self.n
+                and self.at(self.committed + 1).status == StepStatus.COMPLETED
+            ):
                 self.committed += 1
 
     def wait(self, kind: str, d: dict[str, Any], e: Event, **more: Any) -> None:
-        self.s["status"] = "waiting"
+        self.s["status"] = RunStatus.WAITING
         self.s["waiting"] = {
             "kind": kind,
             "name": d["name"],
@@ -202,14 +166,14 @@ class _Fold:
         }
 
     def unwait(self) -> None:
-        if self.s["status"] == "waiting":
-            self.s["status"] = "queued"
+        if self.s["status"] == RunStatus.WAITING:
+            self.s["status"] = RunStatus.QUEUED
         self.s["waiting"] = None
 
     def get_step(self, pos: int, d: dict[str, Any], e: Event) -> StepState:
         if pos <= self.n and self.at(pos).status != UNRECORDED:
             return self.at(pos)
-        return StepState(pos, d["name"], d["kind"], "running", started_at=e.at)
+        return StepState(pos, d["name"], d["kind"], StepStatus.RUNNING, started_at=e.at)
 
     def freeze(self) -> RunState:
         return RunState(**{**self.s, "steps": self.frozen_steps(), "vars": dict(self.vars)})
@@ -227,22 +191,22 @@ def _created(f: _Fold, e: Event, d: dict[str, Any]) -> None:
         input=d.get("input", {}),
         code=d.get("code", {}),
         created_at=e.at,
-        status="queued",
+        status=RunStatus.QUEUED,
     )
 
 
 def _started(f: _Fold, e: Event, d: dict[str, Any]) -> None:
-    f.s.update(status="running", waiting=None, blocked=None)
+    f.s.update(status=RunStatus.RUNNING, waiting=None, blocked=None)
     f.s["executions"] += 1
 
 
 def _suspended(f: _Fold, e: Event, d: dict[str, Any]) -> None:
-    f.s.update(status=d.get("status", "running"), blocked=None)
+    f.s.update(status=d.get("status", RunStatus.RUNNING), blocked=None)
 
 
 def _blocked(f: _Fold, e: Event, d: dict[str, Any]) -> None:
     f.s.update(
-        status="blocked",
+        status=RunStatus.BLOCKED,
         blocked={
             "message": d["message"],
             "position": d["position"],
@@ -254,11 +218,11 @@ def _blocked(f: _Fold, e: Event, d: dict[str, Any]) -> None:
 
 
 def _completed(f: _Fold, e: Event, d: dict[str, Any]) -> None:
-    f.s.update(status="completed", output=d.get("output"), failure=None)
+    f.s.update(status=RunStatus.COMPLETED, output=d.get("output"), failure=None)
 
 
 def _failed(f: _Fold, e: Event, d: dict[str, Any]) -> None:
-    f.s.update(status="failed", failure=d["error"])
+    f.s.update(status=RunStatus.FAILED, failure=d["error"])
 
 
 def _forked(f: _Fold, e: Event, d: dict[str, Any]) -> None:
@@ -267,7 +231,7 @@ def _forked(f: _Fold, e: Event, d: dict[str, Any]) -> None:
         fork_seq=d["seq"],
         fork_position=d["position"],
         fork_vars=d.get("vars"),
-        status="queued",
+        status=RunStatus.QUEUED,
         output=None,
         failure=None,
     )
@@ -287,7 +251,7 @@ def _tool_intent(f: _Fold, e: Event, d: dict[str, Any]) -> None:
             pos,
             d["name"],
             d["kind"],
-            "running",
+            StepStatus.RUNNING,
             attempts=max(old.attempts, d["attempt"]),
             input_digest=d.get("digest"),
             errors=old.errors,
@@ -302,16 +266,18 @@ def _tool_intent(f: _Fold, e: Event, d: dict[str, Any]) -> None:
 def _in_doubt(f: _Fold, e: Event, d: dict[str, Any]) -> None:
     old = f.get_step(d["pos"], d, e)
     errors = (*old.errors, d["error"]) if d.get("error") else old.errors  # a timeout's
-    f.put_step(d["pos"], replace(old, status="in_doubt", errors=errors, seq=e.seq))
+    f.put_step(d["pos"], replace(old, status=StepStatus.IN_DOUBT, errors=errors, seq=e.seq))
     f.wait("doubt", d, e, key=d["key"], reason=d.get("reason", "crash"))
 
 
 def _resolved(f: _Fold, e: Event, d: dict[str, Any]) -> None:
     old = f.get_step(d["pos"], d, e)
     if d["happened"]:
-        step = replace(old, status="completed", output=d.get("result"), finished_at=e.at, seq=e.seq)
+        step = replace(
+            old, status=StepStatus.COMPLETED, output=d.get("result"), finished_at=e.at, seq=e.seq
+        )
     else:
-        step = replace(old, status="retrying", seq=e.seq)  # it did not happen: call again
+        step = replace(old, status=StepStatus.RETRYING, seq=e.seq)  # it did not happen: call again
     f.put_step(d["pos"], step)
     f.unwait()
 
@@ -327,7 +293,7 @@ def _approval_requested(f: _Fold, e: Event, d: dict[str, Any]) -> None:
             pos,
             d["name"],
             "approve",
-            "waiting",
+            StepStatus.WAITING,
             attempts=1,
             started_at=e.at,
             due_at=d.get("timeout_at"),
@@ -345,7 +311,7 @@ def _approval_decided(f: _Fold, e: Event, d: dict[str, Any]) -> None:
         d["pos"],
         replace(
             old,
-            status="completed",
+            status=StepStatus.COMPLETED,
             output=decision,
             finished_at=e.at,
             duration=e.at - (old.started_at or e.at),
@@ -363,7 +329,7 @@ def _timer_started(f: _Fold, e: Event, d: dict[str, Any]) -> None:
             pos,
             d["name"],
             "sleep",
-            "waiting",
+            StepStatus.WAITING,
             attempts=1,
             started_at=e.at,
             due_at=d["until"],
@@ -382,7 +348,7 @@ def _wait_started(f: _Fold, e: Event, d: dict[str, Any]) -> None:
             pos,
             d["name"],
             "wait",
-            "waiting",
+            StepStatus.WAITING,
             attempts=1,
             started_at=e.at,
             due_at=d.get("timeout_at"),
@@ -403,7 +369,7 @@ def _compensating(f: _Fold, e: Event, d: dict[str, Any]) -> None:
 
 def _cancelled(f: _Fold, e: Event, d: dict[str, Any]) -> None:
     f.s.update(
-        status="cancelled",
+        status=RunStatus.CANCELLED,
         waiting=None,
         failure={
             "type": "cancelled",
@@ -414,46 +380,10 @@ def _cancelled(f: _Fold, e: Event, d: dict[str, Any]) -> None:
     )
 
 
-def unrecorded(pos: int) -> StepState:
-    """The step of a position that has no event while a later one has (see StepState)."""
-    return StepState(pos, "", "", UNRECORDED)
-
-
-def usage_of(result: Any) -> dict[str, Any] | None:
-    """Token usage and cost from a model result, when it reports them.
-
-    Understands ``{"usage": {"input_tokens"|"prompt_tokens", "output_tokens"|
-    "completion_tokens", "cost"|"cost_usd"}}`` and objects with a ``usage`` attribute.
-    """
-    usage = result.get("usage") if isinstance(result, dict) else getattr(result, "usage", None)
-    if usage is None:
-        return None
-
-    def pick(*names: str) -> Any:
-        for n in names:
-            v = usage.get(n) if isinstance(usage, dict) else getattr(usage, n, None)
-            if v is not None:
-                return v
-        return 0
-
-    return {
-        "input_tokens": int(pick("input_tokens", "prompt_tokens")),
-        "output_tokens": int(pick("output_tokens", "completion_tokens")),
-        "cost": float(pick("cost", "cost_usd")),
-        "calls": 1,
-    }
-
-
-def _step_usage(d: dict[str, Any]) -> Usage | None:
-    """A step's usage: recorded (older logs), else read from a model call's output."""
-    raw = d.get("usage") or (usage_of(d.get("output")) if d.get("kind") == "llm" else None)
-    return Usage(**raw) if raw else None
-
-
 def _step_completed(f: _Fold, e: Event, d: dict[str, Any]) -> None:
     pos = d["pos"]
     old = f.get_step(pos, d, e)
-    usage = _step_usage(d)
+    usage = step_usage(d)
     if usage is not None:
         f.s["usage"] = f.s["usage"] + usage
     f.put_step(
@@ -462,7 +392,7 @@ def _step_completed(f: _Fold, e: Event, d: dict[str, Any]) -> None:
             pos,
             d["name"],
             d["kind"],
-            "completed",
+            StepStatus.COMPLETED,
             attempts=d.get("attempt", 1),
             input_digest=d.get("digest"),
             output=d.get("output"),
@@ -490,7 +420,7 @@ def _step_failed(f: _Fold, e: Event, d: dict[str, Any]) -> None:
             pos,
             d["name"],
             d["kind"],
-            "retrying" if retry_at is not None else "failed",
+            StepStatus.RETRYING if retry_at is not None else StepStatus.FAILED,
             attempts=d["attempt"],
             input_digest=d.get("digest", old.input_digest),
             errors=(*old.errors, d["error"]),
@@ -512,7 +442,7 @@ def _decision(f: _Fold, e: Event, d: dict[str, Any]) -> None:
             pos,
             d["name"],
             "decide",
-            "completed",
+            StepStatus.COMPLETED,
             attempts=1,
             output=d.get("choice"),
             why=d.get("why"),
@@ -542,7 +472,7 @@ def _var_step(f: _Fold, e: Event, d: dict[str, Any]) -> None:
             pos,
             d["name"],
             "var",
-            "completed",
+            StepStatus.COMPLETED,
             attempts=1,
             output=d.get("value"),
             started_at=e.at,
@@ -608,7 +538,7 @@ def from_data(data: Mapping[str, Any]) -> RunState:
 def head_data(state: RunState) -> dict[str, Any]:
     """RunState as plain data without its steps (``steps`` is None)."""
     out = {f.name: getattr(state, f.name) for f in fields(RunState)}
-    out["usage"] = _usage_data(state.usage)
+    out["usage"] = usage_data(state.usage)
     out["steps"] = None
     return out
 
@@ -619,30 +549,3 @@ def from_head_data(data: Mapping[str, Any], steps: Sequence[StepState]) -> RunSt
     d["usage"] = Usage(**d["usage"])
     d["steps"] = steps
     return RunState(**d)
-
-
-def _usage_data(u: Usage | None) -> dict[str, Any] | None:
-    if u is None:
-        return None
-    return {
-        "input_tokens": u.input_tokens,
-        "output_tokens": u.output_tokens,
-        "cost": u.cost,
-        "calls": u.calls,
-    }
-
-
-def step_data(s: StepState) -> dict[str, Any]:
-    """One step as plain data (a snapshot page holds a list of these)."""
-    out = {f.name: getattr(s, f.name) for f in fields(StepState)}
-    out["usage"] = _usage_data(s.usage)
-    out["errors"] = list(s.errors)
-    return out
-
-
-def step_from(d: Mapping[str, Any]) -> StepState:
-    """Inverse of :func:`step_data`."""
-    x = dict(d)
-    x["usage"] = Usage(**x["usage"]) if x.get("usage") else None
-    x["errors"] = tuple(x["errors"])
-    return StepState(**x)

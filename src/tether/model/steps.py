@@ -14,13 +14,60 @@ Pure: loading a page is a callable given by whoever decoded the snapshot.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, overload
+from dataclasses import dataclass, field, fields
+from typing import Any, overload
 
-if TYPE_CHECKING:
-    from tether.model.state import StepState
+from tether.model.status import UNRECORDED, StepStatus
 
-PageLoader = Callable[[str], Sequence["StepState"]]
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Model usage: tokens in and out, cost (in the unit the model reports), calls."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float = 0.0
+    calls: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cost + other.cost,
+            self.calls + other.calls,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StepState:
+    """One position of a run: a step, model call, decision or variable write.
+
+    A position with status ``unrecorded`` (no name, no kind) has no event yet while a later
+    one has: a branch of a fan-out still in flight when the process stopped, whose sibling
+    finished first (see :func:`unrecorded`). Replay executes it again.
+    """
+
+    position: int
+    name: str
+    kind: str  # step | llm | tool | decide | var | approve | sleep | wait | compensate
+    status: str  # running | retrying | completed | failed | waiting | in_doubt | unrecorded
+    attempts: int = 0
+    input_digest: str | None = None
+    output: Any = None
+    errors: tuple[Mapping[str, Any], ...] = ()
+    started_at: float | None = None
+    finished_at: float | None = None
+    duration: float | None = None
+    next_retry_at: float | None = None
+    usage: Usage | None = None
+    why: str | None = None  # decisions: the rationale
+    seq: int = 0  # the event that last changed this step
+    key: str | None = None  # tools: the idempotency key
+    due_at: float | None = None  # timers: wake time; approvals and waits: timeout
+    detail: Mapping[str, Any] | None = None  # tool risk, approval payload and approvers…
+
+
+PageLoader = Callable[[str], Sequence[StepState]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +191,73 @@ def committed_of(steps: Sequence[StepState]) -> int:
         return steps.committed
     n = 0
     for s in steps:
-        if s.status != "completed":
+        if s.status != StepStatus.COMPLETED:
             break
         n += 1
     return n
+
+
+def unrecorded(pos: int) -> StepState:
+    """The step of a position that has no event while a later one has (see StepState)."""
+    return StepState(pos, "", "", UNRECORDED)
+
+
+def usage_of(result: Any) -> dict[str, Any] | None:
+    """Token usage and cost from a model result, when it reports them.
+
+    Understands ``{"usage": {"input_tokens"|"prompt_tokens", "output_tokens"|
+    "completion_tokens", "cost"|"cost_usd"}}`` and objects with a ``usage`` attribute.
+    """
+    usage = result.get("usage") if isinstance(result, dict) else getattr(result, "usage", None)
+    if usage is None:
+        return None
+
+    def pick(*names: str) -> Any:
+        for n in names:
+            v = usage.get(n) if isinstance(usage, dict) else getattr(usage, n, None)
+            if v is not None:
+                return v
+        return 0
+
+    return {
+        "input_tokens": int(pick("input_tokens", "prompt_tokens")),
+        "output_tokens": int(pick("output_tokens", "completion_tokens")),
+        "cost": float(pick("cost", "cost_usd")),
+        "calls": 1,
+    }
+
+
+def step_usage(d: dict[str, Any]) -> Usage | None:
+    """A step's usage: recorded (older logs), else read from a model call's output."""
+    raw = d.get("usage") or (usage_of(d.get("output")) if d.get("kind") == "llm" else None)
+    return Usage(**raw) if raw else None
+
+
+# -- snapshots: steps <-> plain data (encoded with tether.model.codec by the caller) --
+
+
+def usage_data(u: Usage | None) -> dict[str, Any] | None:
+    if u is None:
+        return None
+    return {
+        "input_tokens": u.input_tokens,
+        "output_tokens": u.output_tokens,
+        "cost": u.cost,
+        "calls": u.calls,
+    }
+
+
+def step_data(s: StepState) -> dict[str, Any]:
+    """One step as plain data (a snapshot page holds a list of these)."""
+    out = {f.name: getattr(s, f.name) for f in fields(StepState)}
+    out["usage"] = usage_data(s.usage)
+    out["errors"] = list(s.errors)
+    return out
+
+
+def step_from(d: Mapping[str, Any]) -> StepState:
+    """Inverse of :func:`step_data`."""
+    x = dict(d)
+    x["usage"] = Usage(**x["usage"]) if x.get("usage") else None
+    x["errors"] = tuple(x["errors"])
+    return StepState(**x)

@@ -28,16 +28,8 @@ from typing import Any
 
 from tether.errors import NotFound, StoreError
 from tether.model import codec
-from tether.model.state import (
-    RunState,
-    StepState,
-    from_data,
-    from_head_data,
-    head_data,
-    step_data,
-    step_from,
-)
-from tether.model.steps import Pages, StepList
+from tether.model.state import RunState, from_data, from_head_data, head_data
+from tether.model.steps import Pages, StepList, StepState, step_data, step_from
 from tether.store import Snapshot, Store
 
 FORMAT = 2
