@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import tether
+from tether.model.status import RunStatus, StepStatus
 
 AGENT = "investigate"
 AGENT_MODULE = "tether.demo"  # its module, whatever name this file runs under
@@ -232,7 +233,7 @@ def run_demo(db: str = DEFAULT_DB) -> int:
         run_id = _only_run(app)
         _report_crash(app, run_id, pid)
         first = _resume(app, run_id)
-        if first.status != "waiting":
+        if first.status != RunStatus.WAITING:
             _out(f"\nthe run is {first.status} instead of waiting for the approval")
             return 1
         _report_waiting(first)
@@ -306,7 +307,7 @@ def _report_crash(app: tether.App, run_id: str, pid: int) -> None:
 
 
 def _resume(app: tether.App, run_id: str) -> tether.RunHandle:
-    done = [(s.position, s.name) for s in app.get(run_id).steps if s.status == "completed"]
+    done = [(s.position, s.name) for s in app.get(run_id).steps if s.status == StepStatus.COMPLETED]
     _out(f"3. Resume it in this process (pid {os.getpid()}) with app.resume(run_id)")
     _out(f"   committed, so read from the journal: {_positions(done)}")
     return app.resume(run_id)

@@ -24,8 +24,7 @@ from collections.abc import Sequence
 
 from tether.errors import RunDamaged
 from tether.model.events import Event
-
-FINISHED = ("completed", "failed", "cancelled")
+from tether.model.status import FINISHED as FINISHED  # export.py reads it here
 
 
 def check_events(run_id: str, events: Sequence[Event], after: int) -> None:
