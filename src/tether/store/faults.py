@@ -39,8 +39,8 @@ STORE_METHODS = tuple(
     sorted(
         {
             n
-            for role in Store.__mro__
-            if role.__module__ == "tether.store.protocols"
+            for role in Store.__mro__  # the role protocols Store is made of
+            if getattr(role, "_is_protocol", False)
             for n, v in vars(role).items()
             if not n.startswith("_") and callable(v)
         }

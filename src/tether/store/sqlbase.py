@@ -16,7 +16,8 @@ schema version…) over a few hooks that a backend overrides, and nothing else:
   must commit together (PostgreSQL: ``BEGIN``);
 - ``_run_row(conn, run_id)`` and ``_run_rows(conn, name, params)``: run rows as records;
 - ``_range``, ``_limit``, ``_id_list``: the parameters a dialect's driver takes;
-- ``_unique_violation``: the driver's error of a unique constraint.
+- ``_unique_violation``: the driver's error of a unique constraint;
+- ``_fault(error, where)``: the tether error of what escaped a method (``faults``).
 
 The hot path (append, load, claim_next, the group commits) stays in each backend: it is
 where the dialects differ, and where every round trip counts. Both drivers take the
@@ -26,13 +27,13 @@ same parameters for the same query (a tuple for ``?``/``%s``, a dict for named o
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager, closing
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, closing, contextmanager
 from typing import Any, ClassVar
 
-from tether.errors import Conflict, LeaseLost, NotFound, StoreError
+from tether.errors import Conflict, LeaseLost, NotFound, StoreError, TetherError
 from tether.model.events import Event
-from tether.store.faults import schema_number
+from tether.store.faults import schema_number, translating
 from tether.store.records import (
     TOUCH_AFTER,
     AuditRecord,
@@ -91,6 +92,10 @@ class SqlStore:
 
     def _transaction(self) -> AbstractContextManager[Any]:
         """A connection inside one transaction (several statements, all or nothing)."""
+        raise NotImplementedError
+
+    def _fault(self, e: Exception, where: str) -> TetherError | None:
+        """The tether error of an exception that escaped a method (see faults.translated)."""
         raise NotImplementedError
 
     def _run_row(self, conn: Any, run_id: str) -> RunRecord | None:
@@ -324,3 +329,11 @@ class SqlStore:
         with self._for_read() as conn:
             row = conn.execute(self._Q["schema_version"]).fetchone()
         return schema_number(row[0] if row else None, self.where)
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """The raw DB-API connection inside one transaction (see Store.transaction):
+        SQLite's ``BEGIN IMMEDIATE`` on this thread's writer, or a pooled PostgreSQL
+        connection in ``BEGIN``; driver errors raised as tether's."""
+        with translating(self._fault, "transaction"), self._transaction() as conn:
+            yield conn

@@ -23,8 +23,8 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Sequence
+from contextlib import suppress
 from functools import partial
 from typing import Any
 
@@ -40,7 +40,7 @@ from tether.errors import (
     StoreUnavailable,
 )
 from tether.model.events import NewEvent
-from tether.store.faults import translated, translating
+from tether.store.faults import translated
 from tether.store.groupcommit import GroupCommit, Pending
 from tether.store.pgwire import WireConnection
 from tether.store.postgres.notify import PgNotifications
@@ -558,18 +558,6 @@ class PostgresStore(PgNotifications):
     def vacuum(self) -> None:
         with self._borrow() as conn:
             conn.execute(_Q["vacuum"])
-
-    # -- raw transactions (tether.context.memory, tether.context.artifacts) -------------------
-
-    @contextmanager
-    def transaction(self) -> Iterator[Conn]:
-        """A pooled connection inside one transaction (see Store)."""
-        with (
-            translating(self._fault, "transaction"),
-            self._borrow() as conn,
-            conn.transaction(),
-        ):
-            yield conn
 
 
 def _constraint(e: psycopg.Error) -> str | None:

@@ -16,8 +16,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 
 from tether.errors import (
     Conflict,
@@ -29,7 +28,7 @@ from tether.errors import (
     TetherError,
 )
 from tether.model.events import NewEvent
-from tether.store.faults import schema_number, translated, translating
+from tether.store.faults import schema_number, translated
 from tether.store.queries import migrations
 from tether.store.records import (
     Lease,
@@ -340,14 +339,6 @@ class SQLiteStore(SQLiteWriter):
                     time.sleep(0.01)
         except sqlite3.Error as e:
             raise self._translate(e) from None
-
-    # -- raw transactions (tether.context.memory, tether.context.artifacts) -------------------
-
-    @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """This thread's connection inside one ``BEGIN IMMEDIATE`` transaction (see Store)."""
-        with translating(self._fault, "transaction"), self._tx() as conn:
-            yield conn
 
 
 def _statements(sql: str) -> list[str]:
