@@ -9,7 +9,7 @@ import json
 import re
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -237,11 +237,11 @@ class PgConnections(SqlStore):
 
     # -- the hooks of SqlStore ----------------------------------------------
 
-    def _for_read(self) -> Any:
+    def _for_read(self) -> AbstractContextManager[Conn]:
         return self._borrow()
 
-    def _for_write(self) -> Any:
-        return self._borrow()
+    def _for_write(self) -> AbstractContextManager[Conn]:
+        return self._borrow()  # autocommit: each of SqlStore's writes is one statement
 
     @contextmanager
     def _transaction(self) -> Iterator[Conn]:
