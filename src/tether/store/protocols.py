@@ -5,6 +5,11 @@ Each method is one transaction, takes and returns frozen dataclasses (never raw 
 backends translate their drivers' at the boundary, :mod:`tether.store.faults`). A
 module that needs one role can ask for it alone (``def f(log: RunLog)``); the backends
 implement them all (:class:`Store`).
+
+Besides what each docstring names, any method may raise StoreUnavailable (the database
+is unreachable or locked; retry), StoreFull (no space: nothing was written), EncodeError
+(a value the database cannot store: nothing was written), CorruptRecord (a stored row
+cannot be read) or StoreError; never a driver's exception.
 """
 
 from __future__ import annotations
