@@ -768,7 +768,7 @@ class App:
             raise ClockSkew(
                 f"this machine's clock is {abs(offset):.1f} s "
                 f"{'behind' if offset > 0 else 'ahead of'} the database's at "
-                f"{getattr(self.store, 'where', 'the store')}: "
+                f"{self.store.where}: "
                 f"leases last {self.lease_ttl:g} s and are checked against other machines' "
                 f"clocks, so with more than a third of that ({self.lease_ttl / 3:.1f} s) off a "
                 f"live run could be taken by a second process. Synchronise this machine's clock "

@@ -22,7 +22,8 @@ from tether.model.events import NewEvent
 from tether.store import EffectWrite, NewRun, WorkerRecord
 from tether.store.groupcommit import Pending
 from tether.store.pgwire import Prepared, WireConnection
-from tether.store.postgres import PostgresStore, _append_statement
+from tether.store.postgres import PostgresStore
+from tether.store.postgres.statements import _append_statement
 
 NOW = 1_000.0
 

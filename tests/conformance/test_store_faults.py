@@ -186,7 +186,7 @@ def test_a_schema_version_that_is_not_a_number_is_a_corrupt_record(
 ) -> None:
     backend.sql("UPDATE tether_meta SET value = 'x' WHERE key = 'schema_version'")
     with pytest.raises(CorruptRecord, match="schema_version is 'x'"):
-        store.schema_version()  # type: ignore[attr-defined]
+        store.schema_version()
     with pytest.raises(CorruptRecord, match="schema_version is 'x'"):
         backend.open()
 

@@ -367,7 +367,7 @@ def test_a_claim_reads_the_queue_through_its_order_index(backend: Backend) -> No
     for i in range(300):
         _enqueue(store, f"r{i:03}", priority=i % 3, now=T0 + i)
     if backend.name == "sqlite":
-        from tether.store.sqlite import _Q as SQ
+        from tether.store.sqlite.connections import _Q as SQ
 
         plan = " ".join(
             str(r)
@@ -377,7 +377,7 @@ def test_a_claim_reads_the_queue_through_its_order_index(backend: Backend) -> No
             )
         )
     else:
-        from tether.store.postgres import _Q as PQ
+        from tether.store.postgres.pool import _Q as PQ
 
         backend.sql("ANALYZE runs")
         plan = " ".join(
@@ -395,14 +395,14 @@ def _claim_plan(backend: Backend, now: float) -> str:
     """The plan of a claim of this queue: SQLite's query plan; on PostgreSQL the generic plan
     (made once for all parameters), which is what the group commit's connections run."""
     if backend.name == "sqlite":
-        from tether.store.sqlite import _Q as SQ
+        from tether.store.sqlite.connections import _Q as SQ
 
         rows = backend.sql_params(
             "EXPLAIN QUERY PLAN " + SQ["claim_candidates"], {"queue": "q", "now": now, "scan": 2}
         )
         return " ".join(str(r) for r in rows)
     from tether.store.pgwire import Prepared
-    from tether.store.postgres import _Q as PQ
+    from tether.store.postgres.pool import _Q as PQ
 
     claim = Prepared("claim", PQ["claim_fast"])
     values = {"queue": "'q'", "now": repr(now), "scan": "2", "owner": "'w'", "expires": repr(now)}

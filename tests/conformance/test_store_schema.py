@@ -42,7 +42,7 @@ def test_a_new_store_is_migrated_to_the_latest_schema(backend: Backend) -> None:
     store = backend.open()
     assert _tables(backend) >= TABLES
     latest = _version(backend)
-    assert latest >= 2 and store.schema_version() == latest  # type: ignore[attr-defined]
+    assert latest >= 2 and store.schema_version() == latest
 
 
 def test_reopening_keeps_the_data_and_migrates_nothing(backend: Backend) -> None:
@@ -51,7 +51,7 @@ def test_reopening_keeps_the_data_and_migrates_nothing(backend: Backend) -> None
     first.close()
     second = backend.open()
     assert seqs(second) == [1, 2, 3] and second.get_run("run-1").lease_owner == "w1"
-    assert second.schema_version() == _version(backend)  # type: ignore[attr-defined]
+    assert second.schema_version() == _version(backend)
 
 
 def test_a_store_written_by_a_newer_tether_is_refused_unchanged(backend: Backend) -> None:

@@ -122,7 +122,7 @@ def test_global_and_per_key_concurrency(qapp: tether.App) -> None:
     assert _claim(qapp, "w2", n=10, concurrency=3) == []  # all workers together
     for r in qapp.runs(status="running"):
         qapp.store.release(r.id, epoch=qapp.store.get_run(r.id).epoch)
-        qapp.store.set_status(r.id, tether.store.Transition("completed"), now=0)  # type: ignore[attr-defined]
+        qapp.store.set_status(r.id, tether.store.Transition("completed"), now=0)
     waiting = {r.concurrency_key for r in qapp.runs(status="queued")}
     got = _claim(qapp, "w1", n=10, per_key=1)
     keys = sorted(qapp.store.get_run(r).concurrency_key or "" for r in got)

@@ -13,7 +13,7 @@ pytest.importorskip("psycopg_pool")
 
 from psycopg_pool import ConnectionPool
 
-from tether.store import postgres
+from tether.store.postgres import pool as postgres
 
 pytestmark = pytest.mark.unit
 

@@ -167,7 +167,7 @@ def gc(
 
 def store_bytes(store: Store) -> int | None:
     """The size of a file store (the database and its WAL), or None for a server."""
-    path = getattr(store, "path", None)
-    if not isinstance(path, str) or not os.path.exists(path):
+    path = store.path
+    if path is None or not os.path.exists(path):
         return None
     return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from tether.errors import CorruptRecord, EncodeError, TetherError
-from tether.store import Store
+from tether.store.protocols import Store
 
 
 def schema_number(value: Any, where: str) -> int:
@@ -36,7 +36,15 @@ def schema_number(value: Any, where: str) -> int:
 
 _S = TypeVar("_S")
 STORE_METHODS = tuple(
-    sorted(n for n, v in vars(Store).items() if not n.startswith("_") and callable(v))
+    sorted(
+        {
+            n
+            for role in Store.__mro__  # the role protocols Store is made of
+            if getattr(role, "_is_protocol", False)
+            for n, v in vars(role).items()
+            if not n.startswith("_") and callable(v)
+        }
+    )
 )
 
 
@@ -48,10 +56,12 @@ def translated(cls: type[_S]) -> type[_S]:
     the tether error to raise instead (or None: raised as it is, a bug of tether's own).
     ``where`` names the operation and its run, so each call site does not have to.
     """
-    for name, fn in list(vars(cls).items()):
+    for name in dir(cls):
+        fn = inspect.getattr_static(cls, name)
         if name.startswith("_") or not inspect.isfunction(fn) or name == "transaction":
             continue  # transaction(): a context manager, which translates in its body
-        setattr(cls, name, _guarded(name, fn))
+        if not hasattr(fn, "__wrapped__"):  # a base's (tether.store.sqlbase) is guarded here
+            setattr(cls, name, _guarded(name, fn))
     return cls
 
 

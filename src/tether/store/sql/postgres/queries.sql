@@ -479,7 +479,7 @@ FROM picked JOIN taken ON taken.id = picked.id
 ORDER BY picked.priority DESC, COALESCE(picked.available_at, picked.created_at),
          picked.created_at, picked.id;
 
--- name: claim_runs
+-- name: claim_picked
 -- Take locked claimable runs for a worker: new leases and fencing tokens.
 UPDATE runs SET status = 'running', epoch = epoch + 1, lease_owner = %(owner)s::text,
        lease_expires = %(expires)s::float8, claimed_at = %(now)s::float8,

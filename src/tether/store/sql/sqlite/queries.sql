@@ -1,6 +1,19 @@
 -- Named queries of the SQLite backend. Each block: "-- name: <name>", then a
 -- one-line purpose, then the statement.
 
+-- name: schema_tables
+-- The tables of the database file (none: a new file).
+SELECT name FROM sqlite_master WHERE type = 'table';
+
+-- name: schema_version
+-- The schema version recorded by the migrations (no row: 0).
+SELECT value FROM tether_meta WHERE key = 'schema_version';
+
+-- name: set_schema_version
+-- Record the schema version after a migration, in the migration's transaction.
+INSERT INTO tether_meta (key, value) VALUES ('schema_version', ?)
+ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+
 -- name: insert_run
 -- Create a run row (the caller appends its first events in the same transaction).
 INSERT INTO runs (id, agent, version, status, code, created_at, updated_at, epoch,
@@ -126,7 +139,7 @@ VALUES (:key, :run_id, :position, :tool, :status, :result, :now, :now)
 ON CONFLICT (key) DO UPDATE SET status = excluded.status, result = excluded.result,
                                 updated_at = excluded.updated_at;
 
--- name: insert_signal
+-- name: send_signal
 -- Keep a signal until a wait takes it.
 INSERT INTO signals (run_id, name, payload, sent_at, sender) VALUES (?, ?, ?, ?, ?);
 
@@ -236,7 +249,7 @@ GROUP BY concurrency_key;
 -- How many claims a queue made since a time (rate limits), by claim time (runs_claimed).
 SELECT COUNT(*) FROM runs WHERE queue = ? AND claimed_at > ?;
 
--- name: claim_run
+-- name: claim_picked
 -- Take a claimable run for a worker: a new lease and fencing token.
 UPDATE runs SET status = 'running', epoch = epoch + 1, lease_owner = :owner,
        lease_expires = :expires, claimed_at = :now, updated_at = :now, waiting_for = NULL
@@ -249,7 +262,7 @@ INSERT INTO workers (id, host, pid, queues, concurrency, started_at, heartbeat_a
 VALUES (:id, :host, :pid, :queues, :concurrency, :now, :now)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at, stopping = 0;
 
--- name: worker_beat
+-- name: worker_heartbeat
 -- A worker is alive (and whether it was asked to stop).
 UPDATE workers SET heartbeat_at = ? WHERE id = ? RETURNING stopping;
 

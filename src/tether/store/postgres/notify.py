@@ -1,0 +1,86 @@
+"""LISTEN/NOTIFY of the PostgreSQL backend: workers wait for work on their queues and are
+woken by an enqueue's NOTIFY (one listening connection per store, in a thread)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from contextlib import suppress
+
+import psycopg
+from psycopg import sql
+
+from tether.store.postgres.pool import _Q, Conn, PgConnections, _first_line
+
+log = logging.getLogger("tether.postgres")
+
+
+class PgNotifications(PgConnections):
+    """Work notifications: :meth:`notify_work` and :meth:`wait_for_work`."""
+
+    channel: str
+    _listener: Conn | None
+    _listening: threading.Lock
+    _listen_thread: threading.Thread | None
+    _waiters: dict[int, tuple[threading.Event, frozenset[str]]]
+    _closing: threading.Event
+
+    def notify_work(self, queue: str) -> None:
+        with self._borrow() as conn:
+            conn.execute(_Q["notify_work"], (self.channel, queue))
+
+    def wait_for_work(self, queues: Sequence[str], timeout: float, wake: threading.Event) -> None:
+        """Wait until ``wake`` is set: by the worker itself (a run ended), by this store's
+        listener thread on a NOTIFY naming one of ``queues``, or after ``timeout``."""
+        self._ensure_listener()
+        key = id(wake)
+        with self._listening:
+            self._waiters[key] = (wake, frozenset(queues))
+        try:
+            wake.wait(timeout)
+        finally:
+            with self._listening:
+                self._waiters.pop(key, None)
+
+    def _ensure_listener(self) -> None:
+        with self._listening:
+            if self._listen_thread is None or not self._listen_thread.is_alive():
+                self._listen_thread = threading.Thread(
+                    target=self._listen_loop, name="tether-pg-listen", daemon=True
+                )
+                self._listen_thread.start()
+
+    def _listen_loop(self) -> None:
+        """One LISTEN connection per store: every NOTIFY wakes the waiters of its queue."""
+        while not self._closing.is_set():
+            try:
+                listener = self._listener or self._listen()
+                for note in listener.notifies(timeout=1.0):
+                    self._wake_waiters(note.payload)
+            except psycopg.Error as e:  # waiters still wake on their timeout: a poll
+                if self._closing.is_set():
+                    return
+                log.warning("tether: LISTEN on %s failed (%s); polling", self.where, _first_line(e))
+                self._drop_listener()
+                self._closing.wait(1.0)
+
+    def _wake_waiters(self, queue: str) -> None:
+        with self._listening:
+            targets = [w for w, queues in self._waiters.values() if queue in queues]
+        for wake in targets:
+            wake.set()
+
+    def _listen(self) -> Conn:
+        conn = psycopg.connect(
+            self.conninfo, autocommit=True, connect_timeout=max(2, round(self.timeout))
+        )
+        conn.execute(sql.SQL(_Q["listen"]).format(channel=sql.Identifier(self.channel)))
+        self._listener = conn
+        return conn
+
+    def _drop_listener(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            with suppress(psycopg.Error):
+                listener.close()

@@ -1,0 +1,308 @@
+"""The PostgreSQL backend's connections: the URL, a pool of autocommit connections whose
+reconnections are capped, PostgreSQL's errors as tether's, and the hooks of
+:class:`tether.store.sqlbase.SqlStore`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, suppress
+from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+try:
+    import psycopg
+    from psycopg import errors as pg_errors
+    from psycopg import sql
+    from psycopg.rows import DictRow, dict_row
+    from psycopg_pool import ConnectionPool, PoolTimeout
+except ImportError as e:  # pragma: no cover - depends on the install
+    raise ImportError(
+        f"the PostgreSQL backend of tether needs psycopg 3 and psycopg-pool ({e}); "
+        f"install them with: pip install 'tether[postgres]'"
+    ) from e
+
+from tether.errors import (
+    EncodeError,
+    NotATetherDatabase,
+    SchemaTooNew,
+    StoreError,
+    StoreFull,
+    StoreUnavailable,
+    TetherError,
+)
+from tether.store.faults import data_fault, schema_number
+from tether.store.queries import load_queries, migrations
+from tether.store.records import RunRecord
+from tether.store.sqlbase import SqlStore
+
+_Q = load_queries("postgres")
+DEFAULT_SCHEMA = "tether"
+# The pool tries to reconnect a lost connection at most this many seconds apart, however
+# long the database stays away (psycopg_pool doubles the wait after each failure, without
+# a bound: after a 35 s outage work resumed ~20 s after the server was back)
+RECONNECT_EVERY = 0.5
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_NO_LIMIT = 2**62
+_LOCK_CLASS = 0x7465_7468  # "teth": the advisory-lock class of tether's migrations
+_MIGRATIONS = migrations("postgres")
+SCHEMA_VERSION = _MIGRATIONS[-1][0]
+
+Conn = psycopg.Connection[Any]
+
+
+def split_url(url: str) -> tuple[str, str | None]:
+    """``(libpq URL, schema)``: the ``schema`` query parameter is tether's, not libpq's.
+
+    The rest of the query is kept byte for byte (libpq decodes it itself).
+    """
+    parts = urlsplit(url)
+    items = [i for i in parts.query.split("&") if i]
+    schemas = [unquote(i.partition("=")[2]) for i in items if i.partition("=")[0] == "schema"]
+    rest = "&".join(i for i in items if i.partition("=")[0] != "schema")
+    return urlunsplit(parts._replace(query=rest)), (schemas[-1] if schemas else None)
+
+
+def _check_schema(name: str) -> str:
+    if not _SCHEMA_NAME.match(name):
+        raise ValueError(
+            f"schema {name!r} is not a plain PostgreSQL name; use lowercase letters, digits "
+            f"and _ (at most 63), e.g. ?schema=tether"
+        )
+    return name
+
+
+def _describe(params: dict[str, Any]) -> str:
+    """``user@host:port/db`` for messages (never the password)."""
+    host = params.get("host") or params.get("hostaddr") or "localhost"
+    port = params.get("port") or "5432"
+    user = params.get("user")
+    db = params.get("dbname") or user or "postgres"
+    return f"{user + '@' if user else ''}{host}:{port}/{db}"
+
+
+def _record(row: DictRow) -> RunRecord:
+    return RunRecord(**{**row, "code": json.loads(row["code"])})
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+class PgConnections(SqlStore):
+    """The pooled connections of a PostgreSQL store, its errors, and the hooks of
+    :class:`SqlStore` (every method there that writes is one autocommit statement)."""
+
+    dialect = "postgres"
+    _Q = _Q
+    _unique_violation = pg_errors.UniqueViolation
+    schema: str
+    conninfo: str
+    timeout: float
+    _pool: ConnectionPool[Conn]
+
+    def _connect(self) -> Conn:
+        """One direct connection, for migrating (its errors say why it failed)."""
+        try:
+            return psycopg.connect(
+                self.conninfo, autocommit=True, connect_timeout=max(2, round(self.timeout))
+            )
+        except psycopg.Error as e:
+            raise StoreUnavailable(
+                f"cannot connect to PostgreSQL at {self.where}: {_first_line(e)}. Check that "
+                f"the server is running and that the URL's host, port, database, user and "
+                f"password are right."
+            ) from None
+
+    def _open_pool(self, min_size: int, max_size: int) -> ConnectionPool[Conn]:
+        pool: ConnectionPool[Conn] = _POOL(
+            self.conninfo,
+            min_size=min_size,
+            max_size=max_size,
+            open=False,
+            timeout=self.timeout,
+            name=f"tether {self.where}",
+            kwargs={"autocommit": True, "prepare_threshold": 0},
+        )
+        try:
+            pool.open(wait=True, timeout=self.timeout)
+        except PoolTimeout:
+            pool.close()
+            raise StoreError(
+                f"PostgreSQL at {self.where} accepted one connection but the pool could not "
+                f"open {min_size} within {self.timeout}s; check max_connections"
+            ) from None
+        return pool
+
+    @contextmanager
+    def _borrow(self, *, translate: bool = True) -> Iterator[Conn]:
+        """A pooled connection for one transaction; driver errors become StoreError
+        (unless ``translate`` is false: the caller sorts them out)."""
+        try:
+            with self._pool.connection(timeout=self.timeout) as conn:
+                try:
+                    yield conn
+                except psycopg.Error as e:
+                    if not translate:
+                        raise
+                    raise self._translate(e, conn) from None
+        except PoolTimeout:
+            raise StoreUnavailable(
+                f"no connection to PostgreSQL at {self.where} within {self.timeout}s: the "
+                f"server is unreachable or all {self._pool.max_size} pooled connections are "
+                f"busy; check the server, or open the store with a larger max_size"
+            ) from None
+
+    def _translate(self, e: psycopg.Error, conn: Conn) -> TetherError:
+        if not conn.broken:
+            return self._error(e)
+        # The server went away (restart, failover): drop the pool's other dead connections
+        # now, so that only this call fails.
+        with suppress(psycopg.Error):
+            self._pool.check()
+        return self._lost(e)
+
+    def _lost(self, e: BaseException) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"lost the connection to PostgreSQL at {self.where} ({_first_line(e)}); the last "
+            f"write may or may not have been committed: reload the run and retry"
+        )
+
+    def _error(self, e: psycopg.Error, where: str = "", *, sent: bool = False) -> TetherError:
+        """A statement's error (on a connection that still works) as tether's; ``sent``:
+        the statement writes values of the caller's (a data exception is then theirs)."""
+        at = f"PostgreSQL at {self.where}{f' ({where})' if where else ''}"
+        state = e.sqlstate or ""
+        if state == "53100":  # disk_full
+            return StoreFull(
+                f"{at}: the server's disk is full ({_first_line(e)}); nothing of this write "
+                f"was stored. Free space on the database server: runs paused by it go on, "
+                f"and workers retry on their own."
+            )
+        if state.startswith(("08", "53", "57P")):  # connection, resources, shutting down
+            return StoreUnavailable(f"{at}: {_first_line(e)}; tether retries")
+        if isinstance(e, psycopg.DataError) and (not state or sent):  # a value, not a row
+            return EncodeError(f"{at}: cannot store a value: {_first_line(e)}")
+        return StoreError(f"{at}: {_first_line(e)}")
+
+    def _fault(self, e: Exception, where: str) -> TetherError | None:
+        """The tether error of an exception that escaped a store method (see translated)."""
+        if isinstance(e, psycopg.Error):
+            broken = isinstance(e, psycopg.OperationalError) and not e.sqlstate
+            return self._lost(e) if broken else self._error(e, where)
+        return data_fault(e, f"PostgreSQL at {self.where}: {where}")
+
+    # -- schema -----------------------------------------------------------
+
+    def _migrate(self, conn: Conn) -> None:
+        try:
+            with conn.transaction():
+                conn.execute(_Q["migration_lock"], (_LOCK_CLASS, _lock_key(self.schema)))
+                version = self._schema_version(conn)
+                if not conn.execute(_Q["schema_exists"], (self.schema,)).fetchone():
+                    conn.execute(
+                        sql.SQL(_Q["create_schema"]).format(schema=sql.Identifier(self.schema))
+                    )
+                for number, _name, text in _MIGRATIONS:
+                    if number > version:
+                        conn.execute(text)
+                        conn.execute(_Q["set_schema_version"], (str(number),))
+        except psycopg.Error as e:
+            raise StoreError(
+                f"cannot prepare the tether schema at {self.where}: {_first_line(e)}"
+            ) from None
+
+    def _schema_version(self, conn: Conn) -> int:
+        tables = [r[0] for r in conn.execute(_Q["schema_tables"], (self.schema,))]
+        if "tether_meta" not in tables:
+            if tables:
+                raise NotATetherDatabase(
+                    f"schema {self.schema!r} at {self.where} holds tables of another program "
+                    f"({', '.join(tables[:5])}); tether will not write to it. Give tether its "
+                    f"own schema with ?schema=<name> in the URL."
+                )
+            return 0
+        row = conn.execute(_Q["schema_version"]).fetchone()
+        version = schema_number(row[0], self.where) if row else 0
+        if version > SCHEMA_VERSION:
+            raise SchemaTooNew(
+                f"PostgreSQL at {self.where} was written by a newer tether (schema {version}; "
+                f"this tether knows up to {SCHEMA_VERSION}). Upgrade tether to open it; it was "
+                f"not changed."
+            )
+        return version
+
+    # -- the hooks of SqlStore ----------------------------------------------
+
+    def _for_read(self) -> AbstractContextManager[Conn]:
+        return self._borrow()
+
+    def _for_write(self) -> AbstractContextManager[Conn]:
+        return self._borrow()  # autocommit: each of SqlStore's writes is one statement
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Conn]:
+        with self._borrow() as conn, conn.transaction():
+            yield conn
+
+    def _run_row(self, conn: Conn, run_id: str) -> RunRecord | None:
+        row = conn.cursor(row_factory=dict_row).execute(_Q["get_run"], (run_id,)).fetchone()
+        return _record(row) if row is not None else None
+
+    def _run_rows(self, conn: Conn, name: str, params: Mapping[str, Any]) -> list[RunRecord]:
+        rows = conn.cursor(row_factory=dict_row).execute(_Q[name], params).fetchall()
+        return [_record(r) for r in rows]
+
+    def _range(self, run_id: str, after: int, upto: int | None) -> tuple[str, int, int]:
+        return (run_id, after, upto if upto is not None else _NO_LIMIT)
+
+    def _limit(self, limit: int) -> int | None:
+        return limit if limit >= 0 else None  # SQLite reads a negative LIMIT as none
+
+    def _id_list(self, ids: Sequence[str]) -> list[str]:
+        return list(ids)
+
+
+def _lock_key(name: str) -> int:
+    """An advisory-lock key for a name: its CRC-32 as a signed 32-bit int."""
+    key = zlib.crc32(name.encode())
+    return key - 2**32 if key >= 2**31 else key
+
+
+def _capped_pool() -> type[ConnectionPool[Conn]]:
+    """A pool class whose reconnection attempts are at most RECONNECT_EVERY apart: work
+    resumes within about that long of the database's return.
+
+    psycopg_pool waits ~1 s before its first retry and doubles the wait after each failure
+    (AttemptWithBackoff), with no option to bound it. The subclass hooks
+    ``_add_connection``, which every (re)connection goes through, with a capped schedule;
+    a psycopg_pool without these names keeps its own (tests/unit/test_pg_reconnect.py
+    checks that this one is capped)."""
+    try:
+        from psycopg_pool.base import AttemptWithBackoff
+    except ImportError:  # pragma: no cover - another psycopg_pool
+        return ConnectionPool
+    if not callable(getattr(ConnectionPool, "_add_connection", None)):  # pragma: no cover
+        return ConnectionPool
+
+    class CappedAttempt(AttemptWithBackoff):
+        INITIAL_DELAY = RECONNECT_EVERY
+
+        def update_delay(self, now: float) -> None:
+            super().update_delay(now)
+            self.delay = min(self.delay, RECONNECT_EVERY)
+
+    class Pool(ConnectionPool[Conn]):
+        def _add_connection(self, attempt: Any, growing: bool = False) -> None:
+            if attempt is None:
+                attempt = CappedAttempt(timeout=self.reconnect_timeout)
+            super()._add_connection(attempt, growing)
+
+    Pool.Attempt = CappedAttempt  # type: ignore[attr-defined]  # for the tests
+    return Pool
+
+
+_POOL = _capped_pool()
