@@ -1,18 +1,19 @@
 """The ``tether`` command line: ``tether [--db PATH_OR_URL] [--app MODULE:APP] COMMAND …``.
 
 This module builds the parser and dispatches; the commands live in one module per group,
-named as the service they drive, and everything they print is made in
-:mod:`tether.cli.format`:
+named as the service they drive. The tables, times, statuses, JSON and error lines they
+print are made in :mod:`tether.cli.format`; a command module keeps only its own
+sentences ("run … is queued again in …").
 
-==========================  ===========================================================
-:mod:`tether.cli.demo`      demo
-:mod:`tether.cli.runs`      runs, show, log, resume, retry
-:mod:`tether.cli.control`   approve, deny, signal, resolve, cancel, audit
-:mod:`tether.cli.timetravel` history, state, diff, fork
-:mod:`tether.cli.export`    export, import
-:mod:`tether.cli.retention` gc
-:mod:`tether.cli.worker`    worker, workers
-==========================  ===========================================================
+Commands by module:
+
+- :mod:`tether.cli.demo`: demo
+- :mod:`tether.cli.runs`: runs, show, log, resume, retry
+- :mod:`tether.cli.control`: approve, deny, signal, resolve, cancel, audit
+- :mod:`tether.cli.timetravel`: history, state, diff, fork
+- :mod:`tether.cli.export`: export, import
+- :mod:`tether.cli.retention`: gc
+- :mod:`tether.cli.worker`: worker, workers
 
 What they share (:class:`~tether.cli.context.Command`, :class:`~tether.cli.context.Context`,
 :class:`~tether.cli.context.CommandError`, the global options) is in
