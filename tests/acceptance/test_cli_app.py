@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import tether
-from tether.cli.main import database_key
+from tether.cli.context import database_key
 
 pytestmark = pytest.mark.acceptance
 

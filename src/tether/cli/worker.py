@@ -1,4 +1,4 @@
-"""CLI commands for the queue: ``tether worker`` and ``tether workers``."""
+"""``tether worker|workers``: execute queued runs, and list the workers that do."""
 
 from __future__ import annotations
 
@@ -7,17 +7,9 @@ import json
 import logging
 
 from tether.app import MAX_CONCURRENCY
-from tether.cli.main import (
-    Command,
-    CommandError,
-    Context,
-    Subparsers,
-    add_command,
-    positive_int,
-    positive_seconds,
-    table,
-    whole_number,
-)
+from tether.cli import format as fmt
+from tether.cli.arguments import positive_int, positive_seconds, whole_number
+from tether.cli.context import Command, CommandError, Context
 from tether.services import cpus
 from tether.services.worker import describe, reap_dead_workers
 
@@ -125,23 +117,15 @@ def _workers_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="one JSON object per worker")
 
 
-def _runs_cell(runs: list[str]) -> str:
-    """How many runs a worker holds, and the first few: ``0``, ``2: a b``, ``9: a b c d …``."""
-    if not runs:
-        return "0"
-    more = " …" if len(runs) > 4 else ""
-    return f"{len(runs)}: {' '.join(runs[:4])}{more}"
-
-
 def _workers(args: argparse.Namespace, ctx: Context) -> int:
     app = ctx.app()
-    reap_dead_workers(app)
+    left = reap_dead_workers(app)  # the workers still registered, as list_workers gives them
     now = app.clock.now()
     leases: dict[str, list[str]] = {}
     for r in app.runs(status="running", limit=10_000):
         if r.lease_owner and (r.lease_expires or 0) >= now:
             leases.setdefault(r.lease_owner, []).append(r.id)
-    rows = describe(app.store.list_workers(), leases, now)
+    rows = describe(left, leases, now)
     if args.json:
         for row in rows:
             ctx.print(json.dumps(row))
@@ -149,46 +133,26 @@ def _workers(args: argparse.Namespace, ctx: Context) -> int:
     if not rows:
         ctx.print("no live workers")
         return 0
-    ctx.print(
-        table(
-            ["worker", "queues", "conc", "heartbeat", "runs"],
-            [
-                [
-                    r["id"],
-                    ",".join(r["queues"]),
-                    r["concurrency"],
-                    f"{r['heartbeat_age_s']:.1f}s ago",
-                    _runs_cell(r["runs"]),
-                ]
-                for r in rows
-            ],
-        )
-    )
+    ctx.print(fmt.workers_table(rows))
     return 0
 
 
-def register(subparsers: Subparsers) -> None:
-    """Add the queue commands."""
-    add_command(
-        subparsers,
-        Command(
-            "worker",
-            "claim queued runs and execute them",
-            _worker_arguments,
-            _worker,
-            "Claims runs from the queues (a lease with a fencing token per run), heartbeats "
-            "while they execute, and resumes runs whose worker died. SIGTERM: stop claiming, "
-            "let each run finish its current step, put it back in the queue.",
-        ),
-    )
-    add_command(
-        subparsers,
-        Command(
-            "workers",
-            "list live workers, their leases and heartbeats",
-            _workers_arguments,
-            _workers,
-            "Workers of this host and pid namespace whose process is gone are forgotten "
-            "first, and their runs become claimable at once.",
-        ),
-    )
+COMMANDS = (
+    Command(
+        "worker",
+        "claim queued runs and execute them",
+        _worker_arguments,
+        _worker,
+        "Claims runs from the queues (a lease with a fencing token per run), heartbeats "
+        "while they execute, and resumes runs whose worker died. SIGTERM: stop claiming, "
+        "let each run finish its current step, put it back in the queue.",
+    ),
+    Command(
+        "workers",
+        "list live workers, their leases and heartbeats",
+        _workers_arguments,
+        _workers,
+        "Workers of this host and pid namespace whose process is gone are forgotten "
+        "first, and their runs become claimable at once.",
+    ),
+)

@@ -1,4 +1,5 @@
-"""CLI commands for humans in the loop: approve, deny, signal, resolve, cancel, audit."""
+"""``tether approve|deny|signal|resolve|cancel|audit``: people and the outside world
+deciding for runs (see :mod:`tether.engine.waits`)."""
 
 from __future__ import annotations
 
@@ -6,16 +7,9 @@ import argparse
 import json
 from typing import Any
 
-from tether.app import App
-from tether.cli.main import (
-    Command,
-    CommandError,
-    Context,
-    Subparsers,
-    add_command,
-    report_handle,
-    when,
-)
+import tether
+from tether.cli import format as fmt
+from tether.cli.context import Command, CommandError, Context
 from tether.engine.waits import NO_RESULT
 from tether.model import codec
 from tether.services.worker import CANCEL_POLL
@@ -30,8 +24,9 @@ def _decision_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reason", help="why, kept in the run's log")
 
 
-def _goes_on(app: App, run_id: str) -> str:
+def _goes_on(app: tether.App, run_id: str) -> str:
     """Who resumes a run a decision woke: a worker of its queue, or `tether resume`."""
+    # TODO(i26): App.run_record(run_id) -> RunRecord (the run's row; NotFound if unknown)
     record = app.store.get_run(run_id)
     if record.status != "queued":
         return f"it is {record.status}"
@@ -128,6 +123,7 @@ def _cancel(args: argparse.Namespace, ctx: Context) -> int:
     app = ctx.app()
     handle = app.cancel(args.run, compensate=args.compensate, by=args.by, reason=args.reason)
     if handle.status == "running":  # executing in another process: a request
+        # TODO(i26): App.run_record(run_id) -> RunRecord (its lease_owner)
         holder = app.store.get_run(args.run).lease_owner or "another process"
         undo = ", after undoing its completed write tools" if args.compensate else ""
         ctx.print(
@@ -136,7 +132,7 @@ def _cancel(args: argparse.Namespace, ctx: Context) -> int:
             f"run that finishes first stays finished (`tether show {args.run}` tells)."
         )
         return 0
-    report_handle(ctx, app, handle)
+    ctx.print(fmt.handle_report(app.get(handle.id), handle))
     return 0
 
 
@@ -156,60 +152,57 @@ def _audit(args: argparse.Namespace, ctx: Context) -> int:
                 )
             )
         else:
-            ctx.print(f"{when(r.at)}  {r.action:<18} {r.actor or '-':<12} {detail.get('why', '')}")
+            ctx.print(
+                f"{fmt.when(r.at)}  {r.action:<18} {r.actor or '-':<12} {detail.get('why', '')}"
+            )
     if not records and not args.json:
         ctx.print(f"run {args.run}: no audit records")
     return 0
 
 
-def register(subparsers: Subparsers) -> None:
-    """Add the human-in-the-loop commands."""
-    for command in (
-        Command(
-            "approve",
-            "approve a waiting run's request",
-            _decision_arguments,
-            _approve,
-            "Records the decision (refused, and kept in the audit log, for someone not "
-            "among the approvers, a second decision, or a run not waiting for it) and "
-            "makes the run resumable.",
-        ),
-        Command(
-            "deny",
-            "deny a waiting run's request",
-            _decision_arguments,
-            _deny,
-            "Records the denial; when the run resumes, run.approve raises "
-            "tether.ApprovalDenied inside the agent, which may catch it.",
-        ),
-        Command(
-            "signal",
-            "send a signal to a run",
-            _signal_arguments,
-            _signal,
-            "Signals are kept until a run.wait(NAME) takes them, so a signal sent before "
-            "the run waits is not lost. A finished run refuses signals.",
-        ),
-        Command(
-            "resolve",
-            "settle a tool call left in doubt by a crash or a timeout",
-            _resolve_arguments,
-            _resolve,
-            "For tools that ask when in doubt: say whether the call happened (with the "
-            "result it returned, --result JSON, unless the tool is known to return None) "
-            "or not (it is called again with the same key).",
-        ),
-        Command(
-            "cancel",
-            "cancel a run, optionally compensating its effects",
-            _cancel_arguments,
-            _cancel,
-            "Cancels a queued, waiting or stopped run. With "
-            "--compensate, the compensations of its completed write tools run first, "
-            "newest first, each journaled.",
-        ),
-        Command(
-            "audit", "show a run's audit records (refused decisions)", _audit_arguments, _audit
-        ),
-    ):
-        add_command(subparsers, command)
+COMMANDS = (
+    Command(
+        "approve",
+        "approve a waiting run's request",
+        _decision_arguments,
+        _approve,
+        "Records the decision (refused, and kept in the audit log, for someone not "
+        "among the approvers, a second decision, or a run not waiting for it) and "
+        "makes the run resumable.",
+    ),
+    Command(
+        "deny",
+        "deny a waiting run's request",
+        _decision_arguments,
+        _deny,
+        "Records the denial; when the run resumes, run.approve raises "
+        "tether.ApprovalDenied inside the agent, which may catch it.",
+    ),
+    Command(
+        "signal",
+        "send a signal to a run",
+        _signal_arguments,
+        _signal,
+        "Signals are kept until a run.wait(NAME) takes them, so a signal sent before "
+        "the run waits is not lost. A finished run refuses signals.",
+    ),
+    Command(
+        "resolve",
+        "settle a tool call left in doubt by a crash or a timeout",
+        _resolve_arguments,
+        _resolve,
+        "For tools that ask when in doubt: say whether the call happened (with the "
+        "result it returned, --result JSON, unless the tool is known to return None) "
+        "or not (it is called again with the same key).",
+    ),
+    Command(
+        "cancel",
+        "cancel a run, optionally compensating its effects",
+        _cancel_arguments,
+        _cancel,
+        "Cancels a queued, waiting or stopped run. With "
+        "--compensate, the compensations of its completed write tools run first, "
+        "newest first, each journaled.",
+    ),
+    Command("audit", "show a run's audit records (refused decisions)", _audit_arguments, _audit),
+)

@@ -1,0 +1,273 @@
+"""What every command shares: :class:`Command`, the :class:`Context` it runs with (the
+database and the App chosen by ``--db``, ``--app`` and ``--code``), :class:`CommandError`
+and the global options.
+
+``--app pkg.module:app`` (or ``path/to/file.py:app``) names the App to use, exactly as
+its module configured it: its agents and tools, policy, approver groups, queues, lease
+ttl and retry, on its own database. ``--db`` (default ``$TETHER_DB``) names the database
+without ``--app`` (default ``tether.db`` in the current directory); with ``--app`` it
+may only name the App's own database (else a usage error). What a run's row records
+about its code is never imported unless the operator allows it: ``--app`` (the modules
+of its agents and tools) or ``--code MODULE`` / ``$TETHER_CODE`` (see
+:mod:`tether.engine.registry`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TextIO
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import tether
+from tether.cli.arguments import code_modules
+from tether.engine.registry import CODE_ENV, parse_modules
+from tether.store.sqlite import sqlite_path
+
+DEFAULT_DB = "tether.db"
+DB_ENV = "TETHER_DB"
+
+if TYPE_CHECKING:  # the type of `parser.add_subparsers()` (generic only in typeshed)
+    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
+else:
+    Subparsers = argparse._SubParsersAction
+
+
+class CommandError(tether.TetherError):
+    """A failure of the command line itself (bad --app, no database); ``code`` is the exit code."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One ``tether`` subcommand: its name, one line of help, ``add_arguments(parser)``,
+    ``run(args, ctx) -> int`` (the exit code) and a longer description."""
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace, Context], int]
+    description: str = ""
+
+
+class Context:
+    """What a command runs with: the database and agents chosen by the global options."""
+
+    def __init__(
+        self,
+        db: str | None,
+        app_ref: str | None,
+        out: TextIO | None = None,
+        code: Iterable[str] = (),
+    ) -> None:
+        self.explicit_db = db  # --db as given (the demo ignores $TETHER_DB)
+        self.app_ref = app_ref
+        self.out = out or sys.stdout  # looked up now: a test may have replaced it
+        self.code = frozenset(code)  # --code / $TETHER_CODE: modules runs may name
+        self._app: tether.App | None = None
+
+    @property
+    def db(self) -> str | None:
+        """The database named by --db or $TETHER_DB (None: neither)."""
+        return self.explicit_db or os.environ.get(DB_ENV) or None
+
+    def app(self, *, create: bool = False) -> tether.App:
+        """The App on the database, opened once; creates a database only with ``create``."""
+        if self._app is None:
+            self._app = self._open(create)
+        return self._app
+
+    def _open(self, create: bool) -> tether.App:
+        if self.app_ref:  # the App as its module configured it, on its own database
+            app = load_app(self.app_ref)
+            if self.db is not None:
+                check_same_database(self.db, app)
+            app.allow_code(*self.code)
+            return app
+        db = self.db or DEFAULT_DB
+        if not create:
+            _require_database(db)
+        if self.code and os.getcwd() not in sys.path:  # `--code agents` from the project
+            sys.path.insert(0, os.getcwd())
+        return tether.open(db, code=self.code)
+
+    def print(self, *parts: object) -> None:
+        """Print to this context's output."""
+        print(*parts, file=self.out)
+
+    def close(self) -> None:
+        """Close the App if one was opened."""
+        if self._app is not None:
+            self._app.close()
+            self._app = None
+
+
+def add_command(subparsers: Subparsers, command: Command) -> argparse.ArgumentParser:
+    """Add ``command`` as a subcommand (with the global options also accepted after it)."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        command.name,
+        help=command.help,
+        description=command.description or command.help,
+        parents=[global_options(argparse.SUPPRESS)],
+    )
+    command.add_arguments(parser)
+    parser.set_defaults(command=command)
+    return parser
+
+
+def global_options(default: Any) -> argparse.ArgumentParser:
+    """``--db``, ``--app`` and ``--code``, accepted before and after the command."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument(
+        "--db",
+        metavar="PATH_OR_URL",
+        default=default,
+        help=f"the database (default: ${DB_ENV}, else {DEFAULT_DB})",
+    )
+    p.add_argument(
+        "--app",
+        metavar="MODULE:APP",
+        default=default,
+        help="the App to use as configured (agents, tools, policy, queues): pkg.module:app "
+        "or path/to/file.py:app; --db, if given, must name its database",
+    )
+    p.add_argument(
+        "--code",
+        metavar="MODULE",
+        action="append",
+        type=code_modules,
+        default=default,
+        help=f"a module runs may name for their agent or tool code, imported when needed "
+        f"(repeatable, or comma-separated; a package allows its submodules; default: "
+        f"${CODE_ENV}). Nothing else a database names is ever imported",
+    )
+    return p
+
+
+def code_option(given: list[frozenset[str]] | None) -> frozenset[str]:
+    """The modules of every --code, else of $TETHER_CODE (a clear error if malformed)."""
+    if given:
+        return frozenset().union(*given)
+    try:
+        return parse_modules(os.environ.get(CODE_ENV), what=f"${CODE_ENV}")
+    except ValueError as e:
+        raise CommandError(str(e), 2) from None
+
+
+# -- --db: which database -------------------------------------------------------------
+
+
+def _require_database(db: str) -> None:
+    if db.startswith(("postgres://", "postgresql://")):
+        return
+    path = sqlite_path(db)
+    if not os.path.exists(path):
+        raise CommandError(
+            f"no tether database at {path}; give --db PATH or set {DB_ENV} "
+            f"(`tether demo` makes one to look at)"
+        )
+
+
+def check_same_database(db: str, app: tether.App) -> None:
+    """Refuse ``--db`` (or ``$TETHER_DB``) naming another database than the ``--app`` App's:
+    the App's policy, approver groups, queues, lease ttl and retry belong to its own."""
+    if not app.url:
+        raise CommandError(
+            "--app names an App built without a URL (App(store)), so --db cannot be checked "
+            f"against it; drop --db (and unset ${DB_ENV}), or open the App with tether.open(url)",
+            2,
+        )
+    if database_key(db) != database_key(app.url):
+        raise CommandError(
+            f"--db (or ${DB_ENV}) names {db}, but the --app App uses {app.url}: the "
+            f"App's configuration (policy, approver groups, queue limits, lease ttl, retry) "
+            f"belongs to its own database. Drop --db (and unset ${DB_ENV}) to use the App's, "
+            f"or point --app at an App opened on {db}",
+            2,
+        )
+
+
+def database_key(url: str) -> tuple[str, ...]:
+    """What identifies a database: a SQLite file's real path (``a.db``, ``./a.db``,
+    ``sqlite:///a.db`` and its absolute path are one), or a PostgreSQL server, database
+    and schema (user, password and connection options do not matter)."""
+    if not url.startswith(("postgres://", "postgresql://")):
+        return ("sqlite", os.path.realpath(sqlite_path(url)))
+    parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    host = (parts.hostname or query.get("host", ["localhost"])[-1] or "localhost").lower()
+    if host in ("127.0.0.1", "::1", "localhost") or host.startswith("/"):
+        host = "localhost"  # the local server, by TCP or by its socket
+    try:
+        port = str(parts.port or query.get("port", ["5432"])[-1])
+    except ValueError:
+        port = parts.netloc.rpartition(":")[2]
+    user = unquote(parts.username or "") or query.get("user", [""])[-1]
+    db = unquote(parts.path.lstrip("/")) or query.get("dbname", [""])[-1] or user or "postgres"
+    return ("postgres", host, port, db, query.get("schema", ["tether"])[-1])
+
+
+# -- --app: importing an App ------------------------------------------------------
+
+
+def load_app(ref: str) -> tether.App:
+    """Import the App named by ``pkg.module:app`` or ``path/to/file.py:app``."""
+    target, sep, attr = ref.rpartition(":")
+    if not sep or not target or not attr.isidentifier():
+        raise CommandError(f"--app takes pkg.module:app or path/to/file.py:app, not {ref!r}", 2)
+    module = _import_target(target)
+    obj = getattr(module, attr, None)
+    if not isinstance(obj, tether.App):
+        found = "nothing" if obj is None else f"a {type(obj).__name__}"
+        raise CommandError(f"--app {ref}: {target} has no App named {attr!r} (found {found})")
+    return obj
+
+
+def _import_target(target: str) -> ModuleType:
+    is_file = target.endswith(".py") or os.sep in target or "/" in target
+    try:
+        if is_file:
+            return _import_file(target)
+        if os.getcwd() not in sys.path:  # `--app agents:app` from the project directory
+            sys.path.insert(0, os.getcwd())
+        return importlib.import_module(target)
+    except CommandError:
+        raise
+    except (Exception, SystemExit) as e:
+        raise CommandError(f"--app: cannot import {target} ({type(e).__name__}: {e})") from None
+
+
+def _import_file(path: str) -> ModuleType:
+    if not os.path.isfile(path):
+        raise CommandError(f"--app: no Python file at {path}")
+    folder, name = os.path.split(os.path.abspath(path))
+    if folder not in sys.path:  # so that the file's own imports of its neighbours work
+        sys.path.insert(0, folder)
+    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), path)
+    if spec is None or spec.loader is None:
+        raise CommandError(f"--app: {path} cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Bad arguments and bad files are the user's to fix: one line, not a traceback."""
+    try:
+        yield
+    except (ValueError, TypeError) as e:
+        if isinstance(e, tether.TetherError):
+            raise
+        raise CommandError(str(e)) from None

@@ -1,0 +1,233 @@
+"""``tether runs|show|log|resume|retry``: read runs and execute them again."""
+
+from __future__ import annotations
+
+import argparse
+
+import tether
+from tether.cli import format as fmt
+from tether.cli.arguments import positive_int, whole_number
+from tether.cli.context import Command, Context
+from tether.model import inputs
+from tether.model.state import STATUSES
+from tether.store import RunRecord
+
+# -- runs ---------------------------------------------------------------------------
+
+
+def _runs_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--status", choices=STATUSES, help="only runs with this status")
+    parser.add_argument("--agent", help="only runs of this agent")
+    parser.add_argument(
+        "--limit", type=positive_int, default=20, help="at most this many (default 20)"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _runs(args: argparse.Namespace, ctx: Context) -> int:
+    app = ctx.app()
+    records = app.runs(status=args.status, agent=args.agent, limit=args.limit)
+    expected = _Expected(app)
+    rows = [_summary_of(app, r, expected) for r in records]
+    if args.json:
+        ctx.print(fmt.json_text(rows))
+    elif not rows:
+        ctx.print("no runs" + (" match" if args.status or args.agent else " yet"))
+    else:
+        ctx.print(fmt.runs_table(rows))
+    return 0
+
+
+def _summary_of(app: tether.App, record: RunRecord, expected: _Expected) -> dict[str, object]:
+    """``run_summary``, or for a damaged run what its row says (status ``damaged``)."""
+    try:
+        return fmt.run_summary(record, app.get(record.id), expected(record))
+    except tether.RunDamaged:
+        return fmt.damaged_summary(record)
+
+
+class _Expected:
+    """How many positions the newest completed run of a run's agent and version had
+    (looked up once per agent and version)."""
+
+    def __init__(self, app: tether.App) -> None:
+        self.app = app
+        self.known: dict[tuple[str, str | None], int | None] = {}
+
+    def __call__(self, record: RunRecord) -> int | None:
+        key = (record.agent, record.version)
+        if key not in self.known:
+            self.known[key] = self._look_up(record)
+        return self.known[key]
+
+    def _look_up(self, record: RunRecord) -> int | None:
+        done = [
+            r
+            for r in self.app.runs(status="completed", agent=record.agent, limit=20)
+            if r.version == record.version
+        ]
+        try:
+            return len(self.app.get(done[0].id).steps) if done else None
+        except tether.RunDamaged:
+            return None
+
+
+# -- show ---------------------------------------------------------------------------
+
+
+def _show_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="the run id")
+    parser.add_argument("--traceback", action="store_true", help="print the failure's traceback")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def _show(args: argparse.Namespace, ctx: Context) -> int:
+    app = ctx.app()
+    # TODO(i26): App.run_record(run_id) -> RunRecord (the run's row; NotFound if unknown)
+    record = app.store.get_run(inputs.lookup_id(args.run))
+    try:
+        state = app.get(args.run)
+    except tether.RunDamaged as e:
+        return _show_damaged(ctx, record, e, args.json)
+    if args.json:
+        ctx.print(fmt.json_text(fmt.run_details(record, state)))
+        return 0
+    ctx.print(fmt.header_text(record, state, _Expected(app)(record)))
+    if state.blocked:
+        ctx.print(fmt.blocked_text(state.blocked, record))
+    if state.failure:
+        ctx.print(fmt.failure_text(state.failure, record.id, args.traceback))
+    if state.steps:
+        ctx.print()
+        ctx.print(fmt.steps_table(state.steps))
+    return 0
+
+
+def _show_damaged(ctx: Context, record: RunRecord, e: tether.RunDamaged, as_json: bool) -> int:
+    """What the row says of a run whose log is damaged, and the damage (exit 1)."""
+    if as_json:
+        missing = [list(r) for r in e.missing]
+        ctx.print(
+            fmt.json_text(
+                {"id": record.id, "agent": record.agent, "status": "damaged"}
+                | {"row_status": record.status, "damage": str(e), "missing": missing}
+            )
+        )
+        return 1
+    ctx.print(fmt.damaged_text(record, str(e)))
+    return 1
+
+
+# -- log ----------------------------------------------------------------------------
+
+
+def _log_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="the run id")
+    parser.add_argument(
+        "--after", type=whole_number(), default=0, metavar="N", help="only events with seq > N"
+    )
+    parser.add_argument("--json", action="store_true", help="print the full events as JSON lines")
+
+
+def _log(args: argparse.Namespace, ctx: Context) -> int:
+    events = ctx.app().events(args.run, after=args.after)
+    if args.json:
+        for e in events:
+            ctx.print(fmt.event_line(e))
+        return 0
+    ctx.print(fmt.events_table(events))
+    return 0
+
+
+# -- resume and retry -----------------------------------------------------------------
+
+
+def _run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="the run id")
+
+
+def _resume(args: argparse.Namespace, ctx: Context) -> int:
+    app = ctx.app()
+    before = app.get(args.run)
+    handle = app.resume(args.run)
+    if before.status in ("completed", "cancelled"):
+        ctx.print(f"run {handle.id} is already {handle.status}; nothing to resume")
+    ctx.print(fmt.handle_report(app.get(handle.id), handle))
+    return 0
+
+
+def _retry_arguments(parser: argparse.ArgumentParser) -> None:
+    _run_arguments(parser)
+    parser.add_argument(
+        "--here",
+        action="store_true",
+        help="execute it in this process even if it was started in a queue",
+    )
+
+
+def _retry(args: argparse.Namespace, ctx: Context) -> int:
+    app = ctx.app()
+    # TODO(i26): App.run_record(run_id) -> RunRecord (the run's row; NotFound if unknown)
+    record = app.store.get_run(inputs.lookup_id(args.run))
+    queue = record.queue
+    if queue is None or args.here:
+        handle = app.retry_run(args.run)
+        ctx.print(fmt.handle_report(app.get(handle.id), handle))
+        return 0
+    handle = app.retry_run(args.run, in_queue=True)
+    what = "retries it from its failed step"
+    if record.status == "blocked":
+        what = "goes on with it (blocked again if its code still differs from its log)"
+    ctx.print(
+        f"run {handle.id} is queued again in {queue!r}: a worker of that queue {what} "
+        f"(`tether retry {handle.id} --here` executes it in this process)"
+    )
+    return 0
+
+
+COMMANDS = (
+    Command(
+        "runs",
+        "list runs, newest first",
+        _runs_arguments,
+        _runs,
+        "Lists runs with their status and position (e.g. 'step 6 of 9, 1–5 committed'). "
+        "'running (stalled)' means no live process holds the run: resume it. 'blocked' "
+        "means its agent's code no longer matches its log: `tether show RUN` says where.",
+    ),
+    Command(
+        "show",
+        "show one run: status, position, failure, usage, vars, steps",
+        _show_arguments,
+        _show,
+        "Shows a run's status, agent, position, usage totals, task variables and decisions, "
+        "its failure (type, message, step, position; the traceback with --traceback) and a "
+        "table of its steps: position, kind, name, status, attempts, duration, tokens, cost.",
+    ),
+    Command(
+        "log",
+        "print a run's events (its append-only log)",
+        _log_arguments,
+        _log,
+        "Prints a run's events in order: seq, time, type and a summary of the data. "
+        "--json prints each full event as one JSON line.",
+    ),
+    Command(
+        "resume",
+        "continue a stopped run: committed steps are reused, the rest run",
+        _run_arguments,
+        _resume,
+        "Continues a run that stopped (its process died, or was interrupted). The agent's "
+        "code is found through --app, or else where the run recorded it (module and file).",
+    ),
+    Command(
+        "retry",
+        "execute a failed (or blocked) run again from where it stopped",
+        _retry_arguments,
+        _retry,
+        "Executes a failed run again; its committed steps are reused from the journal. A "
+        "blocked run (its code changed under it) goes on the same way once its code is "
+        "restored or patched. A run started in a queue (app.start) goes back to that queue, "
+        "where a worker retries it; --here executes it in this process instead.",
+    ),
+)
