@@ -17,7 +17,7 @@
     │   └── LeaseLost                a newer lease (fencing token) exists; stop writing
     ├── QueueFull                    a queue at its max depth refuses new runs (backpressure)
     ├── EncodeError                  a value cannot be stored (names the type and path)
-    ├── InvalidInput                 an argument tether does not take (names it; also a ValueError)
+    ├── InvalidInput                 an argument tether does not take (names it)
     ├── NondeterminismError          replay found another step at a recorded position (blocked)
     ├── StepTimeout                  a step attempt ran past its retry policy's timeout
     ├── InvalidState                 the run is not in a state that allows the operation
@@ -25,6 +25,16 @@
     ├── ApprovalDenied               raised inside the agent by a denied (or timed-out) approval
     ├── WaitTimeout                  raised inside the agent when ``run.wait`` times out
     └── RunFailed                    raised by ``app.run`` when the run ends failed
+
+Some are built-in exceptions too, so that the ``except`` clause a caller already has
+catches them:
+
+    CorruptRecord                    also a ValueError
+    NotFound                         also a LookupError
+    EncodeError                      also a TypeError
+    InvalidInput                     also a ValueError and a TypeError
+    StepTimeout                      also a TimeoutError
+    WaitTimeout                      also a TimeoutError
 
 Every message says what was wrong, where (run, step, position, field) and what
 to do about it. Database driver errors never escape raw: backends translate them

@@ -5,16 +5,18 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether.model.events import NewEvent
-from tether.store import NewRun, Store
+from tether.store import Store
+
+# The runs and events with known contents are the shipped suite's (tether.testing).
+from tether.testing.base import T0, claimed, enqueue, ev, new_run, race, seqs, until
+
+__all__ = ["PG_URL", "T0", "Backend", "claimed", "enqueue", "ev", "new_run", "race", "seqs"]
+__all__ += ["until", "with_schema"]
 
 PG_URL = os.environ.get("TETHER_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
-T0 = 1_700_000_000.0
 
 
 def with_schema(url: str, schema: str) -> str:
@@ -75,47 +77,3 @@ class Backend:
         for store in self.opened:
             with contextlib.suppress(Exception):  # a test may have closed it already
                 store.close()
-
-
-def ev(n: int = 0, *, type_: str = "note", actor: str | None = "tester") -> NewEvent:
-    """An event whose data says which one it is."""
-    return NewEvent(type_, f'{{"n": {n}}}', T0 + n, actor)
-
-
-def new_run(
-    store: Store,
-    run_id: str = "run-1",
-    *,
-    events: int = 2,
-    owner: str | None = "w1",
-    now: float = T0,
-    ttl: float = 30.0,
-    **fields: Any,
-) -> None:
-    """Create a run with ``events`` events; leased to ``owner`` (epoch 1) unless None."""
-    run = NewRun(
-        run_id,
-        fields.pop("agent", "agent"),
-        fields.pop("version", None),
-        fields.pop("status", "running"),
-        **fields,
-    )
-    store.create_run(
-        run, [ev(i) for i in range(1, events + 1)], lease_owner=owner, now=now, ttl=ttl
-    )
-
-
-def seqs(store: Store, run_id: str = "run-1") -> list[int]:
-    """The seqs of a run's log, in order."""
-    return [e.seq for e in store.read_events(run_id)]
-
-
-def until(check: Callable[[], Any], seconds: float = 10.0) -> bool:
-    """Poll ``check()`` until it holds or ``seconds`` pass (another thread is doing the
-    work); whether it held. The caller asserts what it expects, for a useful message."""
-    deadline = time.monotonic() + seconds
-    while not check():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.01)
-    return True

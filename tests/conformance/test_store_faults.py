@@ -23,7 +23,7 @@ from _conformance import T0, Backend, ev, new_run, seqs, until
 import tether
 from tether.errors import CorruptRecord, EncodeError, StoreError, TetherError
 from tether.model.events import NewEvent
-from tether.store import EffectWrite, NewRun, Snapshot, Store
+from tether.store import EffectWrite, Snapshot, Store
 from tether.store.faults import STORE_METHODS
 
 pytestmark = pytest.mark.conformance
@@ -120,30 +120,6 @@ def test_a_value_that_fails_inside_the_group_transaction_fails_alone(
     new_run(store, "after", events=3)
     assert store.append("bad", [ev(2)], expected_seq=1, epoch=1, now=T0) == 2
     assert seqs(store, "after") == [1, 2, 3]
-
-
-def test_text_that_is_not_unicode_in_any_write_is_an_encode_error(store: Store) -> None:
-    new_run(store, "run-1", events=1)
-    writes: list[Callable[[], Any]] = [
-        lambda: store.send_signal("run-1", "go", BAD, sender=None, now=T0),
-        lambda: store.record_audit("run-1", "x", BAD, actor=None, now=T0),
-        lambda: store.create_run(
-            NewRun("r\ud800", "agent", None, "queued"), [ev(1)], lease_owner=None, now=T0, ttl=1
-        ),
-        lambda: store.enqueue(
-            NewRun("q1", "agent", None, "queued", queue="q"),
-            [NewEvent("note", BAD, T0)],
-            now=T0,
-            max_depth=None,
-        ),
-        lambda: store.save_snapshot(Snapshot("run-1", 1, BAD, T0)),
-    ]
-    for write in writes:
-        with pytest.raises(EncodeError):
-            write()
-    assert store.append("run-1", [ev(2)], expected_seq=1, epoch=1, now=T0) == 2
-    assert [r.id for r in store.list_runs()] == ["run-1"]
-    assert store.pending_signal("run-1", "go") is None and store.read_audit("run-1") == []
 
 
 def test_every_store_method_is_behind_the_translation_boundary(store: Store) -> None:
