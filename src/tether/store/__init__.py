@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from tether.errors import Conflict, StoreError
 from tether.model.events import Event, NewEvent
+from tether.store.context_rows import ContextData
 
 TOUCH_AFTER = 60.0  # seconds: a snapshot page dated this recently is not dated again
 
@@ -222,7 +223,7 @@ def pick_within_limits(
     return taken
 
 
-class Store(Protocol):
+class Store(ContextData, Protocol):
     """What tether needs from a database. Every method is one transaction."""
 
     def create_run(

@@ -80,6 +80,7 @@ from tether.store import (
     gap_conflict,
     pick_within_limits,
 )
+from tether.store.context_rows import ContextRows
 from tether.store.faults import data_fault, schema_number, translated, translating
 from tether.store.groupcommit import GroupCommit, Pending
 from tether.store.pgwire import Prepared, WireConnection
@@ -182,7 +183,7 @@ def _one(cur: psycopg.Cursor[Any]) -> Any:
 
 
 @translated
-class PostgresStore:
+class PostgresStore(ContextRows):
     """A :class:`tether.store.Store` on one schema of a PostgreSQL database.
 
     Options (``tether.open(url, **options)`` passes them on): ``min_size`` and

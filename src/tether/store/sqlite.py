@@ -63,6 +63,7 @@ from tether.store import (
     gap_conflict,
     pick_within_limits,
 )
+from tether.store.context_rows import ContextRows
 from tether.store.faults import data_fault, schema_number, translated, translating
 from tether.store.prefetch import Prefetched
 from tether.store.queries import load_queries, migrations
@@ -382,7 +383,7 @@ if hasattr(os, "register_at_fork"):
 
 
 @translated
-class SQLiteStore:
+class SQLiteStore(ContextRows):
     """A :class:`tether.store.Store` on one SQLite file."""
 
     dialect = "sqlite"
