@@ -18,6 +18,11 @@ conversation. :meth:`Session.resolve_prompt` rebuilds the exact prompt.
 
 A ``Session`` object caches the messages of its prompt view (messages are
 immutable, so the cache only ever grows); use one object per thread.
+
+The values live beside it and are importable from here too: :class:`Message` in
+:mod:`tether.context.messages`, :class:`Compaction` and the automatic policy in
+:mod:`tether.context.compaction`. The rows are read and written by the store's
+:class:`~tether.store.context_rows.SessionData` methods, one transaction each.
 """
 
 from __future__ import annotations
@@ -154,15 +159,15 @@ class Session:
             self._adds += 1
             run_add, owner = self._adds, self._owner()
         new = NewMessage(
-            self.id,
-            role,
-            body,
-            codec.digest(content),
-            meta_json,
-            self.clock.now(),
-            self.run_id,
-            run_add,
-            owner,
+            session_id=self.id,
+            role=role,
+            body=body,
+            sha256=codec.digest(content),
+            meta=meta_json,
+            at=self.clock.now(),
+            run_id=self.run_id,
+            run_add=run_add,
+            owner=owner,
         )
         message = self._insert(new)
         if self.policy is not None:
