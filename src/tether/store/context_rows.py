@@ -222,7 +222,8 @@ class ContextRows:
 
         def transaction(self) -> AbstractContextManager[Any]: ...
 
-    def _q(self, file: str) -> dict[str, str]:
+    def _rows_sql(self, file: str) -> dict[str, str]:
+        """The named queries of ``sql/<dialect>/<file>.sql`` (loaded once per dialect)."""
         return _queries(self.dialect, file)
 
     # -- sessions and messages -------------------------------------------------------
@@ -230,7 +231,7 @@ class ContextRows:
     def get_or_create_session(
         self, session_id: str, owner: str | None, now: float
     ) -> SessionRecord:
-        q = self._q("conversation")
+        q = self._rows_sql("conversation")
         with self.transaction() as conn:
             conn.execute(q["create_session"], {"id": session_id, "owner": owner, "now": now})
             row = conn.execute(q["get_session"], {"id": session_id}).fetchone()
@@ -238,12 +239,12 @@ class ContextRows:
 
     def get_session(self, session_id: str) -> SessionRecord | None:
         with self.transaction() as conn:
-            row = conn.execute(self._q("conversation")["get_session"], {"id": session_id})
+            row = conn.execute(self._rows_sql("conversation")["get_session"], {"id": session_id})
             found = row.fetchone()
         return None if found is None else SessionRecord(found[0], found[1], found[2])
 
     def add_message(self, new: NewMessage) -> MessageRecord | None:
-        q = self._q("conversation")
+        q = self._rows_sql("conversation")
         params = {
             "id": new.session_id,
             "role": new.role,
@@ -278,19 +279,21 @@ class ContextRows:
     ) -> MessageRecord | None:
         params = {"id": session_id, "run_id": run_id, "run_add": run_add}
         with self.transaction() as conn:
-            found = conn.execute(self._q("conversation")["message_by_run_add"], params).fetchone()
+            found = conn.execute(
+                self._rows_sql("conversation")["message_by_run_add"], params
+            ).fetchone()
         return None if found is None else _message(found)
 
     def read_messages(self, session_id: str, after: int, upto: int | None) -> list[MessageRecord]:
         params = {"id": session_id, "after": after, "upto": _NO_LIMIT if upto is None else upto}
         with self.transaction() as conn:
-            rows = conn.execute(self._q("conversation")["read_messages"], params).fetchall()
+            rows = conn.execute(self._rows_sql("conversation")["read_messages"], params).fetchall()
         return [_message(r) for r in rows]
 
     def read_prompt_view(
         self, session_id: str, *, base_upto: int, last_seq: int | None
     ) -> tuple[CompactionRecord | None, list[MessageRecord]]:
-        q = self._q("conversation")
+        q = self._rows_sql("conversation")
         with self.transaction() as conn:
             row = conn.execute(q["latest_compaction"], {"id": session_id}).fetchone()
             base = _compaction(row) if row is not None else None
@@ -303,12 +306,12 @@ class ContextRows:
     def list_compactions(self, session_id: str) -> list[CompactionRecord]:
         with self.transaction() as conn:
             rows = conn.execute(
-                self._q("conversation")["list_compactions"], {"id": session_id}
+                self._rows_sql("conversation")["list_compactions"], {"id": session_id}
             ).fetchall()
         return [_compaction(r) for r in rows]
 
     def add_compaction(self, session_id: str, new: CompactionRecord) -> bool:
-        q = self._q("conversation")
+        q = self._rows_sql("conversation")
         params = {
             "id": session_id,
             "upto": new.upto,
@@ -330,14 +333,14 @@ class ContextRows:
     def session_runs(self, session_id: str) -> list[str]:
         with self.transaction() as conn:
             rows = conn.execute(
-                self._q("conversation")["session_runs"], {"id": session_id}
+                self._rows_sql("conversation")["session_runs"], {"id": session_id}
             ).fetchall()
         return [str(r[0]) for r in rows]
 
     def message_keys(
         self, session_id: str, after: int
     ) -> tuple[list[MessageKey], list[tuple[int, str]]]:
-        q = self._q("conversation")
+        q = self._rows_sql("conversation")
         with self.transaction() as conn:
             rows = conn.execute(q["message_keys"], {"id": session_id, "after": after}).fetchall()
             summaries = conn.execute(q["list_compactions"], {"id": session_id}).fetchall()
@@ -347,14 +350,16 @@ class ContextRows:
     def put_message_bodies(self, bodies: Mapping[str, str]) -> None:
         if not bodies:
             return
-        put = self._q("conversation")["put_body"]
+        put = self._rows_sql("conversation")["put_body"]
         with self.transaction() as conn:
             for sha, body in bodies.items():
                 conn.execute(put, {"sha": sha, "size": len(body.encode()), "body": pack(body)})
 
     def get_message_body(self, sha256: str) -> str | None:
         with self.transaction() as conn:
-            row = conn.execute(self._q("conversation")["get_body"], {"sha": sha256}).fetchone()
+            row = conn.execute(
+                self._rows_sql("conversation")["get_body"], {"sha": sha256}
+            ).fetchone()
         return None if row is None else unpack(row[0])
 
     # -- memory ------------------------------------------------------------------------
@@ -370,22 +375,24 @@ class ContextRows:
             "expires_at": write.expires_at,
         }
         with self.transaction() as conn:
-            return float(conn.execute(self._q("memory")["put_item"], params).fetchall()[0][0])
+            return float(
+                conn.execute(self._rows_sql("memory")["put_item"], params).fetchall()[0][0]
+            )
 
     def get_memory(self, namespace: str, key: str, now: float) -> MemoryRecord | None:
         params = {"namespace": namespace, "key": key, "now": now}
         with self.transaction() as conn:
-            rows = conn.execute(self._q("memory")["get_item"], params).fetchall()
+            rows = conn.execute(self._rows_sql("memory")["get_item"], params).fetchall()
         return _item(rows[0]) if rows else None
 
     def delete_memory(self, namespace: str, key: str, now: float) -> bool:
         params = {"namespace": namespace, "key": key, "now": now}
         with self.transaction() as conn:
-            rows = conn.execute(self._q("memory")["delete_item"], params).fetchall()
+            rows = conn.execute(self._rows_sql("memory")["delete_item"], params).fetchall()
         return bool(rows and rows[0][0])
 
     def delete_memory_prefix(self, lo: str, hi: str | None) -> int:
-        q = self._q("memory")
+        q = self._rows_sql("memory")
         with self.transaction() as conn:
             n = int(conn.execute(q["delete_namespace"], {"lo": lo, "hi": hi}).rowcount)
             if n and "purge_index" in q:  # SQLite FTS5 keeps deleted tokens until merged
@@ -394,21 +401,24 @@ class ContextRows:
 
     def sweep_memory(self, now: float) -> int:
         with self.transaction() as conn:
-            return int(conn.execute(self._q("memory")["sweep"], {"now": now}).rowcount)
+            return int(conn.execute(self._rows_sql("memory")["sweep"], {"now": now}).rowcount)
 
     def memory_namespaces(self, scope: MemoryScope, limit: int | None) -> list[str]:
         params = {"lo": scope.lo, "hi": scope.hi, "now": scope.now, "limit": limit}
         with self.transaction() as conn:
-            rows = conn.execute(self._q("memory")["list_namespaces"], params).fetchall()
+            rows = conn.execute(self._rows_sql("memory")["list_namespaces"], params).fetchall()
         return [r[0] for r in rows]
 
     def memory_to_embed(self, scope: MemoryScope, *, all: bool) -> list[tuple[int, str]]:
         params = {"lo": scope.lo, "hi": scope.hi, "now": scope.now, "all": all}
         with self.transaction() as conn:
-            return [(r[0], r[1]) for r in conn.execute(self._q("memory")["texts_to_embed"], params)]
+            return [
+                (r[0], r[1])
+                for r in conn.execute(self._rows_sql("memory")["texts_to_embed"], params)
+            ]
 
     def set_memory_embeddings(self, rows: Sequence[tuple[int, str, bytes]]) -> int:
-        set_embedding = self._q("memory")["set_embedding"]
+        set_embedding = self._rows_sql("memory")["set_embedding"]
         with self.transaction() as conn:
             return sum(
                 conn.execute(set_embedding, {"id": i, "text": text, "embedding": blob}).rowcount
@@ -418,12 +428,12 @@ class ContextRows:
     def search_memory(
         self, scope: MemoryScope, words: Sequence[str] | None, limit: int
     ) -> list[MemoryRecord]:
-        q = self._q("memory")
+        q = self._rows_sql("memory")
         with self.transaction() as conn:
             if words is None:
                 rows = conn.execute(q["search_recent"], {**scope.params(), "limit": limit})
             else:
-                params = {**scope.params(), "query": self._match(words), "limit": limit}
+                params = {**scope.params(), "query": self._fts_match(words), "limit": limit}
                 rows = conn.execute(q["search_text"], params)
             found = rows.fetchall()
         return [_item(r, r[8]) for r in found]
@@ -431,12 +441,12 @@ class ContextRows:
     def search_memory_vectors(
         self, scope: MemoryScope, rank: Ranker, *, words: Sequence[str] = (), text_limit: int = 0
     ) -> VectorHits:
-        q = self._q("memory")
+        q = self._rows_sql("memory")
         base = scope.params()
         with self.transaction() as conn:
             text: list[MemoryRecord] = []
             if words:
-                params = {**base, "query": self._match(words), "limit": text_limit}
+                params = {**base, "query": self._fts_match(words), "limit": text_limit}
                 text = [_item(r) for r in conn.execute(q["search_text"], params)]
             near = rank(iter(conn.execute(q["vector_candidates"], base)))
             held = {r.id for r in text}
@@ -444,13 +454,13 @@ class ContextRows:
         items.update((r.id, r) for r in text)
         return VectorHits(text, near, items)
 
-    def _match(self, words: Sequence[str]) -> str:
+    def _fts_match(self, words: Sequence[str]) -> str:
         """The words, quoted and OR-ed in the dialect's full-text query syntax."""
         return _OR[self.dialect].join(f'"{w}"' for w in words)
 
     def memory_item_name(self, item_id: int) -> tuple[str, str] | None:
         with self.transaction() as conn:
-            rows = conn.execute(self._q("memory")["item_name"], {"id": item_id}).fetchall()
+            rows = conn.execute(self._rows_sql("memory")["item_name"], {"id": item_id}).fetchall()
         return (rows[0][0], rows[0][1]) if rows else None
 
     # -- artifacts ----------------------------------------------------------------------
@@ -458,21 +468,23 @@ class ContextRows:
     def put_artifact(self, sha256: str, data: bytes, now: float) -> None:
         params = {"sha256": sha256, "size": len(data), "data": data, "now": now}
         with self.transaction() as conn:
-            conn.execute(self._q("artifacts")["put_blob"], params)
+            conn.execute(self._rows_sql("artifacts")["put_blob"], params)
 
     def get_artifact(self, sha256: str) -> bytes | None:
         with self.transaction() as conn:
-            rows = conn.execute(self._q("artifacts")["get_blob"], {"sha256": sha256}).fetchall()
+            rows = conn.execute(
+                self._rows_sql("artifacts")["get_blob"], {"sha256": sha256}
+            ).fetchall()
         return bytes(rows[0][1]) if rows else None
 
     def has_artifact(self, sha256: str) -> bool:
         with self.transaction() as conn:
-            q = self._q("artifacts")["blob_exists"]
+            q = self._rows_sql("artifacts")["blob_exists"]
             return bool(conn.execute(q, {"sha256": sha256}).fetchall())
 
     def delete_artifact(self, sha256: str) -> bool:
         with self.transaction() as conn:
-            q = self._q("artifacts")["delete_blob"]
+            q = self._rows_sql("artifacts")["delete_blob"]
             return bool(conn.execute(q, {"sha256": sha256}).rowcount)
 
 
