@@ -32,15 +32,13 @@ import os
 import re
 import tempfile
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
 
 from tether.errors import ArtifactCorrupt, NotFound
 from tether.model import codec
 from tether.model.clock import Clock, SystemClock
-from tether.store import Store
-from tether.store.queries import load_queries
+from tether.store.context_rows import ArtifactData
 
 DEFAULT_THRESHOLD = 64 * 1024  # bytes of encoded value above which offload stores an artifact
 OCTET_STREAM = "application/octet-stream"
@@ -143,11 +141,6 @@ class ArtifactStore(Protocol):
         ...
 
 
-@cache
-def _queries(dialect: str) -> dict[str, str]:
-    return load_queries(dialect, "artifacts")
-
-
 class DatabaseArtifacts:
     """Artifacts in the ``blobs`` table of the tether database (SQLite or PostgreSQL).
 
@@ -156,32 +149,26 @@ class DatabaseArtifacts:
     databases). Larger files belong in a :class:`DirectoryArtifacts` or a bucket.
     """
 
-    def __init__(self, store: Store, clock: Clock | None = None) -> None:
+    def __init__(self, store: ArtifactData, clock: Clock | None = None) -> None:
         self.store = store
         self.clock = clock or SystemClock()
-        self._q = _queries(store.dialect)
 
     def put(self, data: bytes, media_type: str = OCTET_STREAM) -> ArtifactRef:
         ref = ref_for(data, media_type)
-        params = {"sha256": ref.sha256, "size": ref.size, "data": data, "now": self.clock.now()}
-        with self.store.transaction() as conn:
-            conn.execute(self._q["put_blob"], params)
+        self.store.put_artifact(ref.sha256, data, self.clock.now())
         return ref
 
     def get(self, ref: ArtifactRef) -> bytes:
-        with self.store.transaction() as conn:
-            rows = conn.execute(self._q["get_blob"], {"sha256": ref.sha256}).fetchall()
-        if not rows:
+        data = self.store.get_artifact(ref.sha256)
+        if data is None:
             raise NotFound(f"no artifact {ref.sha256} in the database's blobs table")
-        return verify(ref, bytes(rows[0][1]), "the database's blobs table")
+        return verify(ref, data, "the database's blobs table")
 
     def exists(self, ref: ArtifactRef) -> bool:
-        with self.store.transaction() as conn:
-            return bool(conn.execute(self._q["blob_exists"], {"sha256": ref.sha256}).fetchall())
+        return self.store.has_artifact(ref.sha256)
 
     def delete(self, ref: ArtifactRef) -> bool:
-        with self.store.transaction() as conn:
-            return bool(conn.execute(self._q["delete_blob"], {"sha256": ref.sha256}).rowcount)
+        return self.store.delete_artifact(ref.sha256)
 
 
 class DirectoryArtifacts:

@@ -18,97 +18,61 @@ conversation. :meth:`Session.resolve_prompt` rebuilds the exact prompt.
 
 A ``Session`` object caches the messages of its prompt view (messages are
 immutable, so the cache only ever grows); use one object per thread.
+
+The values live beside it and are importable from here too: :class:`Message` in
+:mod:`tether.context.messages`, :class:`Compaction` and the automatic policy in
+:mod:`tether.context.compaction`. The rows are read and written by the store's
+:class:`~tether.store.context_rows.SessionData` methods, one transaction each.
 """
 
 from __future__ import annotations
 
 import bisect
 import inspect
-import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tether.context import tokens
+from tether.context.compaction import (
+    KEEP_LAST,
+    SUMMARY_ROLE,
+    Compaction,
+    CompactPolicy,
+    Summarizer,
+    compaction_of,
+    cut_point,
+    make_policy,
+)
+from tether.context.messages import ROLES, VIEW_KEYS, Message, entry_key, message_of, view_key
 from tether.errors import Conflict, NotFound, StoreError
 from tether.model import codec
 from tether.model.clock import Clock
 from tether.store import RunRecord, Store
-from tether.store.queries import load_queries
+from tether.store.context_records import CompactionRecord, NewMessage, SessionRecord
+from tether.store.context_rows import SessionData, pack, unpack
 
-ROLES = ("system", "user", "assistant", "tool")
-VIEW_KEYS = ("name", "tool_call_id", "tool_calls")  # meta a model sees beside role and content
-SUMMARY_ROLE = "system"
+__all__ = [
+    "DIGEST_CHARS",
+    "ROLES",
+    "SUMMARY_ROLE",
+    "VIEW_KEYS",
+    "CompactPolicy",
+    "Compaction",
+    "Message",
+    "RunLike",
+    "Session",
+    "Summarizer",
+    "lineage",
+    "load_session",
+    "make_policy",
+    "open_session",
+    "pack",
+    "session_of_run",
+    "unpack",
+]
+
 DIGEST_CHARS = 16  # of a recorded prompt's SHA-256: enough to check a rebuild
 _REPLY = "$message"  # in a journaled reply: the seq of the message that holds its content
-_NO_LIMIT = 2**62
-
-Summarizer = Callable[[list[dict[str, Any]]], Any]
-"""``summarize(messages) -> summary``: the messages are the prompt-view entries the summary
-replaces (the previous summary first, if any); the summary is a str or structured content."""
-
-_QUERIES: dict[str, dict[str, str]] = {}
-
-
-def _q(store: Store) -> dict[str, str]:
-    """The conversation queries of the store's dialect (loaded once)."""
-    found = _QUERIES.get(store.dialect)
-    if found is None:
-        found = _QUERIES[store.dialect] = load_queries(store.dialect, "conversation")
-    return found
-
-
-@dataclass(frozen=True, slots=True)
-class Message:
-    """One stored message of a session. ``id`` is ``"<session>#<seq>"``."""
-
-    session_id: str
-    seq: int
-    role: str
-    content: Any
-    sha256: str  # of the content (its canonical JSON): equal content, equal hash
-    meta: Mapping[str, Any] = field(default_factory=dict)
-    at: float = 0.0
-    run_id: str | None = None  # the run that added it, if any
-
-    @property
-    def id(self) -> str:
-        """``"<session>#<seq>"``."""
-        return f"{self.session_id}#{self.seq}"
-
-    def as_prompt(self) -> dict[str, Any]:
-        """The message as a chat model takes it: role, content and the model-facing meta
-        (``name``, ``tool_call_id``, ``tool_calls``)."""
-        out = {"role": self.role, "content": self.content}
-        out.update((k, self.meta[k]) for k in VIEW_KEYS if k in self.meta)
-        return out
-
-
-@dataclass(frozen=True, slots=True)
-class Compaction:
-    """A summary that replaces messages ``1..upto`` in the prompt view."""
-
-    session_id: str
-    upto: int
-    summary: Any
-    sha256: str
-    tokens_before: int  # the prompt view's tokens before this compaction…
-    tokens_after: int  # …and right after it
-    at: float
-
-    def as_prompt(self) -> dict[str, Any]:
-        """The summary as the first message of the prompt view (role ``system``)."""
-        return {"role": SUMMARY_ROLE, "content": self.summary}
-
-
-@dataclass(frozen=True, slots=True)
-class CompactPolicy:
-    """Automatic compaction: once the prompt view passes ``at_tokens``, summarise all but
-    the last ``keep_last`` messages with ``summarize``."""
-
-    at_tokens: int
-    summarize: Summarizer
-    keep_last: int = 6
 
 
 class RunLike(Protocol):
@@ -119,10 +83,6 @@ class RunLike(Protocol):
     def position(self) -> int: ...
 
 
-class _Raced(Exception):
-    """Internal: a concurrent add with the same idempotency key won; roll back and read it."""
-
-
 class Session:
     """A conversation: ordered messages, compactions, and the runs started in it.
 
@@ -131,7 +91,7 @@ class Session:
 
     def __init__(
         self,
-        store: Store,
+        store: SessionData,
         clock: Clock,
         row: Sequence[Any],
         *,
@@ -198,59 +158,32 @@ class Session:
         if self.run_id is not None:
             self._adds += 1
             run_add, owner = self._adds, self._owner()
-        params = {
-            "id": self.id,
-            "role": role,
-            "sha": codec.digest(content),
-            "size": len(body.encode()),
-            "body": pack(body),
-            "meta": meta_json,
-            "run_id": self.run_id,
-            "run_add": run_add,
-            "owner": owner,
-            "now": self.clock.now(),
-        }
-        message = self._insert(params)
+        new = NewMessage(
+            session_id=self.id,
+            role=role,
+            body=body,
+            sha256=codec.digest(content),
+            meta=meta_json,
+            at=self.clock.now(),
+            run_id=self.run_id,
+            run_add=run_add,
+            owner=owner,
+        )
+        message = self._insert(new)
         if self.policy is not None:
             self.auto_compact()
         return message
 
-    def _insert(self, params: dict[str, Any]) -> Message:
-        q = _q(self.store)
-        try:
-            with self.store.transaction() as conn:
-                if params["run_add"] is not None:
-                    found = conn.execute(q["message_by_run_add"], _by_owner(params)).fetchone()
-                    if found is not None:
-                        return _message(self.id, found)
-                row = conn.execute(q["next_seq"], {"id": self.id}).fetchone()
-                if row is None:
-                    raise NotFound(f"session {self.id!r} does not exist any more")
-                params["seq"] = int(row[0])
-                conn.execute(q["put_body"], params)
-                if conn.execute(q["insert_message"], params).rowcount != 1:
-                    raise _Raced()
-        except _Raced:
-            with self.store.transaction() as conn:
-                found = conn.execute(q["message_by_run_add"], params).fetchone()
-            if found is None:
+    def _insert(self, new: NewMessage) -> Message:
+        added = self.store.add_message(new)
+        if added is None:  # a concurrent add with this run's key won: that one is the add
+            added = self.store.message_by_run_add(self.id, new.run_id, new.run_add)
+            if added is None:
                 raise Conflict(
-                    f"session {self.id!r}: add #{params['run_add']} of run {self.run_id} was "
+                    f"session {self.id!r}: add #{new.run_add} of run {self.run_id} was "
                     f"added and removed concurrently; resume the run"
-                ) from None
-            return _message(self.id, found)
-        return _message(
-            self.id,
-            (
-                params["seq"],
-                params["role"],
-                params["body"],
-                params["sha"],
-                params["meta"],
-                params["now"],
-                params["run_id"],
-            ),
-        )
+                )
+        return message_of(self.id, added)
 
     def reply(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """A model call whose reply joins the conversation, stored once.
@@ -328,10 +261,7 @@ class Session:
     def messages(self, *, after: int = 0, upto: int | None = None) -> list[Message]:
         """The messages with ``after < seq <= upto`` (all by default), in order; compacted
         ones included."""
-        params = {"id": self.id, "after": after, "upto": _NO_LIMIT if upto is None else upto}
-        with self.store.transaction() as conn:
-            rows = conn.execute(_q(self.store)["read_messages"], params).fetchall()
-        return [_message(self.id, r) for r in rows]
+        return [message_of(self.id, r) for r in self.store.read_messages(self.id, after, upto)]
 
     def message(self, seq: int) -> Message:
         """The message at ``seq``. Raises NotFound."""
@@ -344,31 +274,23 @@ class Session:
 
     def compactions(self) -> list[Compaction]:
         """Every compaction of the session, oldest first."""
-        with self.store.transaction() as conn:
-            rows = conn.execute(_q(self.store)["list_compactions"], {"id": self.id}).fetchall()
-        return [_compaction(self.id, r) for r in rows]
+        return [compaction_of(self.id, r) for r in self.store.list_compactions(self.id)]
 
     def runs(self) -> list[str]:
         """The ids of the runs started in this session, oldest first."""
-        with self.store.transaction() as conn:
-            rows = conn.execute(_q(self.store)["session_runs"], {"id": self.id}).fetchall()
-        return [str(r[0]) for r in rows]
+        return self.store.session_runs(self.id)
 
     # -- the prompt view ----------------------------------------------------
 
     def _refresh(self) -> tuple[Compaction | None, list[Message]]:
         """The newest compaction and the messages after it (reading only what is new)."""
-        q = _q(self.store)
-        with self.store.transaction() as conn:
-            row = conn.execute(q["latest_compaction"], {"id": self.id}).fetchone()
-            base = _compaction(self.id, row) if row is not None else None
-            if _upto(base) != _upto(self._base):
-                self._window = []
-            after = self._window[-1].seq if self._window else _upto(base)
-            params = {"id": self.id, "after": after, "upto": _NO_LIMIT}
-            rows = conn.execute(q["read_messages"], params).fetchall()
+        last = self._window[-1].seq if self._window else None
+        row, rows = self.store.read_prompt_view(self.id, base_upto=_upto(self._base), last_seq=last)
+        base = compaction_of(self.id, row) if row is not None else None
+        if _upto(base) != _upto(self._base):
+            self._window = []
         self._base = base
-        self._window.extend(_message(self.id, r) for r in rows)
+        self._window.extend(message_of(self.id, r) for r in rows)
         return base, list(self._window)
 
     def window(self, upto: int | None = None) -> tuple[Compaction | None, list[Message]]:
@@ -393,7 +315,7 @@ class Session:
 
     # -- compaction ---------------------------------------------------------
 
-    def compact(self, summarize: Summarizer, *, keep_last: int = 6) -> Compaction | None:
+    def compact(self, summarize: Summarizer, *, keep_last: int = KEEP_LAST) -> Compaction | None:
         """Summarise all but the last ``keep_last`` messages of the prompt view.
 
         ``summarize`` gets the entries it replaces (the previous summary first) and
@@ -406,9 +328,7 @@ class Session:
         if keep_last < 0:
             raise ValueError(f"session {self.id!r}: keep_last must be >= 0, not {keep_last}")
         base, window = self._refresh()
-        cut = len(window) - keep_last
-        while 0 < cut < len(window) and window[cut].role == "tool":
-            cut -= 1
+        cut = cut_point(window, keep_last)
         if cut <= 0:
             return None
         replaced = ([base.as_prompt()] if base else []) + [m.as_prompt() for m in window[:cut]]
@@ -422,23 +342,9 @@ class Session:
         body = codec.encode(summary, what=f"the summary of session {self.id!r}")
         new = Compaction(self.id, upto, summary, codec.digest(summary), before, 0, self.clock.now())
         after = tokens.count_message(new.as_prompt()) + _tokens(kept)
-        params = {
-            "id": self.id,
-            "upto": upto,
-            "sha": new.sha256,
-            "size": len(body.encode()),
-            "body": pack(body),
-            "before": before,
-            "after": after,
-            "now": new.at,
-        }
-        q = _q(self.store)
-        with self.store.transaction() as conn:
-            row = conn.execute(q["latest_compaction"], {"id": self.id}).fetchone()
-            if row is not None and int(row[0]) >= upto:
-                return None
-            conn.execute(q["put_body"], params)
-            conn.execute(q["insert_compaction"], params)
+        record = CompactionRecord(upto, body, new.sha256, before, after, new.at)
+        if not self.store.add_compaction(self.id, record):
+            return None  # another compaction got there first
         return Compaction(self.id, upto, summary, new.sha256, before, after, new.at)
 
     def auto_compact(
@@ -460,22 +366,20 @@ class Session:
             )
         if self.tokens() <= limit:
             return None
-        keep = keep_last if keep_last is not None else (policy.keep_last if policy else 6)
+        keep = keep_last if keep_last is not None else (policy.keep_last if policy else KEEP_LAST)
         return self.compact(fn, keep_last=keep)
 
     # -- prompts as references ------------------------------------------------
 
     def _index(self) -> dict[str, int]:
         """Update the index of the messages by view key; return the summaries' view keys."""
-        q = _q(self.store)
-        with self.store.transaction() as conn:
-            rows = conn.execute(q["message_keys"], {"id": self.id, "after": self._keyed})
-            for seq, role, sha, meta in rows.fetchall():
-                key = _view_key(role, sha, codec.decode(meta))
-                self._keys.setdefault(key, []).append(int(seq))
-                self._keyed = max(self._keyed, int(seq))
-            summaries = conn.execute(q["list_compactions"], {"id": self.id}).fetchall()
-        return {_view_key(SUMMARY_ROLE, r[2], {}): int(r[0]) for r in summaries}
+        keys, summaries = self.store.message_keys(self.id, self._keyed)
+        for k in keys:
+            self._keys.setdefault(view_key(k.role, k.sha256, codec.decode(k.meta)), []).append(
+                k.seq
+            )
+            self._keyed = max(self._keyed, k.seq)
+        return {view_key(SUMMARY_ROLE, sha, {}): upto for upto, sha in summaries}
 
     def prompt_refs(self, messages: Sequence[Mapping[str, Any] | Message]) -> dict[str, Any]:
         """A compact record of a prompt: references to this session's stored messages.
@@ -492,7 +396,7 @@ class Session:
         fresh: dict[str, str] = {}
         prev = 0
         for entry in entries:
-            key = _entry_key(entry)
+            key = entry_key(entry)
             if key in summaries:
                 refs.append(["s", summaries[key]])
                 continue
@@ -506,16 +410,8 @@ class Session:
             else:
                 refs.append(["m", seq, seq])
                 prev = seq
-        self._put_bodies(fresh)
+        self.store.put_message_bodies(fresh)
         return {"refs": refs, "digest": codec.digest(entries)[:DIGEST_CHARS]}
-
-    def _put_bodies(self, bodies: Mapping[str, str]) -> None:
-        if not bodies:
-            return
-        with self.store.transaction() as conn:
-            for sha, body in bodies.items():
-                params = {"sha": sha, "size": len(body.encode()), "body": pack(body)}
-                conn.execute(_q(self.store)["put_body"], params)
 
     def resolve_prompt(self, prompt: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The exact messages a recorded prompt (``prompt_refs``) stands for.
@@ -539,18 +435,17 @@ class Session:
         return out
 
     def _body(self, sha: str) -> str:
-        with self.store.transaction() as conn:
-            row = conn.execute(_q(self.store)["get_body"], {"sha": sha}).fetchone()
-        if row is None:
+        body = self.store.get_message_body(sha)
+        if body is None:
             raise NotFound(f"session {self.id!r}: no stored body with SHA-256 {sha[:12]}…")
-        return unpack(row[0])
+        return body
 
 
 # -- opening ------------------------------------------------------------------
 
 
 def open_session(
-    store: Store,
+    store: SessionData,
     clock: Clock,
     session_id: str,
     *,
@@ -564,25 +459,21 @@ def open_session(
     """
     if not isinstance(session_id, str) or not session_id:
         raise ValueError(f"a session id is a non-empty str, not {session_id!r}")
-    q = _q(store)
-    with store.transaction() as conn:
-        conn.execute(q["create_session"], {"id": session_id, "owner": owner, "now": clock.now()})
-        row = conn.execute(q["get_session"], {"id": session_id}).fetchone()
-    if owner is not None and row[1] != owner:
+    row = store.get_or_create_session(session_id, owner, clock.now())
+    if owner is not None and row.owner != owner:
         raise Conflict(
-            f"session {session_id!r} belongs to owner {row[1]!r}, not {owner!r}; open it "
-            f"with owner={row[1]!r}, or give this conversation another session id"
+            f"session {session_id!r} belongs to owner {row.owner!r}, not {owner!r}; open it "
+            f"with owner={row.owner!r}, or give this conversation another session id"
         )
-    return Session(store, clock, tuple(row), policy=policy)
+    return Session(store, clock, _fields(row), policy=policy)
 
 
-def load_session(store: Store, clock: Clock, session_id: str) -> Session:
+def load_session(store: SessionData, clock: Clock, session_id: str) -> Session:
     """An existing session. Raises NotFound."""
-    with store.transaction() as conn:
-        row = conn.execute(_q(store)["get_session"], {"id": session_id}).fetchone()
+    row = store.get_session(session_id)
     if row is None:
         raise NotFound(f"no session {session_id!r}; app.session({session_id!r}) creates it")
-    return Session(store, clock, tuple(row))
+    return Session(store, clock, _fields(row))
 
 
 def session_of_run(
@@ -610,91 +501,11 @@ def lineage(store: Store, record: RunRecord) -> list[tuple[int, str]]:
     return out
 
 
-def make_policy(
-    at_tokens: int | None, summarize: Summarizer | None, keep_last: int
-) -> CompactPolicy | None:
-    """The automatic compaction policy of ``app.session(…)`` (None: compact by hand)."""
-    if at_tokens is None and summarize is None:
-        return None
-    if at_tokens is None or summarize is None or at_tokens <= 0:
-        raise ValueError(
-            f"automatic compaction needs both compact_at_tokens (> 0) and summarize; got "
-            f"compact_at_tokens={at_tokens!r}, summarize={summarize!r}"
-        )
-    return CompactPolicy(at_tokens, summarize, keep_last)
-
-
 # -- rows -----------------------------------------------------------------------
 
 
-# Bodies are stored compressed when that is smaller: one marker byte, then the UTF-8
-# JSON (b"j") or its zlib stream (b"z"). Conversation text compresses 2-4x, which keeps
-# a session's storage near (or below) its raw size; reads check nothing extra, the
-# content address (SHA-256 of the canonical JSON) is unchanged.
-_RAW, _ZLIB = b"j", b"z"
-_MIN_COMPRESS = 200  # bytes: below this, zlib's header costs more than it saves
-
-
-def pack(body: str) -> bytes:
-    """A message body as stored: raw or zlib-compressed, whichever is smaller."""
-    raw = body.encode()
-    if len(raw) >= _MIN_COMPRESS:
-        packed = zlib.compress(raw, 6)
-        if len(packed) < len(raw):
-            return _ZLIB + packed
-    return _RAW + raw
-
-
-def unpack(stored: bytes | memoryview | str) -> str:
-    """Inverse of :func:`pack` (a str is a body stored before compression existed)."""
-    if isinstance(stored, str):
-        return stored
-    data = bytes(stored)
-    if data[:1] == _ZLIB:
-        return zlib.decompress(data[1:]).decode()
-    if data[:1] == _RAW:
-        return data[1:].decode()
-    raise StoreError("a stored message body has an unknown format; written by a newer tether?")
-
-
-def _message(session_id: str, row: Sequence[Any]) -> Message:
-    seq, role, body, sha, meta, at, run_id = row
-    return Message(
-        session_id,
-        int(seq),
-        role,
-        codec.decode(unpack(body)),
-        sha,
-        codec.decode(meta),
-        float(at),
-        run_id,
-    )
-
-
-def _compaction(session_id: str, row: Sequence[Any]) -> Compaction:
-    upto, body, sha, before, after, at = row
-    return Compaction(
-        session_id, int(upto), codec.decode(unpack(body)), sha, int(before), int(after), float(at)
-    )
-
-
-def _view_key(role: str, sha: str, meta: Mapping[str, Any]) -> str:
-    """What identifies a message as a model sees it: role, content hash, model-facing meta."""
-    return codec.digest([role, sha, {k: meta[k] for k in VIEW_KEYS if k in meta}])
-
-
-def _entry_key(entry: Mapping[str, Any]) -> str | None:
-    """The view key of a prompt entry; None when it cannot be a stored message (other keys)."""
-    if not isinstance(entry.get("role"), str) or "content" not in entry:
-        return None
-    if any(k not in ("role", "content", *VIEW_KEYS) for k in entry):
-        return None
-    return _view_key(entry["role"], codec.digest(entry["content"]), entry)
-
-
-def _by_owner(params: Mapping[str, Any]) -> dict[str, Any]:
-    """Look a run's k-th add up under the run it belongs to (an ancestor's, in a fork)."""
-    return {"id": params["id"], "run_id": params["owner"], "run_add": params["run_add"]}
+def _fields(row: SessionRecord) -> tuple[str, str | None, float]:
+    return row.id, row.owner, row.created_at
 
 
 def _upto(c: Compaction | None) -> int:

@@ -34,22 +34,20 @@ import math
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import cache
 from typing import Any, Literal
 
 from tether.context import vectors
 from tether.model import codec
 from tether.model.clock import Clock
 from tether.model.durations import parse_duration
-from tether.store import Store
-from tether.store.queries import load_queries
+from tether.store.context_records import MemoryRecord, MemoryScope, MemoryWrite, Ranker, VectorHits
+from tether.store.context_rows import MemoryData
 
 SEPARATOR = "\x1f"  # U+001F UNIT SEPARATOR: ends every namespace part in storage
 _PAST_SEPARATOR = chr(ord(SEPARATOR) + 1)  # the upper bound of a prefix range
 HYBRID_DEPTH = 50  # each ranking contributes at least this many candidates to a fusion
 _WORD = re.compile(r"\w+")
 _SCALARS = (str, int, float, bool, type(None))
-_OR = {"sqlite": " OR ", "postgres": " or "}  # FTS5 MATCH / websearch_to_tsquery syntax
 
 Namespace = tuple[str, ...]
 Embedder = Callable[[list[str]], Sequence[Sequence[float]]]
@@ -71,19 +69,15 @@ class MemoryItem:
     score: float | None = None
 
 
-@cache
-def _queries(dialect: str) -> dict[str, str]:
-    return load_queries(dialect, "memory")
-
-
 class Memory:
     """Long-term memory on one store. Get it as ``app.memory``."""
 
-    def __init__(self, store: Store, clock: Clock, *, embedder: Embedder | None = None) -> None:
+    def __init__(
+        self, store: MemoryData, clock: Clock, *, embedder: Embedder | None = None
+    ) -> None:
         self.store = store
         self.clock = clock
         self.embedder = embedder
-        self._q = _queries(store.dialect)
 
     # -- writing ------------------------------------------------------------
 
@@ -112,27 +106,15 @@ class Memory:
         embedding = self._embed([body], "put")[0] if self.embedder and body.strip() else None
         now = self.clock.now()
         expires = None if seconds is None else now + seconds
-        params = {
-            **_exact(ns, key),
-            "value": data,
-            "text": body,
-            "embedding": embedding,
-            "now": now,
-            "expires_at": expires,
-        }
-        with self.store.transaction() as conn:
-            created = float(conn.execute(self._q["put_item"], params).fetchall()[0][0])
+        write = MemoryWrite(_encode_namespace(ns), key, data, body, embedding, now, expires)
+        created = self.store.put_memory(write)
         return MemoryItem(ns, key, value, body, created, now, expires)
 
     def delete(self, namespace: Sequence[str], key: str) -> bool:
         """Delete one item; return whether a visible (unexpired) item was deleted."""
         ns = _namespace(namespace, "delete")
         _check_key(key, "delete")
-        with self.store.transaction() as conn:
-            rows = conn.execute(
-                self._q["delete_item"], {**_exact(ns, key), "now": self.clock.now()}
-            ).fetchall()
-        return bool(rows and rows[0][0])
+        return self.store.delete_memory(_encode_namespace(ns), key, self.clock.now())
 
     def delete_namespace(self, prefix: Sequence[str]) -> int:
         """Forget everything under ``prefix`` (a user's right to be forgotten).
@@ -142,17 +124,12 @@ class Memory:
         text stays in it; returns how many items were deleted. One transaction. The
         prefix must not be empty (that would forget everything).
         """
-        parts = _namespace(prefix, "delete_namespace")
-        with self.store.transaction() as conn:
-            n = int(conn.execute(self._q["delete_namespace"], _bounds(parts)).rowcount)
-            if n and "purge_index" in self._q:  # SQLite FTS5 keeps deleted tokens until merged
-                conn.execute(self._q["purge_index"])
-        return n
+        bounds = _bounds(_namespace(prefix, "delete_namespace"))
+        return self.store.delete_memory_prefix(bounds["lo"], bounds["hi"])
 
     def sweep(self) -> int:
         """Delete the items whose TTL has passed (by the clock); return how many."""
-        with self.store.transaction() as conn:
-            return int(conn.execute(self._q["sweep"], {"now": self.clock.now()}).rowcount)
+        return self.store.sweep_memory(self.clock.now())
 
     def reembed(self, prefix: Sequence[str] = (), *, all: bool = False, batch: int = 64) -> int:
         """Compute embeddings for the items under ``prefix`` that have none (``all``: for
@@ -165,9 +142,7 @@ class Memory:
         self._need_embedder("reembed")
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise ValueError(f"memory.reembed: batch must be a positive int, not {batch!r}")
-        params = {**_bounds(parts), "now": self.clock.now(), "all": all}
-        with self.store.transaction() as conn:
-            todo = [(r[0], r[1]) for r in conn.execute(self._q["texts_to_embed"], params)]
+        todo = self.store.memory_to_embed(self._scope(parts), all=all)
         stored = 0
         for i in range(0, len(todo), batch):
             stored += self._store_embeddings(todo[i : i + batch])
@@ -175,13 +150,9 @@ class Memory:
 
     def _store_embeddings(self, rows: list[tuple[int, str]]) -> int:
         blobs = self._embed([text for _, text in rows], "reembed")
-        with self.store.transaction() as conn:
-            return sum(
-                conn.execute(
-                    self._q["set_embedding"], {"id": i, "text": text, "embedding": blob}
-                ).rowcount
-                for (i, text), blob in zip(rows, blobs, strict=True)
-            )
+        return self.store.set_memory_embeddings(
+            [(i, text, blob) for (i, text), blob in zip(rows, blobs, strict=True)]
+        )
 
     # -- reading ------------------------------------------------------------
 
@@ -189,11 +160,8 @@ class Memory:
         """The item at ``(namespace, key)``, or None when absent or expired."""
         ns = _namespace(namespace, "get")
         _check_key(key, "get")
-        with self.store.transaction() as conn:
-            rows = conn.execute(
-                self._q["get_item"], {**_exact(ns, key), "now": self.clock.now()}
-            ).fetchall()
-        return _item(rows[0]) if rows else None
+        found = self.store.get_memory(_encode_namespace(ns), key, self.clock.now())
+        return _item(found) if found is not None else None
 
     def list_namespaces(
         self, prefix: Sequence[str] = (), *, limit: int | None = None
@@ -202,10 +170,8 @@ class Memory:
         parts = _namespace(prefix, "list_namespaces", prefix=True)
         if limit is not None:
             _check_limit(limit, "list_namespaces")
-        params = {**_bounds(parts), "now": self.clock.now(), "limit": limit}
-        with self.store.transaction() as conn:
-            rows = conn.execute(self._q["list_namespaces"], params).fetchall()
-        return [_decode_namespace(r[0]) for r in rows]
+        stored = self.store.memory_namespaces(self._scope(parts), limit)
+        return [_decode_namespace(ns) for ns in stored]
 
     def search(
         self,
@@ -230,9 +196,9 @@ class Memory:
         if query is not None and not isinstance(query, str):
             raise TypeError(f"memory.search: query must be a str or None, not {query!r}")
         resolved = self._mode(mode)
-        base = {**_bounds(prefix), "now": self.clock.now(), "filter": _filter_json(filter)}
+        base = self._scope(prefix, _filter_json(filter))
         if query is None or not query.strip():
-            return self._rows("search_recent", {**base, "limit": limit})
+            return [_item(r, r.score) for r in self.store.search_memory(base, None, limit)]
         if resolved == "text":
             return self._text(base, query, limit)
         qvec = vectors.unit(
@@ -253,63 +219,42 @@ class Memory:
             self._need_embedder(f"search(mode={mode!r})")
         return mode
 
-    def _rows(self, name: str, params: dict[str, Any]) -> list[MemoryItem]:
-        with self.store.transaction() as conn:
-            rows = conn.execute(self._q[name], params).fetchall()
-        return [_item(r, r[8]) for r in rows]
+    def _scope(self, prefix: Namespace, filter: str | None = None) -> MemoryScope:
+        bounds = _bounds(prefix)
+        return MemoryScope(bounds["lo"], bounds["hi"], self.clock.now(), filter)
 
-    def _text(self, base: dict[str, Any], query: str, limit: int) -> list[MemoryItem]:
-        match = self._match(query)
-        if match is None:
+    def _text(self, base: MemoryScope, query: str, limit: int) -> list[MemoryItem]:
+        words = _words_of(query)
+        if not words:
             return []
-        return self._rows("search_text", {**base, "query": match, "limit": limit})
+        return [_item(r, r.score) for r in self.store.search_memory(base, words, limit)]
 
-    def _match(self, query: str) -> str | None:
-        """The query's words, quoted and OR-ed in the dialect's syntax (None: no word)."""
-        words = dict.fromkeys(w.lower() for w in _WORD.findall(query))
-        return _OR[self.store.dialect].join(f'"{w}"' for w in words) or None
-
-    def _nearest(self, base: dict[str, Any], qvec: list[float], limit: int) -> list[MemoryItem]:
-        with self.store.transaction() as conn:
-            ranked = self._scan(conn, base, qvec, limit)
-            found = self._by_id(conn, [i for i, _ in ranked])
-        return [_scored(found[i], score) for i, score in ranked if i in found]
-
-    def _scan(
-        self, conn: Any, base: dict[str, Any], qvec: list[float], limit: int
-    ) -> list[tuple[int, float]]:
-        """The ``limit`` nearest items under the prefix as (id, cosine), best first: a
-        plain scan (the vectors are stored at unit length, so cosine is a dot product)."""
-        scored = []
-        for item_id, blob in conn.execute(self._q["vector_candidates"], base):
-            vector = vectors.unpack(blob)
-            if len(vector) != len(qvec):
-                raise self._dimension_error(conn, item_id, len(vector), len(qvec))
-            scored.append((vectors.dot(vector, qvec), item_id))
-        return vectors.nearest(scored, limit)
+    def _nearest(self, base: MemoryScope, qvec: list[float], limit: int) -> list[MemoryItem]:
+        hits = self._vector_search(base, qvec, limit)
+        found = {i: _item(r) for i, r in hits.items.items()}
+        return [_scored(found[i], score) for i, score in hits.near if i in found]
 
     def _hybrid(
-        self, base: dict[str, Any], query: str, qvec: list[float], limit: int
+        self, base: MemoryScope, query: str, qvec: list[float], limit: int
     ) -> list[MemoryItem]:
         depth = max(limit, HYBRID_DEPTH)
-        match = self._match(query)
-        with self.store.transaction() as conn:
-            text_rows = (
-                conn.execute(self._q["search_text"], {**base, "query": match, "limit": depth})
-                if match
-                else []
-            )
-            texts = {r[0]: _item(r) for r in text_rows}
-            near = self._scan(conn, base, qvec, depth)
-            found = {**self._by_id(conn, [i for i, _ in near if i not in texts]), **texts}
-        fused = vectors.fuse([list(texts), [i for i, _ in near]])
+        hits = self._vector_search(base, qvec, depth, words=_words_of(query))
+        found = {i: _item(r) for i, r in hits.items.items()}
+        texts = dict.fromkeys(r.id for r in hits.text)
+        fused = vectors.fuse([list(texts), [i for i, _ in hits.near]])
         return [_scored(found[i], score) for i, score in fused[:limit] if i in found]
 
-    def _by_id(self, conn: Any, ids: list[int]) -> dict[int, MemoryItem]:
-        if not ids:
-            return {}
-        rows = conn.execute(self._q["items_by_id"], {"ids": json.dumps(ids)})
-        return {r[0]: _item(r) for r in rows}
+    def _vector_search(
+        self, base: MemoryScope, qvec: list[float], depth: int, words: Sequence[str] = ()
+    ) -> VectorHits:
+        """The store's vector search ranked by :func:`_ranker` (and the text hits of
+        ``words``, up to ``depth``), read in one transaction."""
+        try:
+            return self.store.search_memory_vectors(
+                base, _ranker(qvec, depth), words=words, text_limit=depth
+            )
+        except _Mismatch as e:
+            raise self._dimension_error(e.item_id, e.stored, e.asked) from None
 
     # -- embeddings ---------------------------------------------------------
 
@@ -339,10 +284,11 @@ class Memory:
             for i, v in enumerate(raw)
         ]
 
-    def _dimension_error(self, conn: Any, item_id: int, stored: int, asked: int) -> ValueError:
-        row = conn.execute(self._q["item_name"], {"id": item_id}).fetchall()[0]
+    def _dimension_error(self, item_id: int, stored: int, asked: int) -> ValueError:
+        name = self.store.memory_item_name(item_id)
+        item = f"{_decode_namespace(name[0])!r}/{name[1]!r}" if name else f"#{item_id}"
         return ValueError(
-            f"memory.search: item {_decode_namespace(row[0])!r}/{row[1]!r} has a "
+            f"memory.search: item {item} has a "
             f"{stored}-dimension embedding but the embedder returns {asked} dimensions; "
             f"the embedder changed: run app.memory.reembed(all=True)"
         )
@@ -406,10 +352,6 @@ def _encode_namespace(ns: Namespace) -> str:
 
 def _decode_namespace(stored: str) -> Namespace:
     return tuple(stored.split(SEPARATOR)[:-1])
-
-
-def _exact(ns: Namespace, key: str) -> dict[str, Any]:
-    return {"namespace": _encode_namespace(ns), "key": key}
 
 
 def _bounds(prefix: Namespace) -> dict[str, Any]:
@@ -479,19 +421,52 @@ def _search_text(value: Any, text: str | None) -> str:
 # -- rows ------------------------------------------------------------------------
 
 
-def _item(row: Sequence[Any], score: float | None = None) -> MemoryItem:
-    """A row ``(id, namespace, key, value, text, created_at, updated_at, expires_at…)``."""
+def _item(row: MemoryRecord, score: float | None = None) -> MemoryItem:
+    """The item of a stored record."""
     return MemoryItem(
-        _decode_namespace(row[1]),
-        row[2],
-        codec.decode(row[3]),
-        row[4],
-        row[5],
-        row[6],
-        row[7],
+        _decode_namespace(row.namespace),
+        row.key,
+        codec.decode(row.value),
+        row.text,
+        row.created_at,
+        row.updated_at,
+        row.expires_at,
         score,
     )
 
 
 def _scored(item: MemoryItem, score: float) -> MemoryItem:
     return replace(item, score=score)
+
+
+# -- vector ranking --------------------------------------------------------------
+
+
+class _Mismatch(Exception):
+    """Internal: a stored embedding's dimension differs from the query's."""
+
+    def __init__(self, item_id: int, stored: int, asked: int) -> None:
+        super().__init__(item_id, stored, asked)
+        self.item_id, self.stored, self.asked = item_id, stored, asked
+
+
+def _ranker(qvec: list[float], limit: int) -> Ranker:
+    """Rank ``(id, embedding)`` candidates by cosine with ``qvec``: the ``limit`` nearest
+    as (id, cosine), best first. A plain scan: the vectors are stored at unit length, so
+    cosine is a dot product."""
+
+    def rank(candidates: Iterator[tuple[int, bytes]]) -> list[tuple[int, float]]:
+        scored = []
+        for item_id, blob in candidates:
+            vector = vectors.unpack(blob)
+            if len(vector) != len(qvec):
+                raise _Mismatch(item_id, len(vector), len(qvec))
+            scored.append((vectors.dot(vector, qvec), item_id))
+        return vectors.nearest(scored, limit)
+
+    return rank
+
+
+def _words_of(query: str) -> list[str]:
+    """The distinct words of a query, lowercased, in order (what full-text search ORs)."""
+    return list(dict.fromkeys(w.lower() for w in _WORD.findall(query)))

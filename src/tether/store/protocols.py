@@ -20,6 +20,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from tether.model.events import Event, NewEvent
+from tether.store.context_rows import ContextData
 from tether.store.records import (
     AuditRecord,
     Effect,
@@ -367,5 +368,7 @@ class Maintenance(Protocol):
         ...
 
 
-class Store(RunLog, Leases, Queue, Inbox, Workers, Audit, Blobs, Maintenance, Protocol):
+class Store(
+    RunLog, Leases, Queue, Inbox, Workers, Audit, Blobs, Maintenance, ContextData, Protocol
+):
     """What tether needs from a database: every role. Every method is one transaction."""

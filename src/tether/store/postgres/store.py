@@ -40,6 +40,7 @@ from tether.errors import (
     StoreUnavailable,
 )
 from tether.model.events import NewEvent
+from tether.store.context_rows import ContextRows
 from tether.store.faults import translated
 from tether.store.groupcommit import GroupCommit, Pending
 from tether.store.pgwire import WireConnection
@@ -103,7 +104,7 @@ def _one(cur: psycopg.Cursor[Any]) -> Any:
 
 
 @translated
-class PostgresStore(PgNotifications):
+class PostgresStore(PgNotifications, ContextRows):
     """A :class:`tether.store.Store` on one schema of a PostgreSQL database.
 
     Options (``tether.open(url, **options)`` passes them on): ``min_size`` and

@@ -28,6 +28,7 @@ from tether.errors import (
     TetherError,
 )
 from tether.model.events import NewEvent
+from tether.store.context_rows import ContextRows
 from tether.store.faults import schema_number, translated
 from tether.store.queries import migrations
 from tether.store.records import (
@@ -47,7 +48,7 @@ SCHEMA_VERSION = _MIGRATIONS[-1][0]
 
 
 @translated
-class SQLiteStore(SQLiteWriter):
+class SQLiteStore(SQLiteWriter, ContextRows):
     """A :class:`tether.store.Store` on one SQLite file."""
 
     def __init__(

@@ -1,6 +1,6 @@
--- Named queries of tether.artifacts on PostgreSQL, as sql/sqlite/artifacts.sql:
--- content-addressed bytes in the blobs table of schema 1. Each block: "-- name:
--- <name>", then a one-line purpose, then the statement.
+-- Named queries of the artifact rows (tether.store.context_rows) on PostgreSQL, as
+-- sql/sqlite/artifacts.sql: content-addressed bytes in the blobs table of schema 1. Each
+-- block: "-- name: <name>", then a one-line purpose, then the statement.
 
 -- name: put_blob
 -- Store bytes under their SHA-256 once; an existing digest is kept, and never swept by gc

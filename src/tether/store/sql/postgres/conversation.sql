@@ -1,6 +1,7 @@
--- Named queries of tether.conversation on PostgreSQL (sessions, messages, compactions),
--- as sql/sqlite/conversation.sql. Each block: "-- name: <name>", then a one-line purpose,
--- then the statement; every parameter is cast (see queries.sql).
+-- Named queries of the conversation rows (tether.store.context_rows) on PostgreSQL:
+-- sessions, messages, compactions, as sql/sqlite/conversation.sql. Each block: "-- name:
+-- <name>", then a one-line purpose, then the statement; every parameter is cast (see
+-- queries.sql).
 
 -- name: create_session
 -- Create a session unless its id exists (get-or-create reads it back).

@@ -1,6 +1,7 @@
--- Named queries of tether.memory on PostgreSQL (tables of 0004_memory.sql), with the
--- same names, parameters and results as sql/sqlite/memory.sql. Each block:
--- "-- name: <name>", then a one-line purpose, then the statement.
+-- Named queries of the memory rows (tether.store.context_rows) on PostgreSQL (tables of
+-- 0004_memory.sql), with the same names, parameters and results as sql/sqlite/memory.sql
+-- but for purge_index, which only SQLite's FTS5 index needs. Each block: "-- name:
+-- <name>", then a one-line purpose, then the statement.
 --
 -- Shared parameters: %(lo)s and %(hi)s bound a namespace prefix (hi NULL: no upper
 -- bound); %(now)s hides expired items; %(filter)s is a JSON object of top-level

@@ -1,5 +1,6 @@
--- Named queries of tether.conversation on SQLite (sessions, messages, compactions).
--- Each block: "-- name: <name>", then a one-line purpose, then the statement.
+-- Named queries of the conversation rows (tether.store.context_rows) on SQLite: sessions,
+-- messages, compactions. Each block: "-- name: <name>", then a one-line purpose, then the
+-- statement.
 
 -- name: create_session
 -- Create a session unless its id exists (get-or-create reads it back).

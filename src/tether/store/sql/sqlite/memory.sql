@@ -1,5 +1,6 @@
--- Named queries of tether.memory on SQLite (tables of 0004_memory.sql). Each block:
--- "-- name: <name>", then a one-line purpose, then the statement.
+-- Named queries of the memory rows (tether.store.context_rows) on SQLite (tables of
+-- 0004_memory.sql). Each block: "-- name: <name>", then a one-line purpose, then the
+-- statement.
 --
 -- Shared parameters: :lo and :hi bound a namespace prefix (:hi NULL: no upper
 -- bound); :now hides expired items; :filter is a JSON object of top-level fields
