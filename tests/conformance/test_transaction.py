@@ -1,4 +1,4 @@
-"""Store.transaction() (used by context.memory and context.artifacts) on both backends: all or
+"""Store.transaction() (used by store/context_rows.py) on both backends: all or
 nothing, and driver errors come out as StoreError."""
 
 from __future__ import annotations

@@ -355,8 +355,9 @@ class Maintenance(Protocol):
     def transaction(self) -> AbstractContextManager[Any]:
         """A context manager yielding the raw DB-API connection inside one transaction.
 
-        For modules that keep their own tables and named queries in
-        ``sql/<dialect>/<module>.sql`` (tether.context.memory, tether.context.artifacts). Everything
+        For store code that keeps its own tables and named queries in
+        ``sql/<dialect>/<module>.sql`` (store/context_rows.py: the rows of sessions,
+        memory and artifacts; nothing above the store layer opens one). Everything
         executed in the block commits together when it exits normally, and rolls back
         when it raises (the exception propagates). Driver errors, in the block or at
         commit, are raised as StoreError. Placeholders are the driver's (``:name`` for
