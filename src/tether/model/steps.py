@@ -1,4 +1,5 @@
-"""StepList: a run's steps as a read-only sequence whose stored part loads page by page.
+"""A run's steps: StepState (one position), its Usage, and StepList, the steps as a
+read-only sequence whose stored part loads page by page.
 
 A snapshot (format 2, see :mod:`tether.store.snapshots`) keeps a run's steps as *pages* of
 ``page_size`` positions, stored by digest, plus an inline *tail* of the positions after
