@@ -21,9 +21,10 @@ from typing import Any as _Any
 from tether import context as context  # tether.context.build: the context window
 from tether.app import AgentDef, App, RunHandle, agent, tool
 from tether.context.memory import Embedder as _Embedder
-from tether.engine.journal import StepInfo, current_step
+from tether.engine.calls import StepInfo, current_step
+from tether.engine.policy import Policy
 from tether.engine.retry import Retry
-from tether.engine.runtime import AsyncRun, Policy, Run
+from tether.engine.runtime import AsyncRun, Run
 from tether.errors import (
     ApprovalDenied,
     ArtifactCorrupt,

@@ -15,10 +15,12 @@ from tether.context.artifacts import Artifacts, ArtifactStore, DatabaseArtifacts
 from tether.context.conversation import Session, Summarizer, make_policy, open_session
 from tether.context.memory import Memory
 from tether.engine import compensation, registry, waits
+from tether.engine.calls import Cancelling, Core, Stopping, Suspended, agent_body
 from tether.engine.effects import ToolDef, define_tool, guarded
-from tether.engine.journal import Cancelling, Core, Journal, Stopping, Suspended, agent_body
+from tether.engine.journal import Journal
+from tether.engine.policy import Policy
 from tether.engine.retry import NO_RETRY, Retry
-from tether.engine.runtime import AsyncRun, Policy, Run, adrive, drive
+from tether.engine.runtime import AsyncRun, Run, adrive, drive
 from tether.errors import (
     ClockSkew,
     Conflict,

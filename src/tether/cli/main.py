@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import tether
+import tether.cli
 from tether.engine.registry import CODE_ENV, parse_modules
 from tether.model import inputs
 from tether.model.clock import owner_is_dead_local
@@ -957,8 +958,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extensions() -> list[ModuleType]:
     found = []
-    for info in pkgutil.iter_modules(tether.__path__, "tether."):
-        if not info.name.rpartition(".")[2].startswith("cli_"):
+    for info in pkgutil.iter_modules(tether.cli.__path__, "tether.cli."):
+        if info.name.rpartition(".")[2] in ("main", "__main__"):
             continue
         try:
             found.append(importlib.import_module(info.name))

@@ -14,7 +14,8 @@ import inspect
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tether.engine.journal import Core, Journal, Sleep, Slot
+from tether.engine.calls import Core, Sleep, Slot
+from tether.engine.journal import Journal
 from tether.errors import ApprovalDenied, Conflict, DecisionRefused, InvalidState, WaitTimeout
 from tether.model import codec
 from tether.model import events as ev

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field, replace
 from math import inf
 from typing import TYPE_CHECKING, Any
 
-from tether.engine.journal import Cancelling, Stopping
+from tether.engine.calls import Cancelling, Stopping
 from tether.errors import (
     Conflict,
     LeaseLost,
