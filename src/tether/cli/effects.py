@@ -16,8 +16,8 @@ from tether.cli.main import (
     report_handle,
     when,
 )
-from tether.engine.waits import NO_RESULT
 from tether.model import codec
+from tether.services.control import NO_RESULT
 from tether.services.worker import CANCEL_POLL
 
 

@@ -786,7 +786,7 @@ def _retry(args: argparse.Namespace, ctx: Context) -> int:
     record = app.store.get_run(inputs.lookup_id(args.run))
     queue = record.queue
     if queue is None or args.here:
-        report_handle(ctx, app, app.retry_run(args.run))
+        report_handle(ctx, app, app.retry_run(args.run, in_queue=False))
         return 0
     handle = app.retry_run(args.run, in_queue=True)
     what = "retries it from its failed step"

@@ -106,6 +106,7 @@ class Journal:
         lease: Lease,
         *,
         actor: str | None = None,
+        detached_end: bool = False,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -118,7 +119,7 @@ class Journal:
         self.poisoned: BaseException | None = None
         # a worker's execution: nothing waits for the run's final event, so its append
         # need not wait for the commit (a crash before it replays the run to the same end)
-        self.detached_end = False
+        self.detached_end = detached_end
         self._deferred: list[NewEvent] = []
         self._deferred_transition: Transition | None = None
         self.interrupted: BaseException | None = None  # raised at the next position
@@ -135,6 +136,11 @@ class Journal:
         self._in_flight: dict[Any, int] = {}  # task -> its calls taken and not finished
         self._fork_edits = sorted(state.fork_edits, key=lambda edit: edit[0])
         self._apply_fork_vars()
+
+    def interrupt(self, exc: BaseException | None) -> None:
+        """Raise ``exc`` at this execution's next position (a stop or a cancel asked from
+        another thread); None withdraws it."""
+        self.interrupted = exc
 
     def _apply_fork_vars(self) -> None:
         """Each fork's edited variables take effect once replay passes its fork point

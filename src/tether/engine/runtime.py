@@ -20,11 +20,11 @@ from tether.context.conversation import Session, session_of_run
 from tether.engine import fanout
 from tether.engine.calls import Call, Core, Sleep
 from tether.engine.effects import ToolDef, tool_core
+from tether.engine.gates import approve_core, sleep_core, wait_core
 from tether.engine.journal import Journal
 from tether.engine.policy import Policy
 from tether.engine.retry import Retry, call_with_timeout
 from tether.engine.steps import step_core
-from tether.engine.waits import approve_core, sleep_core, wait_core
 from tether.errors import EncodeError
 from tether.model import events as ev
 from tether.model.clock import Clock
@@ -175,6 +175,10 @@ class _RunBase:
             self._session = session_of_run(self._j.store, self._j.clock, self.id, self)
         assert self._session is None or isinstance(self._session, Session)
         return self._session
+
+    def bind_session(self, session: Session) -> None:
+        """Make ``session`` this run's conversation (``app.run_in``: known before it starts)."""
+        self._session = session.bound(self.id, self)
 
     def _prompt(self, messages: Any) -> dict[str, Any]:
         """A model call's prompt as references to the session's messages (none outside one)."""

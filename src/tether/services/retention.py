@@ -38,14 +38,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from tether.model.clock import Clock
 from tether.model.durations import Duration, parse_duration
 from tether.model.state import FINISHED, STATUSES
 from tether.store import RunRecord, Store
-
-if TYPE_CHECKING:
-    from tether.app import App
 
 BATCH = 500
 BLOB_GRACE = 3600.0  # seconds a snapshot page is kept after it was last written or reused
@@ -132,7 +129,8 @@ class GcResult:
 
 
 def gc(
-    app: App,
+    store: Store,
+    clock: Clock,
     *,
     older_than: float | None = None,
     statuses: Sequence[str] = (),
@@ -145,24 +143,24 @@ def gc(
     snapshot references any more, then vacuum (unless ``dry_run``)."""
     if blob_grace < 0:
         raise ValueError(f"blob_grace is an age in seconds (0 or more), not {blob_grace}")
-    now = app.clock.now()
+    now = clock.now()
     chosen = runs_to_collect(
-        app.store.list_runs(limit=_ALL),
+        store.list_runs(limit=_ALL),
         now=now,
         older_than=older_than,
         statuses=statuses,
         keep_last=keep_last,
     )
     ids = tuple(r.id for r in chosen)
-    before = store_bytes(app.store)
+    before = store_bytes(store)
     if dry_run:
-        pages, page_bytes = app.store.sweep_blobs(before=now - blob_grace, dry_run=True)
+        pages, page_bytes = store.sweep_blobs(before=now - blob_grace, dry_run=True)
         return GcResult(ids, 0, True, before, before, pages, page_bytes)
-    deleted = sum(app.store.delete_runs(ids[i : i + BATCH]) for i in range(0, len(ids), BATCH))
-    pages, page_bytes = app.store.sweep_blobs(before=now - blob_grace)
+    deleted = sum(store.delete_runs(ids[i : i + BATCH]) for i in range(0, len(ids), BATCH))
+    pages, page_bytes = store.sweep_blobs(before=now - blob_grace)
     if vacuum and (deleted or pages):
-        app.store.vacuum()
-    return GcResult(ids, deleted, False, before, store_bytes(app.store), pages, page_bytes)
+        store.vacuum()
+    return GcResult(ids, deleted, False, before, store_bytes(store), pages, page_bytes)
 
 
 def store_bytes(store: Store) -> int | None:
