@@ -26,21 +26,20 @@ from tether.engine.policy import Policy
 from tether.engine.registry import AgentDef, Registry, agent, tool
 from tether.engine.retry import NO_RETRY, Retry
 from tether.engine.states import States
-from tether.errors import InvalidInput
 from tether.model import inputs
 from tether.model.clock import Clock, SystemClock, process_owner
-from tether.model.durations import Duration, parse_duration
+from tether.model.durations import Duration
 from tether.model.events import Event
 from tether.model.state import RunState
 from tether.services import control, export, retention, sessions, timetravel
 from tether.services.control import Control
 from tether.services.queues import QueueConfig, Queues
 from tether.services.reader import Reader
-from tether.services.worker import POISON_AFTER, Worker
+from tether.services.worker import MAX_CONCURRENCY as MAX_CONCURRENCY
+from tether.services.worker import POISON_AFTER, Worker, check_worker
 from tether.store import AuditRecord, Effect, RunRecord, Store
 
 F = TypeVar("F", bound=Callable[..., Any])
-MAX_CONCURRENCY = 10_000  # runs one worker executes at once (threads): more is a typo
 
 
 class App:
@@ -270,15 +269,7 @@ class App:
         ``prefetch``: runs to claim ahead of the free slots (0: never; None: while runs are
         short, see :mod:`tether.services.worker`). ``poison_after``: executions in a row that end in
         an error outside the run's steps before the run is failed (see tether.services.worker)."""
-        if isinstance(queues, str) or not isinstance(queues, Sequence) or not queues:
-            raise InvalidInput(
-                f"queues is a list of queue names, e.g. ['default'], not {inputs.show(queues)}"
-            )
-        for q in queues:
-            inputs.name(q, "queues: a queue")
-        for what, n in (("concurrency", concurrency), ("prefetch", prefetch)):
-            if isinstance(n, int) and n > MAX_CONCURRENCY:  # the rest: Worker's checks
-                raise InvalidInput(f"{what} must be at most {MAX_CONCURRENCY} runs, not {n}")
+        check_worker(queues, concurrency, prefetch)
         return Worker(
             self._deps,
             self._executor,
@@ -482,12 +473,7 @@ class App:
         self, a: RunState | str, b: RunState | str, *, bookkeeping: bool = False
     ) -> timetravel.Diff:
         """What differs from state ``a`` to state ``b`` (a run id means its head)."""
-        for x in (a, b):
-            if not isinstance(x, RunState | str):
-                raise InvalidInput(f"diff compares two states or two run ids, not {inputs.show(x)}")
-        sa = self.load(a) if isinstance(a, str) else a
-        sb = self.load(b) if isinstance(b, str) else b
-        return timetravel.diff(sa, sb, bookkeeping=bookkeeping)
+        return timetravel.compare(self._states, a, b, bookkeeping=bookkeeping)
 
     def fork(
         self,
@@ -535,22 +521,15 @@ class App:
         """Delete finished runs by age (seconds, a timedelta or ``"30d"``), status and
         keep-last-N per agent, sweep the snapshot pages no snapshot references and nothing
         wrote for ``blob_grace``, then give the space back. See :mod:`tether.services.retention`."""
-        age = parse_duration(older_than, what="older_than")
-        grace = parse_duration(blob_grace, what="blob_grace")
-        if grace is None:
-            raise InvalidInput("blob_grace is a duration (e.g. '1h'), not None")
-        if keep_last is not None:
-            inputs.integer(keep_last, "keep_last", low=0)
-        statuses = (status,) if isinstance(status, str) else tuple(status)
-        return retention.gc(
+        return retention.collect(
             self.store,
             self.clock,
-            older_than=age,
-            statuses=statuses,
+            older_than=older_than,
+            status=status,
             keep_last=keep_last,
             dry_run=dry_run,
             vacuum=vacuum,
-            blob_grace=grace,
+            blob_grace=blob_grace,
         )
 
     # -- memory and artifacts (tether.context.memory, tether.context.artifacts) ----------------

@@ -39,6 +39,8 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from tether.errors import InvalidInput
+from tether.model import inputs
 from tether.model.clock import Clock
 from tether.model.durations import Duration, parse_duration
 from tether.model.state import FINISHED, STATUSES
@@ -169,3 +171,35 @@ def store_bytes(store: Store) -> int | None:
     if not isinstance(path, str) or not os.path.exists(path):
         return None
     return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
+
+
+def collect(
+    store: Store,
+    clock: Clock,
+    *,
+    older_than: Duration | None,
+    status: Sequence[str] | str,
+    keep_last: int | None,
+    dry_run: bool,
+    vacuum: bool,
+    blob_grace: Duration,
+) -> GcResult:
+    """:func:`gc` with ``app.gc``'s arguments checked first (durations parsed, a single
+    status taken as a list of one)."""
+    age = parse_duration(older_than, what="older_than")
+    grace = parse_duration(blob_grace, what="blob_grace")
+    if grace is None:
+        raise InvalidInput("blob_grace is a duration (e.g. '1h'), not None")
+    if keep_last is not None:
+        inputs.integer(keep_last, "keep_last", low=0)
+    statuses = (status,) if isinstance(status, str) else tuple(status)
+    return gc(
+        store,
+        clock,
+        older_than=age,
+        statuses=statuses,
+        keep_last=keep_last,
+        dry_run=dry_run,
+        vacuum=vacuum,
+        blob_grace=grace,
+    )

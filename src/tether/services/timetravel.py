@@ -314,6 +314,18 @@ def _strip_nested(value: Any) -> Any:
     return value
 
 
+def compare(
+    states: States, a: RunState | str, b: RunState | str, *, bookkeeping: bool = False
+) -> Diff:
+    """:func:`diff` of two states or runs' heads (a run id means its head's state)."""
+    for x in (a, b):
+        if not isinstance(x, RunState | str):
+            raise InvalidInput(f"diff compares two states or two run ids, not {inputs.show(x)}")
+    sa = states.load(a) if isinstance(a, str) else a
+    sb = states.load(b) if isinstance(b, str) else b
+    return diff(sa, sb, bookkeeping=bookkeeping)
+
+
 def diff(a: RunState, b: RunState, *, bookkeeping: bool = False) -> Diff:
     """The structured difference from state ``a`` to state ``b`` (any runs, any points).
 

@@ -46,7 +46,7 @@ from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import dataclass, field, replace
 from math import inf
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from tether.engine.calls import Stopping
 from tether.engine.deps import Deps
@@ -55,6 +55,7 @@ from tether.engine.leases import CANCEL_POLL as CANCEL_POLL
 from tether.engine.leases import heartbeat
 from tether.errors import (
     Conflict,
+    InvalidInput,
     LeaseLost,
     NondeterminismError,
     NotFound,
@@ -62,13 +63,16 @@ from tether.errors import (
     StoreUnavailable,
     TetherError,
 )
-from tether.model import codec
-from tether.model import events as ev
-from tether.model.clock import Clock, owner_is_dead_local, process_owner
-from tether.services import cpus
+from tether.model import inputs
+from tether.model.clock import process_owner
+from tether.services import cpus, poison
+from tether.services.poison import ATTEMPT_FAILED as ATTEMPT_FAILED
+from tether.services.poison import described as _described
 from tether.services.queues import QueueConfig as QueueConfig
 from tether.services.queues import Queues
-from tether.store import Lease, QueueLimits, RunRecord, Store, Transition, WorkerRecord
+from tether.services.workers import describe as describe
+from tether.services.workers import reap_dead_workers as reap_dead_workers
+from tether.store import Lease, QueueLimits, RunRecord, Transition, WorkerRecord
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
@@ -94,8 +98,24 @@ BACKOFF, BACKOFF_MAX = 1.0, 30.0
 # failure, which the run records) this many times in a row, the log at the same seq each
 # time, fail the run instead of giving it back to its queue again (Worker(poison_after=)).
 POISON_AFTER = 3
-ATTEMPT_FAILED = "run.attempt_failed"  # the audit action that counts them
 RUN_TIME_WEIGHT = 0.2  # of the newest run in the moving average of run durations
+
+
+MAX_CONCURRENCY = 10_000  # runs one worker executes at once (threads): more is a typo
+
+
+def check_worker(queues: Sequence[str], concurrency: int, prefetch: int | None) -> None:
+    """``app.worker``'s options, checked before a worker exists (the rest:
+    :class:`Worker`'s checks): InvalidInput naming the parameter."""
+    if isinstance(queues, str) or not isinstance(queues, Sequence) or not queues:
+        raise InvalidInput(
+            f"queues is a list of queue names, e.g. ['default'], not {inputs.show(queues)}"
+        )
+    for q in queues:
+        inputs.name(q, "queues: a queue")
+    for what, n in (("concurrency", concurrency), ("prefetch", prefetch)):
+        if isinstance(n, int) and n > MAX_CONCURRENCY:  # the rest: Worker's checks
+            raise InvalidInput(f"{what} must be at most {MAX_CONCURRENCY} runs, not {n}")
 
 
 @dataclass
@@ -410,52 +430,16 @@ class Worker:
             )
 
     def _fruitless(self, record: RunRecord, lease: Lease, error: Exception) -> None:
-        """An execution ended in ``error`` outside the run's steps: count it (an audit
-        record, with the seq the log ended at) and give the run back to its queue; the
-        ``poison_after``-th in a row with the log at the same seq fails the run instead.
-
-        Counted in the audit log, not in memory: the next attempt may be another worker's.
-        A run whose log grows between attempts is not poison: it moves."""
-        store, now = self.deps.store, self.deps.clock.now()
+        """An execution ended in ``error`` outside the run's steps: count it and give the
+        run back to its queue; the ``poison_after``-th in a row with the log at the same
+        seq fails the run instead (see :mod:`tether.services.poison`)."""
         try:
-            head = _head_seq(store, record.id)
-            tries = 1 + sum(
-                1
-                for a in store.read_audit(record.id)
-                if a.action == ATTEMPT_FAILED and _attempt_seq(a.detail) == head
-            )
-            detail = {"seq": head, "attempt": tries, "error": _described(error)}
-            store.record_audit(
-                record.id, ATTEMPT_FAILED, codec.encode(detail), actor=self.id, now=now
-            )
-            if tries >= self.poison_after and head is not None:
-                self._fail_poison(record, lease, head, tries, error)
+            if poison.count(self.deps, record, lease, error, self.id, self.poison_after):
+                self.stats.failed += 1
                 return
         except TetherError as e:
             log.warning("worker %s could not count run %s's attempts: %s", self.id, record.id, e)
         self._give_back(record, lease)
-
-    def _fail_poison(
-        self, record: RunRecord, lease: Lease, head: int, tries: int, error: Exception
-    ) -> None:
-        """Fail a poison run: its log says why (run.failed), and no compensation runs (its
-        work did not fail: what runs it did). `tether retry` takes it up again."""
-        message = (
-            f"run {record.id}: {tries} executions in a row ended in this error outside the "
-            f"run's steps, with its log at seq {head} each time, so it is failed instead of "
-            f"being taken again (poison_after={self.poison_after}): {_described(error)}. Fix "
-            f"the cause, then `tether retry {record.id}`."
-        )
-        now = self.deps.clock.now()
-        failure = {"type": _type_name(error), "message": message, "at": now, "step": None}
-        failure.update(position=None, kind=None, poison={"attempts": tries, "seq": head})
-        event = ev.new(ev.RUN_FAILED, {"error": failure}, now, self.id)
-        failed = Transition("failed", release=True)
-        self.deps.store.append(
-            record.id, [event], expected_seq=head, epoch=lease.epoch, transition=failed, now=now
-        )
-        self.stats.failed += 1
-        log.error("worker %s failed poison run %s: %s", self.id, record.id, message)
 
     def _next_ready(self) -> list[tuple[RunRecord, Lease]] | None:
         """A run claimed ahead, for a thread whose run ended (the claiming loop is woken
@@ -564,91 +548,3 @@ class Worker:
             self.stop()
         self._count_sharing(reap_dead_workers(self.deps, exclude=self.id))
         return cancels
-
-
-def _head_seq(store: Store, run_id: str) -> int | None:
-    """The seq the run's log ends at (read past any claim's prefetched copy), or None when
-    the log cannot be read (a damaged row: the attempts are then counted whatever it is)."""
-    try:
-        loaded = store.load(run_id, upto=2**31)
-    except TetherError:
-        return None
-    if loaded.events:
-        return int(loaded.events[-1].seq)
-    return loaded.snapshot.seq if loaded.snapshot is not None else 0
-
-
-def _attempt_seq(detail: str) -> int | None:
-    try:
-        seq = codec.decode(detail).get("seq")
-    except (TetherError, AttributeError):
-        return -1  # not one of ours: never the same seq
-    return seq if isinstance(seq, int) else None
-
-
-def _described(error: BaseException) -> str:
-    """``Type: message`` of an error, as text that can be stored (whatever its str does)."""
-    try:
-        text = str(error)
-    except Exception:
-        text = "(its message cannot be shown: str() raised)"
-    text = text.encode("utf-8", "backslashreplace").decode()  # a lone surrogate: escaped
-    return f"{_type_name(error)}: {text[:2000]}"
-
-
-def _type_name(error: BaseException) -> str:
-    t = type(error)
-    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
-
-
-class LeaseSetup(Protocol):
-    """What :func:`reap_dead_workers` needs: a store, its clock and the lease ttl (a
-    :class:`~tether.engine.deps.Deps`, or anything with them)."""
-
-    @property
-    def store(self) -> Store: ...
-
-    @property
-    def clock(self) -> Clock: ...
-
-    @property
-    def lease_ttl(self) -> float: ...
-
-
-def reap_dead_workers(setup: LeaseSetup, *, exclude: str | None = None) -> list[WorkerRecord]:
-    """Forget workers whose process is gone, or whose heartbeat is long past; their
-    leases become claimable at once. Returns the workers left.
-
-    A process is known gone only on its own host and pid namespace (its worker id says
-    which: see ``clock.owner_is_dead_local``); a worker in another container, even one
-    sharing this host's name, is left to its heartbeat and leases. So is a worker given
-    an id of its own (``worker_id``), which names no process.
-    """
-    left = []
-    now = setup.clock.now()
-    for w in setup.store.list_workers():
-        gone = now - w.heartbeat_at > 10 * setup.lease_ttl
-        if w.id != exclude and (gone or owner_is_dead_local(w.id)):
-            setup.store.remove_worker(w.id, expire_leases=True)
-            continue
-        left.append(w)
-    return left
-
-
-def describe(
-    workers: Iterable[WorkerRecord], leases: dict[str, list[str]], now: float
-) -> list[dict[str, Any]]:
-    """Plain data for ``tether workers``."""
-    return [
-        {
-            "id": w.id,
-            "host": w.host,
-            "pid": w.pid,
-            "queues": w.queues,
-            "concurrency": w.concurrency,
-            "heartbeat_age_s": round(now - w.heartbeat_at, 3),
-            "stopping": bool(w.stopping),
-            "runs": leases.get(w.id, []),
-        }
-        for w in workers
-    ]
