@@ -1,6 +1,6 @@
 """The App: a facade over the engine and the services, one front door for the user.
 
-Each method checks nothing of its own and delegates: registration to
+Each method delegates (its arguments' checks included): registration to
 :class:`tether.engine.registry.Registry`, execution to
 :class:`tether.engine.executor.Executor`, reads to :mod:`tether.services.reader`, the
 operations from outside a run to :mod:`tether.services.control`, queues to
@@ -120,7 +120,7 @@ class App:
         def register(f: F) -> F:
             agent(name=name, version=version)(f)
             d: AgentDef = f.__tether_agent__  # type: ignore[attr-defined]
-            self._registry.agents[d.name] = d
+            self._registry.add(d)
             return f
 
         return register(fn) if fn is not None else register
@@ -154,7 +154,7 @@ class App:
                 risk=risk, compensate=compensate, on_doubt=on_doubt, retry=retry, name=name
             )(f)
             d: ToolDef = declared.__tether_tool__  # type: ignore[attr-defined]
-            self._registry.tools[d.name] = d
+            self._registry.add(d)
             return declared
 
         return register(fn) if fn is not None else register

@@ -131,7 +131,7 @@ class Journal:
         # fan-outs: calls from several threads share this journal (see the module docstring)
         self.lock = threading.RLock()
         self.thread = threading.get_ident()  # the agent's thread
-        self.agent_task: object | None = None  # an async agent's task (App sets it)
+        self.agent_task: object | None = None  # an async agent's task (the executor sets it)
         self._took: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self._in_flight: dict[Any, int] = {}  # task -> its calls taken and not finished
         self._fork_edits = sorted(state.fork_edits, key=lambda edit: edit[0])

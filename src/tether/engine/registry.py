@@ -67,6 +67,13 @@ class Registry:
         self.tools: dict[str, ToolDef] = {}
         self.code = check_modules(code)
 
+    def add(self, d: AgentDef | ToolDef) -> None:
+        """Register an agent or a tool (a later one of the same name replaces it)."""
+        if isinstance(d, AgentDef):
+            self.agents[d.name] = d
+        else:
+            self.tools[d.name] = d
+
     def allow(self, modules: Iterable[str]) -> None:
         """Allow importing ``modules`` (and their submodules)."""
         self.code = self.code | check_modules(modules)
