@@ -19,11 +19,14 @@ from collections.abc import Iterable as _Iterable
 from typing import Any as _Any
 
 from tether import context as context  # tether.context.build: the context window
-from tether.app import AgentDef, App, RunHandle, agent, tool
+from tether.app import App
 from tether.context.memory import Embedder as _Embedder
-from tether.engine.journal import StepInfo, current_step
+from tether.engine.calls import StepInfo, current_step
+from tether.engine.executor import RunHandle
+from tether.engine.policy import Policy
+from tether.engine.registry import AgentDef, agent, tool
 from tether.engine.retry import Retry
-from tether.engine.runtime import AsyncRun, Policy, Run
+from tether.engine.runtime import AsyncRun, Run
 from tether.errors import (
     ApprovalDenied,
     ArtifactCorrupt,

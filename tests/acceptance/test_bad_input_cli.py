@@ -202,7 +202,7 @@ def test_garbage_for_every_option_gets_a_clear_error(
 def _export(app: tether.App, run_id: str) -> list[str]:
     from tether.services.export import export_lines
 
-    return list(export_lines(app, run_id))
+    return list(export_lines(app.store, run_id))
 
 
 def _substitute(arg: str, subs: dict[str, str]) -> str:

@@ -340,7 +340,7 @@ def test_a_workers_claims_stay_within_its_room_at_once_where_they_share_commits(
     lock = threading.Lock()
     seen = dict.fromkeys(("claiming", "peak_claiming", "held", "peak_held"), 0)
     seen |= dict.fromkeys(("running", "peak_running"), 0)
-    claim_next, execute_claimed = app.store.claim_next, app.execute_claimed
+    claim_next, execute_claimed = app.store.claim_next, app._executor.execute_claimed
 
     def slow_claim(*args: Any, **kwargs: Any) -> Any:
         with lock:
@@ -374,7 +374,7 @@ def test_a_workers_claims_stay_within_its_room_at_once_where_they_share_commits(
                 seen["running"] -= 1
 
     app.store.claim_next = slow_claim  # type: ignore[method-assign]
-    app.execute_claimed = counted  # type: ignore[method-assign]
+    app._executor.execute_claimed = counted  # type: ignore[method-assign]
     stats = worker.run(until_idle=True, install_signals=False)
     assert stats.completed == len(ids) == stats.claimed
     assert all(app.get(i).status == "completed" for i in ids)

@@ -48,11 +48,13 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from tether.engine.calls import step_key
 from tether.engine.effects import define_tool, tool_core
-from tether.engine.journal import Journal, step_core, step_key
+from tether.engine.gates import approve_core, sleep_core, wait_core
+from tether.engine.journal import Journal
 from tether.engine.retry import NO_RETRY
 from tether.engine.runtime import drive
-from tether.engine.waits import approve_core, sleep_core, wait_core
+from tether.engine.steps import step_core
 from tether.errors import ApprovalDenied, WaitTimeout
 from tether.model import codec
 from tether.model import events as ev

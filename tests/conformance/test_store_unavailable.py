@@ -294,7 +294,7 @@ def test_a_sqlite_file_locked_too_long_pauses_the_run(sqlite_backend: Backend) -
         # gives it back (without that, it would extend it while the process lives)
         assert app.store.get_run(rid).lease_owner == app.owner
         other.execute("ROLLBACK")
-        app.retry_let_go()  # what the heartbeat does
+        app._leases.retry_let_go()  # what the heartbeat does
         _resumes(app, rid, calls)
     finally:
         other.close()

@@ -631,7 +631,7 @@ def test_a_worker_of_another_pid_namespace_is_not_reaped_by_pid(tmp_path: Path) 
     nothing in the other. A worker starting here must not take the runs of a worker
     there because no process here has its pid: only its heartbeat's age can tell."""
     from tether.model.clock import pid_space
-    from tether.services.worker import reap_dead_workers
+    from tether.services.workers import reap_dead_workers
 
     clock = tether.FakeClock()
     app = tether.open(str(tmp_path / "ns.db"), clock=clock)

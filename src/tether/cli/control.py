@@ -10,8 +10,8 @@ from typing import Any
 import tether
 from tether.cli import format as fmt
 from tether.cli.context import Command, CommandError, Context
-from tether.engine.waits import NO_RESULT
 from tether.model import codec
+from tether.services.control import NO_RESULT
 from tether.services.worker import CANCEL_POLL
 
 

@@ -171,7 +171,7 @@ def _retry(args: argparse.Namespace, ctx: Context) -> int:
     record = app.store.get_run(inputs.lookup_id(args.run))
     queue = record.queue
     if queue is None or args.here:
-        handle = app.retry_run(args.run)
+        handle = app.retry_run(args.run, in_queue=False)
         ctx.print(fmt.handle_report(app.get(handle.id), handle))
         return 0
     handle = app.retry_run(args.run, in_queue=True)

@@ -97,7 +97,7 @@ def _worker(args: argparse.Namespace, ctx: Context) -> int:
         pinned = worker.pin()
     except ValueError as e:  # a CPU this process may not run on
         raise CommandError(f"--cpu: {e}", 2) from None
-    app.check_clock()  # before saying it claims (measured once per App: run() reuses it)
+    worker.leases.check_clock()  # before saying it claims (measured once: run() reuses it)
     if not args.quiet:
         on_cpu = "" if pinned is None else f", pinned to CPU {pinned}"
         ctx.print(

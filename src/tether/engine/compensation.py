@@ -24,9 +24,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from tether.engine.calls import Call, Core, step_key
 from tether.engine.effects import ToolDef, owns
-from tether.engine.journal import Call, Core, Journal, attempts, step_key
+from tether.engine.journal import Journal
 from tether.engine.retry import Retry
+from tether.engine.steps import attempts
 from tether.model import codec
 from tether.model import events as ev
 from tether.model.state import RunState, StepState

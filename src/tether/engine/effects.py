@@ -48,17 +48,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tether.engine.journal import (
-    Call,
-    Core,
-    Journal,
-    Slot,
-    attempts,
-    error_info,
-    in_agent_body,
-    step_key,
-)
+from tether.engine.calls import Call, Core, Slot, in_agent_body, step_key
+from tether.engine.journal import Journal, error_info
 from tether.engine.retry import Retry, keyed_call
+from tether.engine.steps import attempts
 from tether.errors import InvalidState, StepTimeout
 from tether.model import codec, inputs
 from tether.model import events as ev

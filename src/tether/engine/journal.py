@@ -18,24 +18,24 @@ first), and a second call of an asyncio task while another task's call is in
 flight. A Journal is shared by the threads of a fan-out: positions, appends and the
 deferred records are taken under its lock.
 
-The step logic is written once, as generators (:func:`step_core`) that yield
-commands (:class:`Call`, :class:`Sleep`); :mod:`tether.engine.runtime` drives them
-either synchronously or with ``await``. There are no sync/async twins.
+The step logic is written once, as generators (:func:`tether.engine.steps.step_core`)
+that yield commands (:class:`~tether.engine.calls.Call`,
+:class:`~tether.engine.calls.Sleep`); :mod:`tether.engine.runtime` drives them either
+synchronously or with ``await``. There are no sync/async twins.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import sys
 import threading
-import time
 import traceback
 import weakref
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tether.engine.calls import Slot, Suspended, current_task
 from tether.engine.retry import Retry
 from tether.errors import (
     EncodeError,
@@ -56,126 +56,6 @@ MAX_INPUT_REPR = 2000
 # next append (Journal.record_success): a crash before it runs the step again, which costs
 # less than the commit it saves. A slower one is written at once.
 DEFER_BELOW = 0.05  # seconds
-
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    """Command: call ``fn(*args, **kwargs)`` (bounded by ``timeout`` seconds)."""
-
-    fn: Callable[..., Any]
-    args: Sequence[Any]
-    kwargs: dict[str, Any]
-    timeout: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class Sleep:
-    """Command: wait ``seconds`` before going on."""
-
-    seconds: float
-
-
-Core = Generator[Call | Sleep, Any, Any]
-
-
-class Suspended(BaseException):
-    """Internal: unwinds the agent when its run starts waiting (approval, signal, timer).
-
-    A BaseException so that an agent's ``except Exception`` does not swallow it.
-    """
-
-    def __init__(self, waiting_for: str) -> None:
-        super().__init__(waiting_for)
-        self.waiting_for = waiting_for
-
-
-class Stopping(BaseException):
-    """Internal: the process is stopping; the run goes back to the queue at its next step."""
-
-
-class Cancelling(BaseException):
-    """Internal: someone cancelled the run; it stops at its next step (and compensates)."""
-
-    def __init__(
-        self, compensate: bool = False, *, by: str | None = None, reason: str | None = None
-    ) -> None:
-        super().__init__("cancel requested" + (" with compensation" if compensate else ""))
-        self.compensate = compensate
-        self.by = by  # None when the request came through the store (another process):
-        self.reason = reason  # then the run's audit record "cancel.requested" says
-
-
-@dataclass(frozen=True, slots=True)
-class StepInfo:
-    """What :func:`tether.current_step` returns inside a step or tool call."""
-
-    run_id: str
-    position: int
-    name: str
-    kind: str
-    attempt: int
-    idempotency_key: str
-
-
-_CURRENT: contextvars.ContextVar[StepInfo | None] = contextvars.ContextVar(
-    "tether_current_step", default=None
-)
-
-
-# The run whose agent body this context executes (set around the agent function by App):
-# a tool called there outside any step or tool call bypasses the journal (see effects).
-_AGENT: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "tether_agent_run", default=None
-)
-
-
-@contextlib.contextmanager
-def agent_body(run_id: str) -> Iterator[None]:
-    """Mark this context as executing run ``run_id``'s agent function, outside any step
-    (an agent run inline inside another's step has a body of its own)."""
-    token, step = _AGENT.set(run_id), _CURRENT.set(None)
-    try:
-        yield
-    finally:
-        _CURRENT.reset(step)
-        _AGENT.reset(token)
-
-
-def in_agent_body() -> str | None:
-    """The run whose agent body is executing here, outside any step or tool call, or None."""
-    run_id = _AGENT.get()
-    return run_id if run_id is not None and _CURRENT.get() is None else None
-
-
-def current_step() -> StepInfo:
-    """The step being executed: run id, position, attempt and its idempotency key.
-
-    Pass ``idempotency_key`` on to external APIs (an ``Idempotency-Key`` header).
-    Raises LookupError outside a tether step.
-    """
-    info = _CURRENT.get()
-    if info is None:
-        raise LookupError("tether.current_step() is only available inside a step or tool call")
-    return info
-
-
-def step_key(run_id: str, pos: int, name: str, digest: str) -> str:
-    """The idempotency key ``{run_id}:{position}:{name}:{args_hash}``."""
-    return f"{run_id}:{pos}:{name}:{digest[:16]}"
-
-
-@dataclass(slots=True)
-class Slot:
-    """One position taken by a tether call during this execution."""
-
-    pos: int
-    kind: str
-    name: str
-    recorded: StepState | None
-
-    @property
-    def done(self) -> bool:
-        return self.recorded is not None and self.recorded.status == "completed"
 
 
 @dataclass(slots=True)
@@ -215,18 +95,6 @@ def branch(reserved: Reserved) -> Iterator[None]:
         _RESERVED.reset(token)
 
 
-def current_task() -> object | None:
-    """The asyncio task running here, or None (no loop, or asyncio never imported)."""
-    asyncio = sys.modules.get("asyncio")
-    if asyncio is None:
-        return None
-    try:
-        task: object | None = asyncio.current_task()
-    except RuntimeError:  # no running event loop in this thread
-        return None
-    return task
-
-
 class Journal:
     """A run's log as seen by one execution: positions, replay, appends with the lease."""
 
@@ -238,6 +106,7 @@ class Journal:
         lease: Lease,
         *,
         actor: str | None = None,
+        detached_end: bool = False,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -250,7 +119,7 @@ class Journal:
         self.poisoned: BaseException | None = None
         # a worker's execution: nothing waits for the run's final event, so its append
         # need not wait for the commit (a crash before it replays the run to the same end)
-        self.detached_end = False
+        self.detached_end = detached_end
         self._deferred: list[NewEvent] = []
         self._deferred_transition: Transition | None = None
         self.interrupted: BaseException | None = None  # raised at the next position
@@ -262,11 +131,16 @@ class Journal:
         # fan-outs: calls from several threads share this journal (see the module docstring)
         self.lock = threading.RLock()
         self.thread = threading.get_ident()  # the agent's thread
-        self.agent_task: object | None = None  # an async agent's task (App sets it)
+        self.agent_task: object | None = None  # an async agent's task (the executor sets it)
         self._took: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self._in_flight: dict[Any, int] = {}  # task -> its calls taken and not finished
         self._fork_edits = sorted(state.fork_edits, key=lambda edit: edit[0])
         self._apply_fork_vars()
+
+    def interrupt(self, exc: BaseException | None) -> None:
+        """Raise ``exc`` at this execution's next position (a stop or a cancel asked from
+        another thread); None withdraws it."""
+        self.interrupted = exc
 
     def _apply_fork_vars(self) -> None:
         """Each fork's edited variables take effect once replay passes its fork point
@@ -638,115 +512,3 @@ def _storable(text: str) -> str:
 def _short_repr(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= MAX_INPUT_REPR else text[:MAX_INPUT_REPR] + "…"
-
-
-def step_core(
-    j: Journal,
-    kind: str,
-    name: str,
-    fn: Callable[..., Any],
-    args: Sequence[Any],
-    kwargs: dict[str, Any],
-    policy: Retry,
-    note: Callable[[], Mapping[str, Any]] | None = None,
-) -> Core:
-    """One journaled call with retries: its position is taken now, in the order of the
-    calls; the core returned replays it, or executes it and records every attempt.
-
-    ``note()``, when given, is called once if the call executes (never on replay) and
-    its items are added to the ``step.completed`` event (a model call's prompt refs).
-    """
-    if not callable(fn):
-        raise TypeError(f"run {j.run_id}: {kind} {name!r} needs a callable, got {fn!r}")
-    slot = j.slot(kind, name)
-    if slot.done:
-        assert slot.recorded is not None
-        return replayed(slot.recorded.output)
-    return _step(j, slot, fn, args, kwargs, policy, note)
-
-
-def replayed(value: Any) -> Core:
-    """A core that returns ``value`` at once (a position the log already answers)."""
-    return value
-    yield  # makes this a generator: drivers treat every core alike
-
-
-def _step(
-    j: Journal,
-    slot: Slot,
-    fn: Callable[..., Any],
-    args: Sequence[Any],
-    kwargs: dict[str, Any],
-    policy: Retry,
-    note: Callable[[], Mapping[str, Any]] | None,
-) -> Core:
-    digest = codec.digest([list(args), kwargs])
-    key = step_key(j.run_id, slot.pos, slot.name, digest)
-    call = Call(fn, args, kwargs, policy.timeout)
-    extra = note() if note is not None else None
-    return (yield from attempts(j, slot, call, policy, digest, key, extra=extra))
-
-
-def attempts(
-    j: Journal,
-    slot: Slot,
-    call: Call,
-    policy: Retry,
-    digest: str,
-    key: str,
-    before: Callable[[int], None] | None = None,
-    effect: EffectWrite | None = None,
-    extra: Mapping[str, Any] | None = None,
-    also: Sequence[EffectWrite] = (),
-    in_doubt: Callable[[BaseException, int], None] | None = None,
-) -> Core:
-    """Call until success or the policy gives up, recording every attempt.
-
-    ``before(attempt)`` runs ahead of each attempt (a tool's durable intent);
-    ``effect`` is completed in the effects table with the result, and the writes
-    ``also`` made, in the same transaction. ``in_doubt(error, attempt)`` sees a
-    failed attempt before it is recorded and raises to record it otherwise (a write
-    tool's call in doubt makes the run wait for a human).
-    """
-    attempt = slot.recorded.attempts + 1 if slot.recorded else 1
-    if slot.recorded is not None and slot.recorded.next_retry_at is not None:
-        wait = slot.recorded.next_retry_at - j.clock.now()
-        if wait > 0:
-            yield Sleep(wait)
-    inputs = (call.args, call.kwargs)
-    while True:
-        if before is not None:
-            before(attempt)
-        j.flush()  # the step before this one is durable before this call runs
-        t0 = time.perf_counter()
-        token = _CURRENT.set(StepInfo(j.run_id, slot.pos, slot.name, slot.kind, attempt, key))
-        try:
-            output = yield call
-        except Exception as exc:
-            _CURRENT.reset(token)
-            if isinstance(exc, LeaseLost) or j.poisoned is not None:
-                raise
-            if in_doubt is not None:
-                in_doubt(exc, attempt)
-            delay = j.record_failure(slot, attempt, digest, exc, policy, inputs)
-            if delay is None:
-                raise
-            yield Sleep(delay)
-            attempt += 1
-            continue
-        except BaseException:
-            _CURRENT.reset(token)
-            raise
-        _CURRENT.reset(token)
-        j.record_success(
-            slot,
-            attempt,
-            digest,
-            output,
-            time.perf_counter() - t0,
-            key=key if effect is not None else None,
-            effect=effect,
-            extra=extra,
-            writes=also,
-        )
-        return output

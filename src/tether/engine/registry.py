@@ -24,17 +24,120 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import logging
+import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar, cast, overload
 
+from tether.engine.effects import ToolDef, define_tool, guarded
+from tether.engine.retry import Retry
 from tether.errors import InvalidInput, NotFound
+from tether.model import inputs
+from tether.store import RunRecord
+
+log = logging.getLogger("tether")
+F = TypeVar("F", bound=Callable[..., Any])
 
 CODE_ENV = "TETHER_CODE"
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _MISSING = object()
+
+
+@dataclass(frozen=True, slots=True)
+class AgentDef:
+    """A registered agent: its name, version, function and where its code lives."""
+
+    name: str
+    version: str | None
+    fn: Callable[..., Any]
+    is_async: bool
+    code: dict[str, Any]
+
+
+class Registry:
+    """The agents and tools an App registered, and the modules it may import to find the
+    code of the runs it did not register (``code``): the one place user code is found."""
+
+    def __init__(self, code: Iterable[str] | None = None) -> None:
+        self.agents: dict[str, AgentDef] = {}
+        self.tools: dict[str, ToolDef] = {}
+        self.code = check_modules(code)
+
+    def add(self, d: AgentDef | ToolDef) -> None:
+        """Register an agent or a tool (a later one of the same name replaces it)."""
+        if isinstance(d, AgentDef):
+            self.agents[d.name] = d
+        else:
+            self.tools[d.name] = d
+
+    def allow(self, modules: Iterable[str]) -> None:
+        """Allow importing ``modules`` (and their submodules)."""
+        self.code = self.code | check_modules(modules)
+
+    def may_import(self, module: str) -> bool:
+        """Whether a module a run names may be imported: allowed by ``code``, or the module
+        of an agent or tool registered here."""
+        defs: list[AgentDef | ToolDef] = [*self.agents.values(), *self.tools.values()]
+        mine = {d.code.get("module") for d in defs}
+        return module in mine or allowed(module, self.code)
+
+    def find_tool(self, name: str, code: Any) -> ToolDef | None:
+        """The tool of a step, for its compensation; None (logged) when it cannot be found:
+        the run's failure is recorded all the same (``cancel(compensate=True)`` refuses
+        instead, see :meth:`lookup_tool`)."""
+        try:
+            return self.lookup_tool(name, code)
+        except NotFound as e:
+            log.warning("no compensation for tool %r: %s", name, e)
+            return None
+
+    def lookup_tool(self, name: str, code: Any) -> ToolDef | None:
+        """The tool ``name`` (registered, or found where its step recorded its ``code``)."""
+        found = self.tools.get(name)
+        if found is not None or not code:
+            return found
+        what = f"tool {name!r}"
+        d = find(dict(code), "__tether_tool__", self.may_import, what)
+        return d if isinstance(d, ToolDef) else None
+
+    def resolve(self, agent: Callable[..., Any] | str) -> AgentDef:
+        """The registered agent named ``agent``, or the definition a decorated function carries."""
+        if isinstance(agent, str):
+            found = self.agents.get(inputs.name(agent, "agent"))
+            if found is None:
+                raise NotFound(
+                    f"no agent named {agent!r} is registered on this app (registered: "
+                    f"{', '.join(sorted(self.agents)) or 'none'}); decorate it with @app.agent"
+                )
+            return found
+        d = getattr(agent, "__tether_agent__", None)
+        if not isinstance(d, AgentDef):
+            raise NotFound(
+                f"{getattr(agent, '__qualname__', agent)!r} is not a tether agent; "
+                f"decorate it with @app.agent"
+            )
+        return d
+
+    def agent_for(self, record: RunRecord) -> AgentDef:
+        """The agent of a run: registered here, or found where the run recorded its code."""
+        found = self.agents.get(record.agent)
+        if found is not None:
+            return found
+        what = f"run {record.id}: agent {record.agent!r}"
+        d = find(record.code, "__tether_agent__", self.may_import, what)
+        if not isinstance(d, AgentDef) or d.name != record.agent:
+            found_name = d.name if isinstance(d, AgentDef) else "no agent"
+            raise NotFound(
+                f"{what}: its recorded code {record.code.get('module')}."
+                f"{record.code.get('qualname')} is {found_name!r}, not that agent; "
+                f"pass --app pkg.module:app"
+            )
+        self.agents[d.name] = d
+        return d
 
 
 def check_modules(modules: Iterable[str] | str | None, *, what: str = "code") -> frozenset[str]:
@@ -139,3 +242,85 @@ def _lookup(obj: Any, path: list[str], attr: str) -> Any:
         if isinstance(obj, staticmethod | classmethod):
             obj = obj.__func__
     return obj
+
+
+@overload
+def agent(fn: F) -> F: ...
+
+
+@overload
+def agent(
+    fn: None = None, *, name: str | None = None, version: str | None = None
+) -> Callable[[F], F]: ...
+
+
+def agent(
+    fn: F | None = None, *, name: str | None = None, version: str | None = None
+) -> F | Callable[[F], F]:
+    """Declare an agent without an App (``@tether.agent``): any App runs it, and a
+    resume in another process finds it by the module its run recorded, once the
+    operator allows that module (``code=``, ``--code``: see :mod:`tether.engine.registry`)."""
+
+    def declare(f: F) -> F:
+        f.__tether_agent__ = _define(f, name, version)  # type: ignore[attr-defined]
+        return f
+
+    return declare(fn) if fn is not None else declare
+
+
+@overload
+def tool(fn: F) -> F: ...
+
+
+@overload
+def tool(
+    fn: None = None,
+    *,
+    risk: str = "write",
+    compensate: Callable[..., Any] | None = None,
+    on_doubt: str | None = None,
+    retry: Retry | None = None,
+    name: str | None = None,
+) -> Callable[[F], F]: ...
+
+
+def tool(
+    fn: F | None = None,
+    *,
+    risk: str = "write",
+    compensate: Callable[..., Any] | None = None,
+    on_doubt: str | None = None,
+    retry: Retry | None = None,
+    name: str | None = None,
+) -> F | Callable[[F], F]:
+    """Declare a tool without an App (``@tether.tool(risk=…)``); see :meth:`App.tool`."""
+
+    def declare(f: F) -> F:
+        d = define_tool(
+            f, name=name, risk=risk, compensate=compensate, on_doubt=on_doubt, retry=retry
+        )
+        # the function is the tool too (app.tool(send) without rebinding send); what the
+        # decorator returns also refuses a direct call in an agent (effects.guarded)
+        f.__tether_tool__ = d  # type: ignore[attr-defined]
+        return cast(F, guarded(d))
+
+    return declare(fn) if fn is not None else declare
+
+
+def _define(fn: Callable[..., Any], name: str | None, version: str | None) -> AgentDef:
+    if not callable(fn):
+        raise TypeError(f"@app.agent decorates a function, not {fn!r}")
+    params = list(inspect.signature(fn).parameters)
+    if not params:
+        raise TypeError(
+            f"agent {fn.__qualname__!r} must take the run object as its first parameter, "
+            f"e.g. def {fn.__name__}(run, ...)"
+        )
+    name = fn.__name__ if name is None else name
+    inputs.name(name, "the agent's name")
+    inputs.optional_name(version, "the agent's version")
+    code = {"module": fn.__module__, "qualname": fn.__qualname__}
+    source = inspect.getsourcefile(fn)
+    if source:
+        code["file"] = os.path.abspath(source)
+    return AgentDef(name, version, fn, inspect.iscoroutinefunction(fn), code)

@@ -18,15 +18,16 @@ from typing import Any
 
 from tether.context.conversation import Session, session_of_run
 from tether.engine import fanout
+from tether.engine.calls import Call, Core, Sleep
 from tether.engine.effects import ToolDef, tool_core
-from tether.engine.journal import Call, Core, Journal, Sleep, step_core
+from tether.engine.gates import approve_core, sleep_core, wait_core
+from tether.engine.journal import Journal
+from tether.engine.policy import Policy
 from tether.engine.retry import Retry, call_with_timeout
-from tether.engine.waits import approve_core, sleep_core, wait_core
+from tether.engine.steps import step_core
 from tether.errors import EncodeError
 from tether.model import events as ev
-from tether.model import inputs
 from tether.model.clock import Clock
-from tether.model.durations import parse_duration
 
 _UNSET = object()
 
@@ -146,33 +147,6 @@ class Vars(MutableMapping[str, Any]):
         return f"Vars({self._data!r})"
 
 
-class Policy:
-    """When tool calls need a human: tools at or above ``approve_at`` risk get an
-    automatic ``run.approve("approve:<tool>")`` gate before they run."""
-
-    LEVELS = ("read", "write", "irreversible")
-
-    def __init__(
-        self,
-        approve_at: str | None = None,
-        approvers: list[str] | None = None,
-        timeout: str | float | None = None,
-    ) -> None:
-        if approve_at is not None and approve_at not in self.LEVELS:
-            raise ValueError(f"approve_at must be one of {self.LEVELS} or None, not {approve_at!r}")
-        parse_duration(timeout, what="Policy.timeout")  # refused here, not at the first gate
-        for a in approvers or ():
-            inputs.name(a, "Policy.approvers: an approver")
-        self.approve_at = approve_at
-        self.approvers = approvers
-        self.timeout = timeout
-
-    def requires_approval(self, risk: str) -> bool:
-        if self.approve_at is None:
-            return False
-        return self.LEVELS.index(risk) >= self.LEVELS.index(self.approve_at)
-
-
 class _RunBase:
     awaited = False  # whether its calls return awaitables (AsyncRun)
 
@@ -201,6 +175,10 @@ class _RunBase:
             self._session = session_of_run(self._j.store, self._j.clock, self.id, self)
         assert self._session is None or isinstance(self._session, Session)
         return self._session
+
+    def bind_session(self, session: Session) -> None:
+        """Make ``session`` this run's conversation (``app.run_in``: known before it starts)."""
+        self._session = session.bound(self.id, self)
 
     def _prompt(self, messages: Any) -> dict[str, Any]:
         """A model call's prompt as references to the session's messages (none outside one)."""

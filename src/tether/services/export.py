@@ -47,8 +47,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, replace
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
+from tether.engine.deps import Deps
+from tether.engine.states import States
 from tether.errors import Conflict
 from tether.model import codec, inputs, integrity, shapes
 from tether.model import events as ev
@@ -56,10 +58,7 @@ from tether.model.clock import new_run_id
 from tether.model.events import Event, NewEvent
 from tether.model.state import RunState, fold
 from tether.services.timetravel import cache_snapshot
-from tether.store import NewRun
-
-if TYPE_CHECKING:
-    from tether.app import App
+from tether.store import NewRun, Store
 
 FORMAT = "tether-run"
 FORMAT_VERSION = 1
@@ -72,12 +71,12 @@ _ACTIVE = ("running", "waiting")
 _line = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode
 
 
-def export_lines(app: App, run_id: str) -> Iterator[str]:
+def export_lines(store: Store, run_id: str) -> Iterator[str]:
     """The run as ``tether-run`` JSON lines (without newlines): the header, then its events."""
     from tether import __version__
 
-    record = app.store.get_run(run_id)
-    events = app.store.read_events(run_id)
+    record = store.get_run(run_id)
+    events = store.read_events(run_id)
     row = {k: v for k, v in asdict(record).items() if k not in _LEASE_FIELDS}
     yield _line(
         {
@@ -94,17 +93,22 @@ def export_lines(app: App, run_id: str) -> Iterator[str]:
         )
 
 
-def export_run(app: App, run_id: str, out: TextIO) -> int:
+def export_run(store: Store, run_id: str, out: TextIO) -> int:
     """Write the run to ``out`` as ``tether-run`` JSON lines; return how many events."""
     written = 0
-    for line in export_lines(app, run_id):
+    for line in export_lines(store, run_id):
         out.write(line + "\n")
         written += 1
     return written - 1  # the header is not an event
 
 
 def import_run(
-    app: App, lines: Iterable[str], *, new_id: bool = False, source: str = "<input>"
+    deps: Deps,
+    states: States,
+    lines: Iterable[str],
+    *,
+    new_id: bool = False,
+    source: str = "<input>",
 ) -> str:
     """Create a run from ``tether-run`` JSON lines; return its id.
 
@@ -114,15 +118,15 @@ def import_run(
     """
     numbered = ((n, line) for n, line in enumerate(lines, 1) if line.strip())
     header = _header(source, next(numbered, (1, "")))
-    now = app.clock.now()
+    now = deps.clock.now()
     raw = _raw_events(source, numbered, header["events"])
     events = _checked_events(source, raw, now)
     state = _fold(source, header["run"]["id"], events)
     run = _derived_run(source, header["run"], raw, state, new_id, now)
-    _create(app, run, events, _updated_at(header["run"], events, now))
-    cache_snapshot(app, replace(state, run_id=run.id))
+    _create(deps, run, events, _updated_at(header["run"], events, now))
+    cache_snapshot(states, replace(state, run_id=run.id))
     if run.queue is not None and run.status == "queued":
-        app.store.notify_work(run.queue)  # a worker of its queue takes it now
+        deps.store.notify_work(run.queue)  # a worker of its queue takes it now
     return run.id
 
 
@@ -350,9 +354,9 @@ def _cut(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _create(app: App, run: NewRun, events: list[NewEvent], at: float) -> None:
+def _create(deps: Deps, run: NewRun, events: list[NewEvent], at: float) -> None:
     try:
-        app.store.create_run(run, events, lease_owner=None, now=at, ttl=app.lease_ttl)
+        deps.store.create_run(run, events, lease_owner=None, now=at, ttl=deps.lease_ttl)
     except Conflict:
         raise Conflict(
             f"run {run.id} already exists in this store; import it with --new-id "

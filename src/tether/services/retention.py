@@ -38,14 +38,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from tether.errors import InvalidInput
+from tether.model import inputs
+from tether.model.clock import Clock
 from tether.model.durations import Duration, parse_duration
 from tether.model.state import FINISHED, STATUSES
 from tether.store import RunRecord, Store
-
-if TYPE_CHECKING:
-    from tether.app import App
 
 BATCH = 500
 BLOB_GRACE = 3600.0  # seconds a snapshot page is kept after it was last written or reused
@@ -132,7 +131,8 @@ class GcResult:
 
 
 def gc(
-    app: App,
+    store: Store,
+    clock: Clock,
     *,
     older_than: float | None = None,
     statuses: Sequence[str] = (),
@@ -145,24 +145,24 @@ def gc(
     snapshot references any more, then vacuum (unless ``dry_run``)."""
     if blob_grace < 0:
         raise ValueError(f"blob_grace is an age in seconds (0 or more), not {blob_grace}")
-    now = app.clock.now()
+    now = clock.now()
     chosen = runs_to_collect(
-        app.store.list_runs(limit=_ALL),
+        store.list_runs(limit=_ALL),
         now=now,
         older_than=older_than,
         statuses=statuses,
         keep_last=keep_last,
     )
     ids = tuple(r.id for r in chosen)
-    before = store_bytes(app.store)
+    before = store_bytes(store)
     if dry_run:
-        pages, page_bytes = app.store.sweep_blobs(before=now - blob_grace, dry_run=True)
+        pages, page_bytes = store.sweep_blobs(before=now - blob_grace, dry_run=True)
         return GcResult(ids, 0, True, before, before, pages, page_bytes)
-    deleted = sum(app.store.delete_runs(ids[i : i + BATCH]) for i in range(0, len(ids), BATCH))
-    pages, page_bytes = app.store.sweep_blobs(before=now - blob_grace)
+    deleted = sum(store.delete_runs(ids[i : i + BATCH]) for i in range(0, len(ids), BATCH))
+    pages, page_bytes = store.sweep_blobs(before=now - blob_grace)
     if vacuum and (deleted or pages):
-        app.store.vacuum()
-    return GcResult(ids, deleted, False, before, store_bytes(app.store), pages, page_bytes)
+        store.vacuum()
+    return GcResult(ids, deleted, False, before, store_bytes(store), pages, page_bytes)
 
 
 def store_bytes(store: Store) -> int | None:
@@ -171,3 +171,35 @@ def store_bytes(store: Store) -> int | None:
     if path is None or not os.path.exists(path):
         return None
     return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
+
+
+def collect(
+    store: Store,
+    clock: Clock,
+    *,
+    older_than: Duration | None,
+    status: Sequence[str] | str,
+    keep_last: int | None,
+    dry_run: bool,
+    vacuum: bool,
+    blob_grace: Duration,
+) -> GcResult:
+    """:func:`gc` with ``app.gc``'s arguments checked first (durations parsed, a single
+    status taken as a list of one)."""
+    age = parse_duration(older_than, what="older_than")
+    grace = parse_duration(blob_grace, what="blob_grace")
+    if grace is None:
+        raise InvalidInput("blob_grace is a duration (e.g. '1h'), not None")
+    if keep_last is not None:
+        inputs.integer(keep_last, "keep_last", low=0)
+    statuses = (status,) if isinstance(status, str) else tuple(status)
+    return gc(
+        store,
+        clock,
+        older_than=age,
+        statuses=statuses,
+        keep_last=keep_last,
+        dry_run=dry_run,
+        vacuum=vacuum,
+        blob_grace=grace,
+    )

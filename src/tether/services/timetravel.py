@@ -24,19 +24,18 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from tether.engine import effects
+from tether.engine.deps import Deps
+from tether.engine.states import States
 from tether.errors import EncodeError, InvalidInput, InvalidState, NotFound, TetherError
 from tether.model import codec, inputs, integrity
 from tether.model import events as ev
 from tether.model.clock import new_run_id
 from tether.model.events import Event, NewEvent
 from tether.model.state import RunState, StepState, fold, to_data
-from tether.store import NewRun, RunRecord, snapshots
-
-if TYPE_CHECKING:
-    from tether.app import App
+from tether.store import NewRun, RunRecord, Store, snapshots
 
 log = logging.getLogger("tether")
 
@@ -71,11 +70,11 @@ class History:
     steps: Sequence[StepState]
 
 
-def history(app: App, run_id: str) -> History:
+def history(store: Store, run_id: str) -> History:
     """The run's events and steps. Raises NotFound for an unknown run, RunDamaged for a
     log with gaps or a row it disagrees with."""
-    record = app.store.get_run(run_id)
-    events = app.store.read_events(run_id)
+    record = store.get_run(run_id)
+    events = store.read_events(run_id)
     integrity.check_events(run_id, events, 0)
     state = fold(events, run_id=run_id)
     integrity.check_row(run_id, record.status, state.status, state.seq)
@@ -100,7 +99,7 @@ def _entry(e: Event) -> HistoryEntry:
 
 
 def state_at(
-    app: App,
+    states: States,
     run_id: str,
     *,
     at: int | None = None,
@@ -110,11 +109,11 @@ def state_at(
     """The exact state at a point (the head when neither ``at`` nor ``step`` is given)."""
     _check_point(at, step, when)
     if step is None and at is None:
-        return app.load(run_id)
+        return states.load(run_id)
     if step is None:
         assert at is not None
-        return _state_upto(app, run_id, at - 1 if when == "before" else at)
-    return app.load(run_id, upto=step_seq(app.load(run_id), step, when, app))
+        return _state_upto(states, run_id, at - 1 if when == "before" else at)
+    return states.load(run_id, upto=step_seq(states.load(run_id), step, when, states.store))
 
 
 def _check_point(at: int | None, step: StepRef | None, when: str) -> None:
@@ -126,10 +125,10 @@ def _check_point(at: int | None, step: StepRef | None, when: str) -> None:
         inputs.integer(at, "at= (a seq)", low=0)
 
 
-def _state_upto(app: App, run_id: str, seq: int) -> RunState:
+def _state_upto(states: States, run_id: str, seq: int) -> RunState:
     if seq < 0:
         raise NotFound(f"run {run_id}: there is no point before seq 1")
-    state = app.load(run_id, upto=seq)
+    state = states.load(run_id, upto=seq)
     if state.seq != seq:
         raise NotFound(
             f"run {run_id}: its log has events 1..{state.seq}, not seq {seq}; "
@@ -177,7 +176,7 @@ def _steps_hint(state: RunState) -> str:
     return f"it has positions 1..{len(state.steps)}, named {shown}"
 
 
-def step_seq(head: RunState, step: StepRef, when: When, app: App) -> int:
+def step_seq(head: RunState, step: StepRef, when: When, store: Store) -> int:
     """The seq of the point ``step``/``when`` in the run whose head state is ``head``.
 
     After: the event that completed the step. Before: the last event before the step's
@@ -192,7 +191,7 @@ def step_seq(head: RunState, step: StepRef, when: When, app: App) -> int:
             )
         return s.seq
     previous = head.steps[s.position - 2].seq if s.position > 1 else 0
-    for e in app.store.read_events(head.run_id, after=previous, upto=s.seq):
+    for e in store.read_events(head.run_id, after=previous, upto=s.seq):
         if e.payload().get("pos") == s.position:
             return e.seq - 1
     return s.seq - 1  # unreachable in a valid log: the step's last event carries its pos
@@ -315,6 +314,18 @@ def _strip_nested(value: Any) -> Any:
     return value
 
 
+def compare(
+    states: States, a: RunState | str, b: RunState | str, *, bookkeeping: bool = False
+) -> Diff:
+    """:func:`diff` of two states or runs' heads (a run id means its head's state)."""
+    for x in (a, b):
+        if not isinstance(x, RunState | str):
+            raise InvalidInput(f"diff compares two states or two run ids, not {inputs.show(x)}")
+    sa = states.load(a) if isinstance(a, str) else a
+    sb = states.load(b) if isinstance(b, str) else b
+    return diff(sa, sb, bookkeeping=bookkeeping)
+
+
 def diff(a: RunState, b: RunState, *, bookkeeping: bool = False) -> Diff:
     """The structured difference from state ``a`` to state ``b`` (any runs, any points).
 
@@ -364,7 +375,8 @@ def _is_map(x: Any) -> bool:
 
 
 def fork(
-    app: App,
+    deps: Deps,
+    states: States,
     run_id: str,
     *,
     at: int | None = None,
@@ -382,21 +394,21 @@ def fork(
     (``{"args": [...], "kwargs": {...}}``) replaces the input, ``vars`` are task
     variables set once replay passes the fork point. Returns the new run's id.
     """
-    record = app.store.get_run(run_id)
-    base = state_at(app, run_id, at=at, step=step, when=when)
+    record = deps.store.get_run(run_id)
+    base = state_at(states, run_id, at=at, step=step, when=when)
     if base.seq < 1:
         raise NotFound(f"run {run_id}: a fork needs at least the run's first event (seq 1)")
-    _refuse_undone(app, base)
+    _refuse_undone(states, base)
     copies = [
         NewEvent(e.type, e.data, e.at, e.actor)
-        for e in app.store.read_events(run_id, upto=base.seq)
+        for e in deps.store.read_events(run_id, upto=base.seq)
     ]
     if len(copies) != base.seq:
         raise InvalidState(f"run {run_id}: its log has a gap before seq {base.seq}; not forked")
-    now = app.clock.now()
+    now = deps.clock.now()
     new_id = new_run_id(now)
-    forked = ev.new(ev.RUN_FORKED, fork_data(base, input, vars), now, app.owner)
-    app.store.create_run(
+    forked = ev.new(ev.RUN_FORKED, fork_data(base, input, vars), now, deps.owner)
+    deps.store.create_run(
         NewRun(
             new_id,
             record.agent,
@@ -414,31 +426,31 @@ def fork(
         [*copies, forked],
         lease_owner=None,
         now=now,
-        ttl=app.lease_ttl,
+        ttl=deps.lease_ttl,
     )
     head = fold(
         [Event(new_id, base.seq + 1, forked.type, forked.data, forked.at, forked.actor)],
         start=replace(base, run_id=new_id),
     )
-    cache_snapshot(app, head)
+    cache_snapshot(states, head)
     if record.queue is not None:
-        app.store.notify_work(record.queue)  # a worker of the queue takes it now
+        deps.store.notify_work(record.queue)  # a worker of the queue takes it now
     return new_id
 
 
-def _refuse_undone(app: App, base: RunState) -> None:
+def _refuse_undone(states: States, base: RunState) -> None:
     """Refuse a fork whose copied prefix holds a write-tool call a compensation undid (or
     is undoing, or tried to undo), in this run or any run of its lineage: the fork would
     reuse an effect that no longer holds. Re-executing that one call instead would leave
     the copied steps after it built on the old result, so the fork must start before it."""
-    head = app.load(base.run_id)  # undo steps come after every recorded one
+    head = states.load(base.run_id)  # undo steps come after every recorded one
     tried = {(s.detail or {}).get("of"): s.status for s in head.steps if s.kind == "compensate"}
     for s in base.steps:
         if s.kind != "tool" or s.status != "completed" or not s.key:
             continue
         if (s.detail or {}).get("risk") in (None, "read"):
             continue
-        status = effects.undone(app.store, s.key) or tried.get(s.position)
+        status = effects.undone(states.store, s.key) or tried.get(s.position)
         if status is not None:
             raise InvalidState(
                 f"run {base.run_id}: step {s.position} ({s.name}) is a call whose effect a "
@@ -504,12 +516,12 @@ def _check_input(run_id: str, input: Mapping[str, Any] | None) -> dict[str, Any]
     return {"args": list(args), "kwargs": dict(kwargs)}
 
 
-def cache_snapshot(app: App, state: RunState) -> None:
+def cache_snapshot(states: States, state: RunState) -> None:
     """Cache ``state`` (the head of a run nobody executes yet) as a snapshot when its log
     is long enough to be worth it. Best effort: a snapshot is only a cache."""
-    if state.seq < app.snapshot_every:
+    if state.seq < states.snapshot_every:
         return
     try:
-        snapshots.save(app.store, state, app.clock.now())
+        snapshots.save(states.store, state, states.clock.now())
     except TetherError as e:
         log.warning("run %s: could not cache a snapshot at seq %d: %s", state.run_id, state.seq, e)

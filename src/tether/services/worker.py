@@ -42,15 +42,20 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import dataclass, field, replace
 from math import inf
 from typing import TYPE_CHECKING, Any
 
-from tether.engine.journal import Cancelling, Stopping
+from tether.engine.calls import Stopping
+from tether.engine.deps import Deps
+from tether.engine.executor import Executor
+from tether.engine.leases import CANCEL_POLL as CANCEL_POLL
+from tether.engine.leases import heartbeat
 from tether.errors import (
     Conflict,
+    InvalidInput,
     LeaseLost,
     NondeterminismError,
     NotFound,
@@ -58,16 +63,19 @@ from tether.errors import (
     StoreUnavailable,
     TetherError,
 )
-from tether.model import codec
-from tether.model import events as ev
-from tether.model.clock import owner_is_dead_local, process_owner
-from tether.services import cpus
-from tether.store import Lease, QueueLimits, RunRecord, Store, Transition, WorkerRecord
+from tether.model import inputs
+from tether.model.clock import process_owner
+from tether.services import cpus, poison
+from tether.services.poison import ATTEMPT_FAILED as ATTEMPT_FAILED
+from tether.services.poison import described as _described
+from tether.services.queues import QueueConfig as QueueConfig
+from tether.services.queues import Queues
+from tether.services.workers import describe as describe
+from tether.services.workers import reap_dead_workers as reap_dead_workers
+from tether.store import Lease, QueueLimits, RunRecord, Transition, WorkerRecord
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
-
-    from tether.app import App
 
 log = logging.getLogger("tether.services.worker")
 # When a starting worker counts the live workers again (seconds after it starts; it counts
@@ -75,9 +83,6 @@ log = logging.getLogger("tether.services.worker")
 # started together register within tens of milliseconds; till it sees them, a PostgreSQL
 # worker batches as a lone one, with more commits); afterwards each heartbeat counts them.
 SHARING_COUNTS = (0.05, 0.15, 0.5, 2.0)
-# seconds between looks for cancel requests while runs execute here (a read of the leased
-# runs, between heartbeats: those come every third of the lease's ttl and bring them too)
-CANCEL_POLL = 1.0
 # prefetch=None claims ahead while this worker's runs take less than this on average
 # (seconds): a run claimed ahead then waits at most about this long for a slot.
 PREFETCH_BELOW = 0.05
@@ -93,41 +98,24 @@ BACKOFF, BACKOFF_MAX = 1.0, 30.0
 # failure, which the run records) this many times in a row, the log at the same seq each
 # time, fail the run instead of giving it back to its queue again (Worker(poison_after=)).
 POISON_AFTER = 3
-ATTEMPT_FAILED = "run.attempt_failed"  # the audit action that counts them
 RUN_TIME_WEIGHT = 0.2  # of the newest run in the moving average of run durations
 
 
-@dataclass(frozen=True, slots=True)
-class QueueConfig:
-    """Flow control of one queue (see :meth:`tether.App.queue`)."""
+MAX_CONCURRENCY = 10_000  # runs one worker executes at once (threads): more is a typo
 
-    name: str
-    concurrency: int | None = None  # at once, all workers together
-    worker_concurrency: int | None = None  # at once, in one worker
-    per_key: int | None = None  # at once, per concurrency_key (one tenant cannot take all)
-    rate: tuple[int, float] | None = None  # at most N starts per period (seconds)
-    max_depth: int | None = None  # queued runs beyond this are refused (QueueFull)
 
-    def __post_init__(self) -> None:
-        for name in ("concurrency", "worker_concurrency", "per_key", "max_depth"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise ValueError(
-                    f"queue {self.name!r}: {name} must be a positive int, not {value!r}"
-                )
-        if self.rate is not None and (len(self.rate) != 2 or self.rate[0] < 1 or self.rate[1] <= 0):
-            raise ValueError(
-                f"queue {self.name!r}: rate is (starts, period_seconds), "
-                f"e.g. (100, 60), not {self.rate!r}"
-            )
-
-    def limits(self) -> QueueLimits:
-        return QueueLimits(self.name, self.concurrency, self.per_key, self.rate)
-
-    @property
-    def limited(self) -> bool:
-        """Whether any limit applies, across workers or in one."""
-        return self.worker_concurrency is not None or self.limits().limited
+def check_worker(queues: Sequence[str], concurrency: int, prefetch: int | None) -> None:
+    """``app.worker``'s options, checked before a worker exists (the rest:
+    :class:`Worker`'s checks): InvalidInput naming the parameter."""
+    if isinstance(queues, str) or not isinstance(queues, Sequence) or not queues:
+        raise InvalidInput(
+            f"queues is a list of queue names, e.g. ['default'], not {inputs.show(queues)}"
+        )
+    for q in queues:
+        inputs.name(q, "queues: a queue")
+    for what, n in (("concurrency", concurrency), ("prefetch", prefetch)):
+        if isinstance(n, int) and n > MAX_CONCURRENCY:  # the rest: Worker's checks
+            raise InvalidInput(f"{what} must be at most {MAX_CONCURRENCY} runs, not {n}")
 
 
 @dataclass
@@ -149,7 +137,9 @@ class Worker:
 
     def __init__(
         self,
-        app: App,
+        deps: Deps,
+        executor: Executor,
+        configs: Queues,
         *,
         queues: Sequence[str] = ("default",),
         concurrency: int = 8,
@@ -181,7 +171,10 @@ class Worker:
             )
         if not queues:
             raise ValueError("a worker needs at least one queue")
-        self.app = app
+        self.deps = deps
+        self.executor = executor  # executes the runs claimed, under its leases
+        self.leases = executor.leases
+        self.configs = configs  # the queues' flow control
         self.queues = list(queues)
         self.concurrency = concurrency
         self.prefetch = prefetch
@@ -198,7 +191,7 @@ class Worker:
         self._ended = 0  # runs this worker finished executing (under _lock): see _loop
         # one claim at a time, unless claims share commits (Store.concurrent_claims)
         self._claiming: AbstractContextManager[Any] = (
-            nullcontext() if app.store.concurrent_claims else threading.Lock()
+            nullcontext() if deps.store.concurrent_claims else threading.Lock()
         )
         self._pool: ThreadPoolExecutor | None = None
         self._max_runs: int | None = None
@@ -220,7 +213,7 @@ class Worker:
                 f"max_runs is a number of claims (an int >= 1) or None, not {max_runs!r}"
             )
         self._max_runs = max_runs
-        self.app.check_clock()  # leases compare clocks across machines: refuse a skewed one
+        self.leases.check_clock()  # leases compare clocks across machines: refuse a skewed one
         self.pin()
         if install_signals and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, lambda *_: self.stop())
@@ -228,7 +221,7 @@ class Worker:
         # a dead worker of this host gives its runs back before the first claim, not at
         # this worker's first heartbeat: a worker started to replace it (with until_idle,
         # which would find nothing claimable and exit) takes them at once
-        self._count_sharing(reap_dead_workers(self.app, exclude=self.id))
+        self._count_sharing(reap_dead_workers(self.deps, exclude=self.id))
         beat = threading.Thread(target=self._heartbeat_loop, name="tether-worker-beat", daemon=True)
         beat.start()
         from concurrent.futures import ThreadPoolExecutor  # lazily: only workers need it
@@ -243,8 +236,8 @@ class Worker:
             self._release_ready()
             beat.join(timeout=5)
             try:
-                self.app.store.flush()  # the runs' final events, posted without waiting
-                self.app.store.remove_worker(self.id, expire_leases=False)
+                self.deps.store.flush()  # the runs' final events, posted without waiting
+                self.deps.store.remove_worker(self.id, expire_leases=False)
             except StoreUnavailable as e:  # its row is reaped once its heartbeat is old
                 log.warning("worker %s stopped without saying so to the database: %s", self.id, e)
             if self.cpu == cpus.AUTO:
@@ -265,8 +258,8 @@ class Worker:
 
     def _register(self) -> None:
         host, pid = os.uname().nodename, os.getpid()
-        now = self.app.clock.now()
-        self.app.store.register_worker(
+        now = self.deps.clock.now()
+        self.deps.store.register_worker(
             WorkerRecord(self.id, host, pid, self.queues, self.concurrency, now, now), now=now
         )
 
@@ -297,8 +290,8 @@ class Worker:
                     break
                 # runs' final events posted without waiting must not wait for a write that
                 # may not come while this worker sleeps (no claim took them)
-                self.app.store.flush(wait=False)
-                self.app.store.wait_for_work(self.queues, self.poll, self._wake)
+                self.deps.store.flush(wait=False)
+                self.deps.store.wait_for_work(self.queues, self.poll, self._wake)
             except StoreUnavailable as e:  # a restart, a failover, a full disk: a bit later
                 log.warning("worker %s: the database is unavailable (%s); it retries", self.id, e)
                 self._stopping.wait(RESUME_AFTER)
@@ -315,10 +308,10 @@ class Worker:
         """Tell the store how many live workers share the database (it may size its
         batching to it: PostgresStore.workers_sharing); ``workers``: as just listed."""
         try:
-            now = self.app.clock.now()
-            listed = self.app.store.list_workers() if workers is None else workers
-            live = sum(now - w.heartbeat_at <= 3 * self.app.lease_ttl for w in listed)
-            self.app.store.workers_sharing(max(1, live))
+            now = self.deps.clock.now()
+            listed = self.deps.store.list_workers() if workers is None else workers
+            live = sum(now - w.heartbeat_at <= 3 * self.deps.lease_ttl for w in listed)
+            self.deps.store.workers_sharing(max(1, live))
         except Exception as e:  # only a hint: the next count retries
             log.warning("worker %s could not count the live workers: %s", self.id, e)
 
@@ -360,9 +353,9 @@ class Worker:
             self._reserved += free
         claims: list[tuple[RunRecord, Lease]] = []
         try:
-            now = self.app.clock.now()
-            claims = self.app.store.claim_next(
-                limits, owner=self.id, ttl=self.app.lease_ttl, now=now, capacity=free
+            now = self.deps.clock.now()
+            claims = self.deps.store.claim_next(
+                limits, owner=self.id, ttl=self.deps.lease_ttl, now=now, capacity=free
             )
         finally:
             with self._lock:
@@ -375,7 +368,7 @@ class Worker:
     def _ahead(self) -> int:
         """Under ``_lock``: how many runs this worker may hold claimed ahead of its slots
         (``prefetch``); none when a queue of it has limits, where a held run would count."""
-        if any(self.app.queue_config(name).limited for name in self.queues):
+        if any(self.configs.config(name).limited for name in self.queues):
             return 0
         if self.prefetch is not None:
             return self.prefetch
@@ -391,7 +384,7 @@ class Worker:
             busy[queue] = busy.get(queue, 0) + 1
         out = []
         for name in self.queues:
-            config = self.app.queue_config(name)
+            config = self.configs.config(name)
             limits = config.limits()
             if config.worker_concurrency is not None:
                 room = config.worker_concurrency - busy.get(name, 0) - self._reserved
@@ -425,10 +418,10 @@ class Worker:
         seconds from now (default: one lease ttl; its agent's code cannot be imported here,
         say), so that the heartbeat does not renew its lease for as long as this worker
         lives. Nothing is appended to its log. When the database refuses, the worker's
-        heartbeat tries again (App.let_go)."""
-        delay = self.app.lease_ttl if after is None else after
-        later = Transition("queued", release=True, available_at=self.app.clock.now() + delay)
-        if self.app.let_go(record.id, lease.epoch, later):
+        heartbeat tries again (Leases.let_go)."""
+        delay = self.deps.lease_ttl if after is None else after
+        later = Transition("queued", release=True, available_at=self.deps.clock.now() + delay)
+        if self.leases.let_go(record.id, lease.epoch, later):
             log.warning(
                 "worker %s gave run %s back to its queue; it is due again in %g s",
                 self.id,
@@ -437,52 +430,16 @@ class Worker:
             )
 
     def _fruitless(self, record: RunRecord, lease: Lease, error: Exception) -> None:
-        """An execution ended in ``error`` outside the run's steps: count it (an audit
-        record, with the seq the log ended at) and give the run back to its queue; the
-        ``poison_after``-th in a row with the log at the same seq fails the run instead.
-
-        Counted in the audit log, not in memory: the next attempt may be another worker's.
-        A run whose log grows between attempts is not poison: it moves."""
-        store, now = self.app.store, self.app.clock.now()
+        """An execution ended in ``error`` outside the run's steps: count it and give the
+        run back to its queue; the ``poison_after``-th in a row with the log at the same
+        seq fails the run instead (see :mod:`tether.services.poison`)."""
         try:
-            head = _head_seq(store, record.id)
-            tries = 1 + sum(
-                1
-                for a in store.read_audit(record.id)
-                if a.action == ATTEMPT_FAILED and _attempt_seq(a.detail) == head
-            )
-            detail = {"seq": head, "attempt": tries, "error": _described(error)}
-            store.record_audit(
-                record.id, ATTEMPT_FAILED, codec.encode(detail), actor=self.id, now=now
-            )
-            if tries >= self.poison_after and head is not None:
-                self._fail_poison(record, lease, head, tries, error)
+            if poison.count(self.deps, record, lease, error, self.id, self.poison_after):
+                self.stats.failed += 1
                 return
         except TetherError as e:
             log.warning("worker %s could not count run %s's attempts: %s", self.id, record.id, e)
         self._give_back(record, lease)
-
-    def _fail_poison(
-        self, record: RunRecord, lease: Lease, head: int, tries: int, error: Exception
-    ) -> None:
-        """Fail a poison run: its log says why (run.failed), and no compensation runs (its
-        work did not fail: what runs it did). `tether retry` takes it up again."""
-        message = (
-            f"run {record.id}: {tries} executions in a row ended in this error outside the "
-            f"run's steps, with its log at seq {head} each time, so it is failed instead of "
-            f"being taken again (poison_after={self.poison_after}): {_described(error)}. Fix "
-            f"the cause, then `tether retry {record.id}`."
-        )
-        now = self.app.clock.now()
-        failure = {"type": _type_name(error), "message": message, "at": now, "step": None}
-        failure.update(position=None, kind=None, poison={"attempts": tries, "seq": head})
-        event = ev.new(ev.RUN_FAILED, {"error": failure}, now, self.id)
-        failed = Transition("failed", release=True)
-        self.app.store.append(
-            record.id, [event], expected_seq=head, epoch=lease.epoch, transition=failed, now=now
-        )
-        self.stats.failed += 1
-        log.error("worker %s failed poison run %s: %s", self.id, record.id, message)
 
     def _next_ready(self) -> list[tuple[RunRecord, Lease]] | None:
         """A run claimed ahead, for a thread whose run ended (the claiming loop is woken
@@ -506,14 +463,14 @@ class Worker:
         queues = set()
         for record, lease in ready:
             try:
-                self.app.store.release(record.id, epoch=lease.epoch)
+                self.deps.store.release(record.id, epoch=lease.epoch)
                 if record.queue:
                     queues.add(record.queue)
             except Exception as e:  # its lease expires instead: another worker takes it then
                 log.warning("worker %s could not release run %s: %s", self.id, record.id, e)
         for queue in sorted(queues):
             with suppress(Exception):
-                self.app.store.notify_work(queue)
+                self.deps.store.notify_work(queue)
 
     def _hand_off(self, claimed: tuple[RunRecord, Lease]) -> None:
         """Give a claimed run to the pool; hold it (claimed ahead) while every slot is
@@ -532,7 +489,7 @@ class Worker:
     def _execute_one(self, record: RunRecord, lease: Lease) -> None:
         began = time.monotonic()
         try:
-            handle = self.app.execute_claimed(record, lease)
+            handle = self.executor.execute_claimed(record, lease)
         except RunFailed:
             self.stats.failed += 1
         except NondeterminismError as e:  # recorded as blocked: no lease, never claimed again
@@ -544,7 +501,7 @@ class Worker:
             self.stats.interrupted += 1
             if record.queue:  # it went back to its queue: another worker takes it now
                 with suppress(Exception):
-                    self.app.store.notify_work(record.queue)
+                    self.deps.store.notify_work(record.queue)
         except StoreUnavailable as e:  # the database went away under the run: paused
             self.stats.paused += 1
             log.warning("worker %s: run %s paused: %s", self.id, record.id, e)
@@ -576,123 +533,18 @@ class Worker:
         with self._lock:
             ids = list(self._active)
         for run_id in ids:
-            self.app.interrupt(run_id, Stopping("the worker is stopping"))
+            self.leases.active.interrupt(run_id, Stopping("the worker is stopping"))
 
     # -- heartbeat --------------------------------------------------------
 
     def _heartbeat_loop(self) -> None:
-        interval = max(0.02, self.app.lease_ttl / 3)
-        heartbeat(self.app, self.id, self._stopping, interval, self._beat)
+        interval = max(0.02, self.deps.lease_ttl / 3)
+        heartbeat(self.leases, self.id, self._stopping, interval, self._beat)
 
     def _beat(self) -> dict[str, int]:
-        store, now = self.app.store, self.app.clock.now()
-        stop, cancels = store.worker_heartbeat(self.id, ttl=self.app.lease_ttl, now=now)
+        store, now = self.deps.store, self.deps.clock.now()
+        stop, cancels = store.worker_heartbeat(self.id, ttl=self.deps.lease_ttl, now=now)
         if stop:
             self.stop()
-        self._count_sharing(reap_dead_workers(self.app, exclude=self.id))
+        self._count_sharing(reap_dead_workers(self.deps, exclude=self.id))
         return cancels
-
-
-def heartbeat(
-    app: App,
-    owner: str,
-    stopping: threading.Event,
-    interval: float,
-    beat: Callable[[], dict[str, int]],
-) -> None:
-    """Until ``stopping`` is set: ``beat()`` every ``interval`` seconds (it extends
-    ``owner``'s leases and returns its runs asked to cancel) and, between beats while
-    ``owner`` executes runs in this process, read those requests every CANCEL_POLL
-    seconds, so that `tether cancel` stops a run at its next step within about a second,
-    not a third of the lease's ttl. Every CANCEL_POLL seconds too, give back the leases
-    App.let_go could not. A failure is logged; the next call retries."""
-    tick = min(interval, CANCEL_POLL)
-    beat_at = time.monotonic() + interval
-    while not stopping.wait(tick):
-        try:
-            app.retry_let_go()  # leases not given back yet (before any are extended)
-            if time.monotonic() >= beat_at - tick / 2:
-                beat_at = time.monotonic() + interval
-                cancels = beat()
-            elif app.executing(owner):
-                cancels = app.store.cancel_requests(owner)
-            else:
-                continue
-            for run_id, flag in cancels.items():
-                app.interrupt(run_id, Cancelling(compensate=flag == 2))
-        except Exception as e:  # a missed beat is not fatal; the next one retries
-            log.warning("%s: heartbeat failed: %s", owner, e)
-
-
-def _head_seq(store: Store, run_id: str) -> int | None:
-    """The seq the run's log ends at (read past any claim's prefetched copy), or None when
-    the log cannot be read (a damaged row: the attempts are then counted whatever it is)."""
-    try:
-        loaded = store.load(run_id, upto=2**31)
-    except TetherError:
-        return None
-    if loaded.events:
-        return int(loaded.events[-1].seq)
-    return loaded.snapshot.seq if loaded.snapshot is not None else 0
-
-
-def _attempt_seq(detail: str) -> int | None:
-    try:
-        seq = codec.decode(detail).get("seq")
-    except (TetherError, AttributeError):
-        return -1  # not one of ours: never the same seq
-    return seq if isinstance(seq, int) else None
-
-
-def _described(error: BaseException) -> str:
-    """``Type: message`` of an error, as text that can be stored (whatever its str does)."""
-    try:
-        text = str(error)
-    except Exception:
-        text = "(its message cannot be shown: str() raised)"
-    text = text.encode("utf-8", "backslashreplace").decode()  # a lone surrogate: escaped
-    return f"{_type_name(error)}: {text[:2000]}"
-
-
-def _type_name(error: BaseException) -> str:
-    t = type(error)
-    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
-
-
-def reap_dead_workers(app: App, *, exclude: str | None = None) -> list[WorkerRecord]:
-    """Forget workers whose process is gone, or whose heartbeat is long past; their
-    leases become claimable at once. Returns the workers left.
-
-    A process is known gone only on its own host and pid namespace (its worker id says
-    which: see ``clock.owner_is_dead_local``); a worker in another container, even one
-    sharing this host's name, is left to its heartbeat and leases. So is a worker given
-    an id of its own (``worker_id``), which names no process.
-    """
-    left = []
-    now = app.clock.now()
-    for w in app.store.list_workers():
-        gone = now - w.heartbeat_at > 10 * app.lease_ttl
-        if w.id != exclude and (gone or owner_is_dead_local(w.id)):
-            app.store.remove_worker(w.id, expire_leases=True)
-            continue
-        left.append(w)
-    return left
-
-
-def describe(
-    workers: Iterable[WorkerRecord], leases: dict[str, list[str]], now: float
-) -> list[dict[str, Any]]:
-    """Plain data for ``tether workers``."""
-    return [
-        {
-            "id": w.id,
-            "host": w.host,
-            "pid": w.pid,
-            "queues": w.queues,
-            "concurrency": w.concurrency,
-            "heartbeat_age_s": round(now - w.heartbeat_at, 3),
-            "stopping": bool(w.stopping),
-            "runs": leases.get(w.id, []),
-        }
-        for w in workers
-    ]

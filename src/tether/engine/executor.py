@@ -1,0 +1,533 @@
+"""The executor: one path that creates, resumes and continues runs, sync or async.
+
+Every entry point (``app.run``/``arun``, ``resume``/``aresume``, ``retry_run``, a
+worker's claim) prepares a run (:meth:`Executor.create`, :meth:`Executor.prepare_resume`,
+:meth:`Executor.prepare_claimed`), then carries it on the same way
+(:meth:`Executor.continue_run`, or :meth:`Executor.acontinue_run` in an event loop):
+a finished run's handle, the end of an interrupted compensation, or the agent executed
+to its end, its pause, its wait, its block or its failure.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+from tether.context.conversation import Session
+from tether.engine import compensation, gates
+from tether.engine.calls import Cancelling, Core, Stopping, Suspended, agent_body
+from tether.engine.deps import Deps
+from tether.engine.journal import Journal
+from tether.engine.leases import Active, Leases
+from tether.engine.policy import Policy
+from tether.engine.registry import AgentDef, Registry
+from tether.engine.retry import Retry
+from tether.engine.runtime import AsyncRun, Run, adrive, drive
+from tether.engine.states import States
+from tether.errors import (
+    EncodeError,
+    InvalidState,
+    LeaseLost,
+    NondeterminismError,
+    RunFailed,
+    StoreUnavailable,
+    TetherError,
+)
+from tether.model import codec
+from tether.model import events as ev
+from tether.model.clock import new_run_id
+from tether.model.events import Event
+from tether.model.state import RunState, fold
+from tether.store import Lease, NewRun, RunRecord, Transition
+
+log = logging.getLogger("tether")
+CANCEL_REQUESTED = "cancel.requested"  # audit action: a cancel asked of a run executing elsewhere
+
+
+@dataclass(frozen=True, slots=True)
+class RunHandle:
+    """What ``app.run``/``app.resume`` return: the run's id, status and output.
+
+    ``reused`` and ``executed`` list the positions ``(position, name)`` this
+    execution took from the log and the ones it ran.
+    """
+
+    id: str
+    status: str
+    output: Any = None
+    error: dict[str, Any] | None = None
+    reused: tuple[tuple[int, str], ...] = field(default=())
+    executed: tuple[tuple[int, str], ...] = field(default=())
+    waiting: dict[str, Any] | None = None  # what a waiting run waits for
+
+
+# A run ready to execute here: its agent, journal (under a lease), run object and input.
+Prepared = tuple[AgentDef, Journal, Run | AsyncRun, tuple[Any, ...], dict[str, Any]]
+
+
+class Executor:
+    """Executes runs in this process: under ``leases``, listed in ``active``, with the
+    agents and tools of ``registry`` and the App's retry, approval policy and limits."""
+
+    def __init__(
+        self,
+        deps: Deps,
+        states: States,
+        leases: Leases,
+        registry: Registry,
+        *,
+        retry: Retry,
+        policy: Policy,
+        inline_sleep_max: float,
+        approver_groups: Collection[str],
+    ) -> None:
+        self.deps = deps
+        self.states = states
+        self.leases = leases
+        self.active: Active = leases.active
+        self.registry = registry
+        self.retry = retry
+        self.policy = policy
+        self.inline_sleep_max = inline_sleep_max
+        self.approver_groups = approver_groups  # names recorded with approval requests
+
+    def create(
+        self,
+        d: AgentDef,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        session: Session | None = None,
+    ) -> Prepared:
+        """Create a run of ``d`` (in ``session``, when given) under this process's lease,
+        ready to execute here: nothing runs yet (see :meth:`continue_run`)."""
+        self.leases.check_clock()
+        now = self.deps.clock.now()
+        run_id = new_run_id(now)
+        payload = self.check_input(d, args, kwargs)
+        data = {"agent": d.name, "version": d.version, "input": payload, "code": d.code}
+        if session is not None:
+            data["session"] = session.id
+        created = ev.new(ev.RUN_CREATED, data, now)
+        started = ev.new(ev.RUN_STARTED, {"by": self.deps.owner, "epoch": 1}, now, self.deps.owner)
+        sid, owner = (session.id, session.owner) if session is not None else (None, None)
+        lease = self.deps.store.create_run(
+            NewRun(run_id, d.name, d.version, "running", code=d.code, session_id=sid, owner=owner),
+            [created, started],
+            lease_owner=self.deps.owner,
+            now=now,
+            ttl=self.deps.lease_ttl,
+        )
+        assert lease is not None
+        state = fold(
+            [
+                Event(run_id, i, e.type, e.data, e.at, e.actor)
+                for i, e in enumerate([created, started], 1)
+            ]
+        )
+        journal, run = self._journal(d, state, lease)
+        if session is not None:
+            run.bind_session(session)
+        return d, journal, run, args, kwargs
+
+    def check_input(self, d: AgentDef, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        payload = {"args": list(args), "kwargs": kwargs}
+        try:
+            codec.encode(payload)
+        except EncodeError as e:
+            where = e.path.replace("$.args", "args", 1).replace("$.kwargs", "kwargs", 1)
+            why = f"{e.type_name} at {where}"
+            if e.type_name in (codec.CYCLE, codec.TOO_DEEP):  # the codec's words say which
+                why = str(e).split(": ", 1)[-1].split(". ")[0].replace("$.", "")
+            raise EncodeError(
+                f"agent {d.name!r}: its input cannot be stored: {why}; "
+                f"pass plain data to agents. No run was created.",
+                path=e.path,
+                type_name=e.type_name,
+            ) from None
+        return payload
+
+    def _journal(
+        self, d: AgentDef, state: RunState, lease: Lease, *, detached_end: bool = False
+    ) -> tuple[Journal, Run | AsyncRun]:
+        self.leases.keep()
+        journal = Journal(
+            self.deps.store,
+            self.deps.clock,
+            state,
+            lease,
+            actor=lease.owner,
+            detached_end=detached_end,
+        )
+        cls = AsyncRun if d.is_async else Run
+        self.active.add(journal)
+        groups = self.approver_groups
+        return journal, cls(journal, d.name, self.retry, self.policy, self.inline_sleep_max, groups)
+
+    def prepare_resume(self, run_id: str, *, retry: bool) -> RunHandle | Prepared:
+        record = self.deps.store.get_run(run_id)
+        if record.status in ("completed", "cancelled") or (record.status == "failed" and not retry):
+            return self.finished(record)
+        if retry and record.status not in ("failed", "blocked"):
+            raise InvalidState(
+                f"run {run_id} is {record.status}, not failed or blocked; only those "
+                f"can be retried (use resume)"
+            )
+        if retry and record.status == "failed":
+            self.check_retryable(self.states.load(run_id))
+        if record.status == "waiting":
+            blocked = gates.resumable(self.deps.store, self.deps.clock, self.states.load(run_id))
+            if blocked is not None:
+                raise InvalidState(blocked)
+        d = self.registry.agent_for(record)
+        return self.prepare_claimed(d, record, self.leases.claim(record), retry=retry)
+
+    def prepare_claimed(
+        self,
+        d: AgentDef,
+        record: RunRecord,
+        lease: Lease,
+        *,
+        retry: bool = False,
+        worker: bool = False,
+    ) -> RunHandle | Prepared:
+        """``worker``: a worker's claim, which already made the run's status running; and
+        nothing waits for the run's end, so its final event need not wait for the commit
+        (the worker goes on to its next run at once)."""
+        state = self.states.load(record.id)
+        if state.status in ("completed", "cancelled"):  # finished while we were claiming
+            self.deps.store.release(record.id, epoch=lease.epoch)
+            return self.finished(record)
+        journal, run = self._journal(d, state, lease, detached_end=worker)
+        started = {"by": lease.owner, "epoch": lease.epoch, "retry": retry}
+        moved = None if worker else Transition("running")
+        journal.defer([journal.event(ev.RUN_STARTED, started)], moved)
+        args = tuple(state.input.get("args", ()))
+        return d, journal, run, args, dict(state.input.get("kwargs", {}))
+
+    def execute_claimed(self, record: RunRecord, lease: Lease) -> RunHandle:
+        """Execute a run a worker claimed (``lease``): resume it, or finish its compensation.
+
+        Raises RunFailed when the run fails (the failure is recorded first).
+        """
+        return self.continue_run(
+            self.prepare_claimed(self.registry.agent_for(record), record, lease, worker=True)
+        )
+
+    def _continuation(self, prepared: RunHandle | Prepared) -> RunHandle | Core | Prepared:
+        """What every entry point that continues a run does next, sync or async (resume,
+        aresume, retry, a worker's claim): return a finished run's handle, finish an
+        interrupted compensation (a core the caller drives), or execute the agent."""
+        if isinstance(prepared, RunHandle):
+            return prepared
+        if prepared[1].compensating is not None:
+            return self._end_compensation(prepared[1])
+        return prepared
+
+    def continue_run(self, prepared: RunHandle | Prepared) -> RunHandle:
+        """:meth:`_continuation`, carried out in this thread; an ``async def`` agent's
+        through :meth:`acontinue_run`, in an event loop of its own (its undo functions
+        may be async too): the one path of sync and async entry points."""
+        if not isinstance(prepared, RunHandle) and prepared[0].is_async:
+            import asyncio  # only for async agents: keeps `import tether` fast
+
+            return asyncio.run(self.acontinue_run(prepared))
+        step = self._continuation(prepared)
+        if isinstance(step, RunHandle):
+            return step
+        if isinstance(step, tuple):
+            return self._execute(*step)
+        handle: RunHandle = drive(step, self.deps.clock)
+        return handle
+
+    async def acontinue_run(self, prepared: RunHandle | Prepared) -> RunHandle:
+        """:meth:`_continuation`, carried out in the running event loop."""
+        step = self._continuation(prepared)
+        if isinstance(step, RunHandle):
+            return step
+        if isinstance(step, tuple):
+            return await self._aexecute(*step)
+        return await self._adrive_end(step)
+
+    async def _adrive_end(self, core: Core) -> RunHandle:
+        handle: RunHandle = await adrive(core, self.deps.clock)
+        return handle
+
+    def check_retryable(self, state: RunState) -> None:
+        if state.compensating is not None:
+            raise InvalidState(
+                f"run {state.run_id} failed and its effects were compensated (undone); "
+                f"retrying would reuse steps whose effects no longer exist. Start a new run, "
+                f"or fork it before its first tool call."
+            )
+
+    def finished(self, record: RunRecord) -> RunHandle:
+        state = self.states.load(record.id)
+        if state.status == "failed":
+            raise InvalidState(
+                f"run {record.id} failed ({(state.failure or {}).get('type')}: "
+                f"{(state.failure or {}).get('message')}); `tether retry {record.id}` "
+                + (
+                    f"puts it back in queue {record.queue!r}, where a worker retries it from "
+                    f"its failed step"
+                    if record.queue is not None
+                    else "executes it again from its failed step"
+                )
+            )
+        return RunHandle(record.id, state.status, state.output, None)
+
+    # -- executing --------------------------------------------------------
+
+    def _execute(
+        self,
+        d: AgentDef,
+        journal: Journal,
+        run: Run | AsyncRun,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> RunHandle:
+        with self._outage(journal):
+            try:
+                with agent_body(journal.run_id):
+                    output = d.fn(run, *args, **kwargs)
+                _raise_poison(journal)
+            except BaseException as exc:
+                ended = self._ended(journal, exc)
+                if isinstance(ended, RunHandle):
+                    return ended
+                self._failed(journal, drive(ended, self.deps.clock), exc)
+            finally:
+                self.active.remove(journal.run_id)
+            return self._complete(journal, output)
+
+    async def _aexecute(
+        self,
+        d: AgentDef,
+        journal: Journal,
+        run: Run | AsyncRun,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> RunHandle:
+        import asyncio
+
+        journal.agent_task = asyncio.current_task()  # its calls are in program order
+        with self._outage(journal):
+            try:
+                with agent_body(journal.run_id):
+                    result = d.fn(run, *args, **kwargs)
+                    output = await result if inspect.isawaitable(result) else result
+                _raise_poison(journal)
+            except BaseException as exc:
+                ended = self._ended(journal, exc)
+                if isinstance(ended, RunHandle):
+                    return ended
+                self._failed(journal, await adrive(ended, self.deps.clock), exc)
+            finally:
+                self.active.remove(journal.run_id)
+            return self._complete(journal, output)
+
+    def _ended(self, journal: Journal, exc: BaseException) -> RunHandle | Core:
+        """What the agent's exception makes of the run: waiting, cancelled, blocked (the
+        code no longer matches its log: recorded, then NondeterminismError raised), or the
+        core that records its failure (the caller drives it, sync or async). Re-raises
+        ``exc`` for a pause (a crash-like exit, a lost lease, the database gone)."""
+        if isinstance(exc, Suspended):
+            return self._waiting(journal, exc)
+        fault = _fault(journal, exc)
+        with suppress(LeaseLost, StoreUnavailable):  # poisons the journal: a pause below
+            journal.flush()  # the step before the exception: its record, before the log is read
+        if isinstance(exc, Cancelling):
+            return self._cancel_inside(journal, exc)
+        core = self._stopped(journal, exc, fault)
+        if core is None:
+            raise exc
+        return core
+
+    @contextmanager
+    def _outage(self, journal: Journal) -> Iterator[None]:
+        """The database went away under the execution (StoreUnavailable, raised on): a
+        pause, not the agent's failure. A worker puts the run back in its queue; executed
+        here, its lease is given back, so that `tether resume` goes on from its log once
+        the database is back, from any process (the heartbeat would extend it)."""
+        try:
+            yield
+        except StoreUnavailable:
+            if not journal.detached_end:
+                self.leases.let_go(journal.run_id, journal.lease.epoch)
+            raise
+
+    def _complete(self, journal: Journal, output: Any) -> RunHandle:
+        try:
+            event = journal.event(ev.RUN_COMPLETED, {"output": output})
+        except EncodeError as e:
+            err = EncodeError(
+                f"run {journal.run_id}: the agent's return value cannot be "
+                f"stored: {e.type_name} at {e.path.replace('$.output', '$', 1)}",
+                path=e.path,
+                type_name=e.type_name,
+            )
+            core = self._stopped(journal, err, err)
+            assert core is not None
+            self._failed(journal, drive(core, self.deps.clock), err)
+        journal.append(
+            [event], Transition("completed", release=True), wait=not journal.detached_end
+        )
+        return RunHandle(
+            journal.run_id,
+            "completed",
+            output,
+            None,
+            tuple(journal.reused),
+            tuple(journal.executed),
+        )
+
+    def _waiting(self, journal: Journal, s: Suspended) -> RunHandle:
+        state = self.states.load(journal.run_id)
+        return RunHandle(
+            journal.run_id,
+            "waiting",
+            None,
+            None,
+            tuple(journal.reused),
+            tuple(journal.executed),
+            dict(state.waiting or {"for": s.waiting_for}),
+        )
+
+    def _stopped(self, journal: Journal, exc: BaseException, fault: BaseException) -> Core | None:
+        """Why execution stopped (``fault``: see :func:`_fault`): None for a pause
+        (crash-like exit, lost lease), a block (raised), else the core that records the
+        failure (compensating completed write tools first)."""
+        if isinstance(fault, LeaseLost | StoreUnavailable):
+            return None  # another worker owns the run now, or the database went away (a
+            # pause, see _outage): write nothing
+        if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: a pause
+            why = "its worker is stopping" if isinstance(exc, Stopping) else type(exc).__name__
+            self._suspend(journal, why)
+            return None
+        journal.poisoned = None
+        if isinstance(fault, NondeterminismError):
+            self._block(journal, fault)
+        return self._fail_core(journal, journal.context_for(exc), "failed")
+
+    def _block(self, journal: Journal, err: NondeterminismError) -> NoReturn:
+        """The code no longer matches the log: stop the run as ``blocked``, holding no
+        lease and undoing nothing (a deploy is no failure of the work), then raise
+        ``err``. It goes on once the code matches again (resume, retry)."""
+        data = {
+            "message": str(err),
+            "position": err.position,
+            "recorded": err.expected,
+            "found": err.found,
+        }
+        journal.append([journal.event(ev.RUN_BLOCKED, data)], Transition("blocked", release=True))
+        log.warning("run %s is blocked: %s", journal.run_id, err)
+        raise err
+
+    def _fail_core(self, journal: Journal, ctx: dict[str, Any], reason: str) -> Core:
+        state = self.states.load(journal.run_id)
+        if state.compensating is None and compensation.compensable(state, self.registry.find_tool):
+            compensation.start(journal, state, reason, ctx)
+            state = self.states.load(journal.run_id)
+        if state.compensating is not None:
+            failures = yield from compensation.compensation_core(
+                journal, state, self.registry.find_tool, self.retry
+            )
+            if failures:
+                ctx = {**ctx, "compensation_failures": failures}
+        return ctx
+
+    def _failed(self, journal: Journal, ctx: dict[str, Any], exc: BaseException | None) -> None:
+        journal.append(
+            [journal.event(ev.RUN_FAILED, {"error": ctx})], Transition("failed", release=True)
+        )
+        raise RunFailed(journal.run_id, ctx) from exc
+
+    def _end_compensation(self, journal: Journal) -> Core:
+        """Finish a compensation that a crash interrupted, then end the run: a core that
+        returns the run's handle (or raises RunFailed), driven sync or async."""
+        assert journal.compensating is not None
+        reason = journal.compensating["reason"]
+        with self._outage(journal):
+            try:
+                error = dict(journal.compensating.get("error") or {})
+                ctx = yield from self._fail_core(journal, error, reason)
+                if reason == "cancelled":
+                    return self._cancelled(journal, ctx)
+                self._failed(journal, ctx, None)
+                raise AssertionError("unreachable")  # _failed raises
+            finally:
+                self.active.remove(journal.run_id)
+
+    def _cancel_inside(self, journal: Journal, c: Cancelling) -> RunHandle:
+        """A cancel requested while the run executed here: compensate if asked, then end.
+        The request is delivered again until the run ends (each heartbeat, each look for
+        cancels): out of ``_active``, the compensation is not interrupted by it."""
+        self.active.remove(journal.run_id)
+        journal.interrupt(None)
+        by, reason = c.by, c.reason
+        if by is None and reason is None:  # asked from another process: its audit record
+            asked = [
+                r
+                for r in self.deps.store.read_audit(journal.run_id)
+                if r.action == CANCEL_REQUESTED
+            ]
+            if asked:
+                by, reason = asked[-1].actor, codec.decode(asked[-1].detail).get("why")
+        ctx = {"type": "cancelled", "message": reason or "cancel requested", "by": by}
+        return self.cancel_with(journal, ctx, c.compensate)
+
+    def cancel_with(self, journal: Journal, ctx: dict[str, Any], compensate: bool) -> RunHandle:
+        if compensate and journal.compensating is None:
+            state = self.states.load(journal.run_id)
+            if compensation.compensable(state, self.registry.find_tool):
+                compensation.start(journal, state, "cancelled", ctx)
+                journal.compensating = self.states.load(journal.run_id).compensating
+        if journal.compensating is not None:
+            ctx = drive(self._fail_core(journal, ctx, "cancelled"), self.deps.clock)
+        return self._cancelled(journal, ctx)
+
+    def _cancelled(self, journal: Journal, ctx: dict[str, Any]) -> RunHandle:
+        data = {
+            "by": ctx.get("by"),
+            "reason": ctx.get("message"),
+            "compensation_failures": ctx.get("compensation_failures"),
+        }
+        journal.append(
+            [journal.event(ev.RUN_CANCELLED, data)], Transition("cancelled", release=True)
+        )
+        return RunHandle(
+            journal.run_id, "cancelled", None, ctx, tuple(journal.reused), tuple(journal.executed)
+        )
+
+    def _suspend(self, journal: Journal, reason: str) -> None:
+        try:
+            journal.poisoned = None
+            journal.append(
+                [journal.event(ev.RUN_SUSPENDED, {"reason": reason, "status": "queued"})],
+                Transition("queued", release=True),
+            )
+        except TetherError as e:  # best effort: the lease expires anyway
+            log.warning("could not suspend run %s cleanly: %s", journal.run_id, e)
+
+
+def _fault(journal: Journal, exc: BaseException) -> BaseException:
+    """What stopped the execution: what poisoned the journal (a lost lease or database,
+    a code change, a call refused in a thread), else ``exc``. A lost lease or database
+    keeps the journal refusing writes; the agent's own fault does not stop tether's
+    records (the deferred step, the failure, the block)."""
+    poisoned = journal.poisoned
+    if isinstance(poisoned, LeaseLost | StoreUnavailable):
+        return poisoned
+    journal.poisoned = None
+    return poisoned if poisoned is not None else exc
+
+
+def _raise_poison(journal: Journal) -> None:
+    """Raise what made the journal refuse writes when the agent returned anyway: it caught
+    the error (a code change, a lease lost), or a thread of its own met it and nobody
+    read it. Its run must not end as if whole."""
+    if journal.poisoned is not None:
+        raise journal.poisoned

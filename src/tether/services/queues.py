@@ -1,0 +1,168 @@
+"""Queues: their flow control, and runs enqueued for the workers.
+
+Declared with ``app.queue(...)`` (see :class:`QueueConfig`); a queue not declared has no
+limits. ``app.start`` enqueues a run (:meth:`Queues.start`): the store tells the queue's
+waiting workers in the same commit (PostgreSQL: NOTIFY).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tether.context.conversation import Session
+from tether.engine.deps import Deps
+from tether.engine.executor import Executor
+from tether.engine.registry import Registry
+from tether.errors import InvalidInput
+from tether.model import events as ev
+from tether.model import inputs
+from tether.model.clock import new_run_id
+from tether.model.durations import Duration, parse_duration
+from tether.services import sessions
+from tether.store import NewRun, QueueLimits
+
+
+@dataclass(frozen=True, slots=True)
+class QueueConfig:
+    """Flow control of one queue (see :meth:`tether.App.queue`)."""
+
+    name: str
+    concurrency: int | None = None  # at once, all workers together
+    worker_concurrency: int | None = None  # at once, in one worker
+    per_key: int | None = None  # at once, per concurrency_key (one tenant cannot take all)
+    rate: tuple[int, float] | None = None  # at most N starts per period (seconds)
+    max_depth: int | None = None  # queued runs beyond this are refused (QueueFull)
+
+    def __post_init__(self) -> None:
+        for name in ("concurrency", "worker_concurrency", "per_key", "max_depth"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(
+                    f"queue {self.name!r}: {name} must be a positive int, not {value!r}"
+                )
+        if self.rate is not None and (len(self.rate) != 2 or self.rate[0] < 1 or self.rate[1] <= 0):
+            raise ValueError(
+                f"queue {self.name!r}: rate is (starts, period_seconds), "
+                f"e.g. (100, 60), not {self.rate!r}"
+            )
+
+    def limits(self) -> QueueLimits:
+        return QueueLimits(self.name, self.concurrency, self.per_key, self.rate)
+
+    @property
+    def limited(self) -> bool:
+        """Whether any limit applies, across workers or in one."""
+        return self.worker_concurrency is not None or self.limits().limited
+
+
+class Queues:
+    """The queues declared on an App, and the runs it enqueues."""
+
+    def __init__(self, deps: Deps, registry: Registry, executor: Executor) -> None:
+        self.deps = deps
+        self.registry = registry
+        self.executor = executor  # checks a run's input as app.run does
+        self._queues: dict[str, QueueConfig] = {}
+
+    def declare(
+        self,
+        name: str,
+        *,
+        concurrency: int | None = None,
+        worker_concurrency: int | None = None,
+        per_key: int | None = None,
+        rate: tuple[int, float] | None = None,
+        max_depth: int | None = None,
+    ) -> QueueConfig:
+        """Declare a queue's flow control (see :meth:`tether.App.queue`)."""
+        inputs.name(name, "queue")
+        for what, value in (
+            ("concurrency", concurrency),
+            ("worker_concurrency", worker_concurrency),
+            ("per_key", per_key),
+            ("max_depth", max_depth),
+        ):
+            if value is not None:
+                inputs.integer(value, f"queue {name!r}: {what}", low=1)
+        if rate is not None:
+            _check_rate(name, rate)
+        config = QueueConfig(name, concurrency, worker_concurrency, per_key, rate, max_depth)
+        self._queues[name] = config
+        return config
+
+    def config(self, name: str) -> QueueConfig:
+        """The flow control of queue ``name`` (no limits unless declared)."""
+        return self._queues.get(name) or QueueConfig(name)
+
+    def start(
+        self,
+        session: Session | str | None,
+        agent: Callable[..., Any] | str,
+        *args: Any,
+        queue: str = "default",
+        priority: int = 0,
+        run_id: str | None = None,
+        dedup_key: str | None = None,
+        delay: Duration | None = None,
+        concurrency_key: str | None = None,
+        **kwargs: Any,
+    ) -> str:
+        """Enqueue a run of ``agent`` (in ``session``, when given) and return its id; see
+        :meth:`tether.App.start` for the arguments."""
+        d = self.registry.resolve(agent)
+        now = self.deps.clock.now()
+        _check_start(queue, priority, run_id, dedup_key, concurrency_key)
+        seconds = parse_duration(delay, what="delay") or 0.0
+        payload = self.executor.check_input(d, args, kwargs)
+        if session is not None:  # after the checks: bad input creates no session either
+            session = sessions.of(self.deps, session)
+        sid, owner = (session.id, session.owner) if session is not None else (None, None)
+        new = NewRun(
+            run_id or new_run_id(now),
+            d.name,
+            d.version,
+            "queued",
+            code=d.code,
+            session_id=sid,
+            owner=owner,
+            queue=queue,
+            priority=priority,
+            available_at=now + seconds,
+            dedup_key=dedup_key,
+            concurrency_key=concurrency_key,
+        )
+        data = {
+            "agent": d.name,
+            "version": d.version,
+            "input": payload,
+            "code": d.code,
+            "queue": queue,
+        }
+        if session is not None:
+            data["session"] = session.id
+        created = ev.new(ev.RUN_CREATED, data, now)
+        rid, _ = self.deps.store.enqueue(
+            new, [created], now=now, max_depth=self.config(queue).max_depth
+        )
+        return rid  # the store told waiting workers (PostgreSQL: NOTIFY in the same commit)
+
+
+def _check_rate(queue: str, rate: Any) -> None:
+    if not isinstance(rate, tuple | list) or len(rate) != 2:
+        raise InvalidInput(f"queue {queue!r}: rate is (starts, period_seconds), e.g. (100, 60)")
+    inputs.integer(rate[0], f"queue {queue!r}: rate's starts", low=1)
+    inputs.seconds(rate[1], f"queue {queue!r}: rate's period", above=True)
+
+
+def _check_start(
+    queue: Any, priority: Any, run_id: Any, dedup_key: Any, concurrency_key: Any
+) -> None:
+    """``start``'s options, checked before anything is written (see tether.model.inputs)."""
+    inputs.name(queue, "queue")
+    inputs.integer(priority, "priority")
+    if run_id is not None:
+        inputs.run_id(run_id)
+    inputs.optional_name(dedup_key, "dedup_key")
+    inputs.optional_name(concurrency_key, "concurrency_key")
