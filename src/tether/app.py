@@ -64,10 +64,7 @@ class App:
         self.url = url
         self.owner = process_owner()
         self.lease_ttl = lease_ttl
-        self.retry = retry
-        self.policy = policy or Policy()
         self.approver_groups = gates.approver_groups(approver_groups)
-        self.inline_sleep_max = inline_sleep_max
         self._deps = deps = Deps(store, self.clock, self.owner, lease_ttl)
         self._states = States(store, self.clock, snapshot_every)
         self._registry = Registry(code)  # modules a run's record may make us import
@@ -80,7 +77,7 @@ class App:
             self._leases,
             self._registry,
             retry=retry,
-            policy=self.policy,
+            policy=policy or Policy(),
             inline_sleep_max=inline_sleep_max,
             approver_groups=frozenset(self.approver_groups),
         )
@@ -94,6 +91,33 @@ class App:
     def code(self) -> frozenset[str]:
         """The modules a run's record may make this app import (see :meth:`allow_code`)."""
         return self._registry.code
+
+    @property
+    def retry(self) -> Retry:
+        """The retry policy of steps that name none (``tether.open(retry=...)``)."""
+        return self._executor.retry
+
+    @retry.setter
+    def retry(self, value: Retry) -> None:
+        self._executor.retry = value
+
+    @property
+    def policy(self) -> Policy:
+        """Which tools need a human's approval (``tether.open(policy=...)``)."""
+        return self._executor.policy
+
+    @policy.setter
+    def policy(self, value: Policy) -> None:
+        self._executor.policy = value
+
+    @property
+    def inline_sleep_max(self) -> float:
+        """The longest ``run.sleep`` that ``app.run`` waits out in its process."""
+        return self._executor.inline_sleep_max
+
+    @inline_sleep_max.setter
+    def inline_sleep_max(self, value: float) -> None:
+        self._executor.inline_sleep_max = value
 
     @property
     def snapshot_every(self) -> int:

@@ -1,0 +1,51 @@
+"""The App's settings can be changed after tether.open, and the next run obeys them
+(they live in the executor, which the App forwards to)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import tether
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_policy_set_after_open_gates_the_next_run(tmp_path: Path) -> None:
+    app = tether.open(str(tmp_path / "settings.db"))
+    sent: list[str] = []
+
+    @app.tool(risk="irreversible", on_doubt="ask")
+    def wire(amount: int) -> int:
+        sent.append("wire")
+        return amount
+
+    @app.agent
+    def pay(run: tether.Run) -> int:
+        return int(run.tool(wire, 5))
+
+    app.policy = tether.Policy(approve_at="irreversible")
+    handle = app.run(pay)
+    assert handle.status == "waiting" and sent == []
+    assert app.policy.approve_at == "irreversible"
+    app.close()
+
+
+def test_a_retry_set_after_open_is_the_default_of_the_next_step(tmp_path: Path) -> None:
+    app = tether.open(str(tmp_path / "retry.db"))
+    calls: list[int] = []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise ConnectionError("flaky")
+        return "ok"
+
+    @app.agent
+    def job(run: tether.Run) -> str:
+        return str(run.step("flaky", flaky))
+
+    app.retry = tether.Retry(max_attempts=3, backoff=0)
+    assert app.run(job).output == "ok" and len(calls) == 3
+    app.close()
