@@ -403,6 +403,12 @@ class App:
         """The run's events in seq order. Raises NotFound for an unknown run."""
         return self._reader.events(run_id, after=after, upto=upto)
 
+    def record(self, run_id: str) -> RunRecord:
+        """The run's row, as a worker sees it: status, queue, priority, lease holder and
+        expiry, dedup and concurrency keys. NotFound for an unknown run; :meth:`get` gives
+        the run's state, folded from its log."""
+        return self._reader.record(run_id)
+
     def runs(
         self, *, status: str | None = None, agent: str | None = None, limit: int = 100
     ) -> list[RunRecord]:

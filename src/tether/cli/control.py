@@ -26,8 +26,7 @@ def _decision_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _goes_on(app: tether.App, run_id: str) -> str:
     """Who resumes a run a decision woke: a worker of its queue, or `tether resume`."""
-    # TODO(i26): App.run_record(run_id) -> RunRecord (the run's row; NotFound if unknown)
-    record = app.store.get_run(run_id)
+    record = app.record(run_id)
     if record.status != "queued":
         return f"it is {record.status}"
     if record.queue is not None:
@@ -123,8 +122,7 @@ def _cancel(args: argparse.Namespace, ctx: Context) -> int:
     app = ctx.app()
     handle = app.cancel(args.run, compensate=args.compensate, by=args.by, reason=args.reason)
     if handle.status == "running":  # executing in another process: a request
-        # TODO(i26): App.run_record(run_id) -> RunRecord (its lease_owner)
-        holder = app.store.get_run(args.run).lease_owner or "another process"
+        holder = app.record(args.run).lease_owner or "another process"
         undo = ", after undoing its completed write tools" if args.compensate else ""
         ctx.print(
             f"run {args.run} is executing in {holder}: asked to cancel. It stops at its next "

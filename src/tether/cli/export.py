@@ -12,7 +12,6 @@ from typing import TextIO
 import tether
 from tether.cli import format as fmt
 from tether.cli.context import Command, CommandError, Context, user_errors
-from tether.model import inputs
 
 
 def _export_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,8 +26,7 @@ def _export(args: argparse.Namespace, ctx: Context) -> int:
     if args.output is None:
         app.export_run(args.run, ctx.out)
         return 0
-    # TODO(i26): App.run_record(run_id) -> RunRecord (NotFound before the file is made)
-    app.store.get_run(inputs.lookup_id(args.run))  # an unknown run leaves no empty file
+    app.record(args.run)  # an unknown run leaves no empty file
     try:
         f = open(args.output, "w", encoding="utf-8")  # noqa: SIM115 - closed below
     except OSError as e:

@@ -8,7 +8,6 @@ import tether
 from tether.cli import format as fmt
 from tether.cli.arguments import positive_int, whole_number
 from tether.cli.context import Command, Context
-from tether.model import inputs
 from tether.model.state import STATUSES
 from tether.store import RunRecord
 
@@ -83,8 +82,7 @@ def _show_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _show(args: argparse.Namespace, ctx: Context) -> int:
     app = ctx.app()
-    # TODO(i26): App.run_record(run_id) -> RunRecord (the run's row; NotFound if unknown)
-    record = app.store.get_run(inputs.lookup_id(args.run))
+    record = app.record(args.run)
     try:
         state = app.get(args.run)
     except tether.RunDamaged as e:
@@ -167,8 +165,7 @@ def _retry_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _retry(args: argparse.Namespace, ctx: Context) -> int:
     app = ctx.app()
-    # TODO(i26): App.run_record(run_id) -> RunRecord (the run's row; NotFound if unknown)
-    record = app.store.get_run(inputs.lookup_id(args.run))
+    record = app.record(args.run)
     queue = record.queue
     if queue is None or args.here:
         handle = app.retry_run(args.run, in_queue=False)

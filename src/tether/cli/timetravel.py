@@ -203,8 +203,7 @@ def _fork(args: argparse.Namespace, ctx: Context) -> int:
         )
         return 0
     ctx.print(new_id)
-    # TODO(i26): App.run_record(run_id) -> RunRecord (the fork's queue)
-    queue = app.store.get_run(new_id).queue
+    queue = app.record(new_id).queue
     runs = (
         f"a worker of queue {queue!r} runs it (`tether resume {new_id}` runs it here)"
         if queue is not None

@@ -32,6 +32,10 @@ class Reader:
         self.store.get_run(inputs.lookup_id(run_id))
         return self.store.read_events(run_id, after=after, upto=upto)
 
+    def record(self, run_id: str) -> RunRecord:
+        """The run's row (see :meth:`tether.App.record`)."""
+        return self.store.get_run(inputs.lookup_id(run_id))
+
     def runs(
         self, *, status: str | None = None, agent: str | None = None, limit: int = 100
     ) -> list[RunRecord]:
