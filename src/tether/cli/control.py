@@ -11,6 +11,7 @@ import tether
 from tether.cli import format as fmt
 from tether.cli.context import Command, CommandError, Context
 from tether.model import codec
+from tether.model.status import RunStatus
 from tether.services.control import NO_RESULT
 from tether.services.worker import CANCEL_POLL
 
@@ -27,7 +28,7 @@ def _decision_arguments(parser: argparse.ArgumentParser) -> None:
 def _goes_on(app: tether.App, run_id: str) -> str:
     """Who resumes a run a decision woke: a worker of its queue, or `tether resume`."""
     record = app.record(run_id)
-    if record.status != "queued":
+    if record.status != RunStatus.QUEUED:
         return f"it is {record.status}"
     if record.queue is not None:
         return f"a worker of queue {record.queue!r} resumes it"
@@ -121,7 +122,7 @@ def _cancel_arguments(parser: argparse.ArgumentParser) -> None:
 def _cancel(args: argparse.Namespace, ctx: Context) -> int:
     app = ctx.app()
     handle = app.cancel(args.run, compensate=args.compensate, by=args.by, reason=args.reason)
-    if handle.status == "running":  # executing in another process: a request
+    if handle.status == RunStatus.RUNNING:  # executing in another process: a request
         holder = app.record(args.run).lease_owner or "another process"
         undo = ", after undoing its completed write tools" if args.compensate else ""
         ctx.print(

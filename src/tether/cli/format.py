@@ -20,6 +20,7 @@ from tether.model import codec
 from tether.model.clock import owner_is_dead_local
 from tether.model.events import Event
 from tether.model.state import FINISHED, RunState, StepState
+from tether.model.status import RunStatus
 from tether.services.timetravel import Diff, History
 from tether.store import RunRecord
 
@@ -121,7 +122,7 @@ def error_line(message: str) -> str:
 
 def stalled(record: RunRecord, now: float | None = None) -> bool:
     """True when the run's row says running but no live process holds its lease."""
-    if record.status != "running":
+    if record.status != RunStatus.RUNNING:
         return False
     if record.lease_owner is None or record.lease_expires is None:
         return True
@@ -131,7 +132,7 @@ def stalled(record: RunRecord, now: float | None = None) -> bool:
 
 def shown_status(record: RunRecord, state: RunState) -> str:
     """The status, ``running (stalled)`` when no live process holds a running run."""
-    if state.status == "running" and stalled(record):
+    if state.status == RunStatus.RUNNING and stalled(record):
         return "running (stalled)"
     return state.status
 
@@ -285,7 +286,7 @@ def header_text(record: RunRecord, state: RunState, expected: int | None = None)
             f"{u.output_tokens} out, {money(u.cost)}",
         ),
     ]
-    if state.status == "completed":
+    if state.status == RunStatus.COMPLETED:
         out.insert(7, ("output", short(state.output)))
     out[3:3] = _where_fields(record)
     if stalled(record):
@@ -307,7 +308,7 @@ def _where_fields(record: RunRecord, now: float | None = None) -> list[tuple[str
     if record.queue is not None and unfinished:
         text = record.queue + (f", priority {record.priority}" if record.priority else "")
         due = record.available_at
-        if record.status in ("queued", "waiting") and due is not None and due > now:
+        if record.status in (RunStatus.QUEUED, RunStatus.WAITING) and due is not None and due > now:
             text += f", due {when(due)} (in {due - now:.0f} s)"
         out.append(("queue", text))
     if record.lease_owner is not None and (record.lease_expires or 0) >= now:

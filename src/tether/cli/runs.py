@@ -9,6 +9,7 @@ from tether.cli import format as fmt
 from tether.cli.arguments import positive_int, whole_number
 from tether.cli.context import Command, Context
 from tether.model.state import STATUSES
+from tether.model.status import RunStatus
 from tether.store import RunRecord
 
 # -- runs ---------------------------------------------------------------------------
@@ -62,7 +63,7 @@ class _Expected:
     def _look_up(self, record: RunRecord) -> int | None:
         done = [
             r
-            for r in self.app.runs(status="completed", agent=record.agent, limit=20)
+            for r in self.app.runs(status=RunStatus.COMPLETED, agent=record.agent, limit=20)
             if r.version == record.version
         ]
         try:
@@ -148,7 +149,7 @@ def _resume(args: argparse.Namespace, ctx: Context) -> int:
     app = ctx.app()
     before = app.get(args.run)
     handle = app.resume(args.run)
-    if before.status in ("completed", "cancelled"):
+    if before.status in (RunStatus.COMPLETED, RunStatus.CANCELLED):
         ctx.print(f"run {handle.id} is already {handle.status}; nothing to resume")
     ctx.print(fmt.handle_report(app.get(handle.id), handle))
     return 0
@@ -173,7 +174,7 @@ def _retry(args: argparse.Namespace, ctx: Context) -> int:
         return 0
     handle = app.retry_run(args.run, in_queue=True)
     what = "retries it from its failed step"
-    if record.status == "blocked":
+    if record.status == RunStatus.BLOCKED:
         what = "goes on with it (blocked again if its code still differs from its log)"
     ctx.print(
         f"run {handle.id} is queued again in {queue!r}: a worker of that queue {what} "

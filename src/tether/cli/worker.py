@@ -10,6 +10,7 @@ from tether.app import MAX_CONCURRENCY
 from tether.cli import format as fmt
 from tether.cli.arguments import positive_int, positive_seconds, whole_number
 from tether.cli.context import Command, CommandError, Context
+from tether.model.status import RunStatus
 from tether.services import cpus
 from tether.services.worker import describe, reap_dead_workers
 
@@ -122,7 +123,7 @@ def _workers(args: argparse.Namespace, ctx: Context) -> int:
     left = reap_dead_workers(app)  # the workers still registered, as list_workers gives them
     now = app.clock.now()
     leases: dict[str, list[str]] = {}
-    for r in app.runs(status="running", limit=10_000):
+    for r in app.runs(status=RunStatus.RUNNING, limit=10_000):
         if r.lease_owner and (r.lease_expires or 0) >= now:
             leases.setdefault(r.lease_owner, []).append(r.id)
     rows = describe(left, leases, now)

@@ -40,6 +40,7 @@ from tether.context.conversation import Compaction, Message, Session
 from tether.errors import NotFound
 from tether.model import codec
 from tether.model.state import RunState, fold, from_data
+from tether.model.status import StepStatus
 
 RECALL = "recall"
 RECALL_SCHEMA: dict[str, Any] = {
@@ -225,7 +226,7 @@ def _message_entry(m: Message) -> Entry:
 def _run_entries(state: RunState, upto: int | None) -> list[Entry]:
     out = []
     for s in state.steps:
-        if (upto is not None and s.position > upto) or s.status != "completed":
+        if (upto is not None and s.position > upto) or s.status != StepStatus.COMPLETED:
             continue
         if s.kind == "llm":
             out.append(Entry(f"p:{s.position}", "assistant", s.output, codec.digest(s.output)))
@@ -556,6 +557,6 @@ def recall(source: Source, handle_id: str) -> Any:
     if kind == "p":
         state = source if isinstance(source, RunState) else _state_of(source)
         step = state.step(n)
-        if step is not None and step.status == "completed":
+        if step is not None and step.status == StepStatus.COMPLETED:
             return step.output
     raise NotFound(f"nothing to recall for {handle_id!r}: no such message, summary or step")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether.model.state import StepState
+from tether.model.status import StepStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +137,7 @@ class Slot:
 
     @property
     def done(self) -> bool:
-        return self.recorded is not None and self.recorded.status == "completed"
+        return self.recorded is not None and self.recorded.status == StepStatus.COMPLETED
 
 
 def current_task() -> object | None:

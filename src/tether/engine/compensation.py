@@ -32,6 +32,7 @@ from tether.engine.steps import attempts
 from tether.model import codec
 from tether.model import events as ev
 from tether.model.state import RunState, StepState
+from tether.model.status import EffectStatus, StepStatus
 from tether.store import EffectWrite
 
 FindTool = Callable[[str, Mapping[str, Any]], ToolDef | None]
@@ -42,7 +43,7 @@ def compensable(state: RunState, find_tool: FindTool) -> list[StepState]:
     first (a fork's copied calls are its parent's to undo)."""
     out = []
     for s in reversed(state.steps):
-        if s.kind != "tool" or s.status != "completed" or not s.key or not s.detail:
+        if s.kind != "tool" or s.status != StepStatus.COMPLETED or not s.key or not s.detail:
             continue
         if not owns(state.run_id, s.key):
             continue
@@ -98,7 +99,7 @@ def _undo(j: Journal, target: StepState, tool: ToolDef, default_retry: Retry) ->
         kwargs["idempotency_key"] = key
     assert tool.compensate is not None
     call = Call(tool.compensate, [target.output, *inputs.get("args", [])], kwargs, None)
-    effect = EffectWrite(key, j.run_id, slot.pos, name, "intent")
+    effect = EffectWrite(key, j.run_id, slot.pos, name, EffectStatus.INTENT)
     undone_key = target.key
     assert undone_key is not None  # compensable() keeps keyed calls only
     result = codec.encode(target.output, what="tool result")
@@ -119,9 +120,9 @@ def _undo(j: Journal, target: StepState, tool: ToolDef, default_retry: Retry) ->
             "input": None,
             "code": tool.code,
         }
-        j.append([j.event(ev.TOOL_INTENT, data)], writes=[effect, mark("compensating")])
+        j.append([j.event(ev.TOOL_INTENT, data)], writes=[effect, mark(EffectStatus.COMPENSATING)])
 
     policy = tool.retry or default_retry
-    done = [mark("compensated")]
+    done = [mark(EffectStatus.COMPENSATED)]
     yield from attempts(j, slot, call, policy, digest, key, intent, effect, also=done)
     return None

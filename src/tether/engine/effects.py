@@ -55,6 +55,7 @@ from tether.engine.steps import attempts
 from tether.errors import InvalidState, StepTimeout
 from tether.model import codec, inputs
 from tether.model import events as ev
+from tether.model.status import EffectStatus, StepStatus
 from tether.store import EffectWrite, Store
 
 RISKS = ("read", "write", "irreversible")
@@ -191,7 +192,7 @@ def _tool_call(
 ) -> Core:
     args, kwargs = inputs["args"], inputs["kwargs"]
     rec = slot.recorded
-    if rec is not None and rec.status == "completed":
+    if rec is not None and rec.status == StepStatus.COMPLETED:
         if tool.writes and rec.key and not owns(j.run_id, rec.key):
             still_holds(j, slot, rec.key)  # a fork's copied call: undone by its owner since?
         return rec.output
@@ -200,7 +201,7 @@ def _tool_call(
         done = _already_done(j, slot, key, digest)
         if done is not None:
             return done[0]
-        if rec is not None and rec.status == "running" and tool.on_doubt == "ask":
+        if rec is not None and rec.status == StepStatus.RUNNING and tool.on_doubt == "ask":
             data = {"pos": slot.pos, "name": tool.name, "key": key, "reason": "crash"}
             raise j.suspend([j.event(ev.TOOL_IN_DOUBT, data)], f"doubt:{key}", None)
     call_kwargs = {**kwargs, "idempotency_key": key} if tool.takes_key else kwargs
@@ -239,7 +240,7 @@ def _tool_call(
         }
         raise j.suspend([j.event(ev.TOOL_IN_DOUBT, data)], f"doubt:{key}", None)
 
-    effect = EffectWrite(key, j.run_id, slot.pos, tool.name, "intent")
+    effect = EffectWrite(key, j.run_id, slot.pos, tool.name, EffectStatus.INTENT)
     return (
         yield from attempts(j, slot, call, policy, digest, key, intent, effect, in_doubt=in_doubt)
     )
@@ -249,7 +250,7 @@ def _already_done(j: Journal, slot: Slot, key: str, digest: str) -> tuple[Any] |
     """The effects table's result for ``key``, recorded into this run's log (with the
     call's args digest, so that a later replay still checks the arguments)."""
     effect = j.store.get_effect(key)
-    if effect is None or effect.status != "completed" or effect.result is None:
+    if effect is None or effect.status != EffectStatus.COMPLETED or effect.result is None:
         return None
     output = codec.decode(effect.result)
     attempt = slot.recorded.attempts if slot.recorded else 1
@@ -260,7 +261,7 @@ def _already_done(j: Journal, slot: Slot, key: str, digest: str) -> tuple[Any] |
 # An effects-table row's status: ``intent`` (committed before the call runs),
 # ``completed`` (with its result), and, when a compensation undoes the call,
 # ``compensating`` (committed before the undo runs) then ``compensated`` (with its end).
-UNDONE = ("compensating", "compensated")
+UNDONE = (EffectStatus.COMPENSATING, EffectStatus.COMPENSATED)
 
 
 def owns(run_id: str, key: str) -> bool:

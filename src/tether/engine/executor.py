@@ -42,6 +42,7 @@ from tether.model import events as ev
 from tether.model.clock import new_run_id
 from tether.model.events import Event
 from tether.model.state import RunState, fold
+from tether.model.status import RunStatus
 from tether.store import Lease, NewRun, RunRecord, Transition
 
 log = logging.getLogger("tether")
@@ -115,7 +116,15 @@ class Executor:
         started = ev.new(ev.RUN_STARTED, {"by": self.deps.owner, "epoch": 1}, now, self.deps.owner)
         sid, owner = (session.id, session.owner) if session is not None else (None, None)
         lease = self.deps.store.create_run(
-            NewRun(run_id, d.name, d.version, "running", code=d.code, session_id=sid, owner=owner),
+            NewRun(
+                run_id,
+                d.name,
+                d.version,
+                RunStatus.RUNNING,
+                code=d.code,
+                session_id=sid,
+                owner=owner,
+            ),
             [created, started],
             lease_owner=self.deps.owner,
             now=now,
@@ -169,16 +178,18 @@ class Executor:
 
     def prepare_resume(self, run_id: str, *, retry: bool) -> RunHandle | Prepared:
         record = self.deps.store.get_run(run_id)
-        if record.status in ("completed", "cancelled") or (record.status == "failed" and not retry):
+        if record.status in (RunStatus.COMPLETED, RunStatus.CANCELLED) or (
+            record.status == RunStatus.FAILED and not retry
+        ):
             return self.finished(record)
-        if retry and record.status not in ("failed", "blocked"):
+        if retry and record.status not in (RunStatus.FAILED, RunStatus.BLOCKED):
             raise InvalidState(
                 f"run {run_id} is {record.status}, not failed or blocked; only those "
                 f"can be retried (use resume)"
             )
-        if retry and record.status == "failed":
+        if retry and record.status == RunStatus.FAILED:
             self.check_retryable(self.states.load(run_id))
-        if record.status == "waiting":
+        if record.status == RunStatus.WAITING:
             blocked = gates.resumable(self.deps.store, self.deps.clock, self.states.load(run_id))
             if blocked is not None:
                 raise InvalidState(blocked)
@@ -198,12 +209,15 @@ class Executor:
         nothing waits for the run's end, so its final event need not wait for the commit
         (the worker goes on to its next run at once)."""
         state = self.states.load(record.id)
-        if state.status in ("completed", "cancelled"):  # finished while we were claiming
+        if state.status in (
+            RunStatus.COMPLETED,
+            RunStatus.CANCELLED,
+        ):  # finished while we were claiming
             self.deps.store.release(record.id, epoch=lease.epoch)
             return self.finished(record)
         journal, run = self._journal(d, state, lease, detached_end=worker)
         started = {"by": lease.owner, "epoch": lease.epoch, "retry": retry}
-        moved = None if worker else Transition("running")
+        moved = None if worker else Transition(RunStatus.RUNNING)
         journal.defer([journal.event(ev.RUN_STARTED, started)], moved)
         args = tuple(state.input.get("args", ()))
         return d, journal, run, args, dict(state.input.get("kwargs", {}))
@@ -266,7 +280,7 @@ class Executor:
 
     def finished(self, record: RunRecord) -> RunHandle:
         state = self.states.load(record.id)
-        if state.status == "failed":
+        if state.status == RunStatus.FAILED:
             raise InvalidState(
                 f"run {record.id} failed ({(state.failure or {}).get('type')}: "
                 f"{(state.failure or {}).get('message')}); `tether retry {record.id}` "
@@ -373,11 +387,11 @@ class Executor:
             assert core is not None
             self._failed(journal, drive(core, self.deps.clock), err)
         journal.append(
-            [event], Transition("completed", release=True), wait=not journal.detached_end
+            [event], Transition(RunStatus.COMPLETED, release=True), wait=not journal.detached_end
         )
         return RunHandle(
             journal.run_id,
-            "completed",
+            RunStatus.COMPLETED,
             output,
             None,
             tuple(journal.reused),
@@ -388,7 +402,7 @@ class Executor:
         state = self.states.load(journal.run_id)
         return RunHandle(
             journal.run_id,
-            "waiting",
+            RunStatus.WAITING,
             None,
             None,
             tuple(journal.reused),
@@ -410,7 +424,7 @@ class Executor:
         journal.poisoned = None
         if isinstance(fault, NondeterminismError):
             self._block(journal, fault)
-        return self._fail_core(journal, journal.context_for(exc), "failed")
+        return self._fail_core(journal, journal.context_for(exc), RunStatus.FAILED)
 
     def _block(self, journal: Journal, err: NondeterminismError) -> NoReturn:
         """The code no longer matches the log: stop the run as ``blocked``, holding no
@@ -422,7 +436,9 @@ class Executor:
             "recorded": err.expected,
             "found": err.found,
         }
-        journal.append([journal.event(ev.RUN_BLOCKED, data)], Transition("blocked", release=True))
+        journal.append(
+            [journal.event(ev.RUN_BLOCKED, data)], Transition(RunStatus.BLOCKED, release=True)
+        )
         log.warning("run %s is blocked: %s", journal.run_id, err)
         raise err
 
@@ -441,7 +457,8 @@ class Executor:
 
     def _failed(self, journal: Journal, ctx: dict[str, Any], exc: BaseException | None) -> None:
         journal.append(
-            [journal.event(ev.RUN_FAILED, {"error": ctx})], Transition("failed", release=True)
+            [journal.event(ev.RUN_FAILED, {"error": ctx})],
+            Transition(RunStatus.FAILED, release=True),
         )
         raise RunFailed(journal.run_id, ctx) from exc
 
@@ -483,10 +500,10 @@ class Executor:
         if compensate and journal.compensating is None:
             state = self.states.load(journal.run_id)
             if compensation.compensable(state, self.registry.find_tool):
-                compensation.start(journal, state, "cancelled", ctx)
+                compensation.start(journal, state, RunStatus.CANCELLED, ctx)
                 journal.compensating = self.states.load(journal.run_id).compensating
         if journal.compensating is not None:
-            ctx = drive(self._fail_core(journal, ctx, "cancelled"), self.deps.clock)
+            ctx = drive(self._fail_core(journal, ctx, RunStatus.CANCELLED), self.deps.clock)
         return self._cancelled(journal, ctx)
 
     def _cancelled(self, journal: Journal, ctx: dict[str, Any]) -> RunHandle:
@@ -496,10 +513,15 @@ class Executor:
             "compensation_failures": ctx.get("compensation_failures"),
         }
         journal.append(
-            [journal.event(ev.RUN_CANCELLED, data)], Transition("cancelled", release=True)
+            [journal.event(ev.RUN_CANCELLED, data)], Transition(RunStatus.CANCELLED, release=True)
         )
         return RunHandle(
-            journal.run_id, "cancelled", None, ctx, tuple(journal.reused), tuple(journal.executed)
+            journal.run_id,
+            RunStatus.CANCELLED,
+            None,
+            ctx,
+            tuple(journal.reused),
+            tuple(journal.executed),
         )
 
     def _suspend(self, journal: Journal, reason: str) -> None:
@@ -507,7 +529,7 @@ class Executor:
             journal.poisoned = None
             journal.append(
                 [journal.event(ev.RUN_SUSPENDED, {"reason": reason, "status": "queued"})],
-                Transition("queued", release=True),
+                Transition(RunStatus.QUEUED, release=True),
             )
         except TetherError as e:  # best effort: the lease expires anyway
             log.warning("could not suspend run %s cleanly: %s", journal.run_id, e)

@@ -21,6 +21,7 @@ from tether.model import events as ev
 from tether.model.clock import Clock
 from tether.model.durations import parse_duration
 from tether.model.state import RunState
+from tether.model.status import RunStatus, StepStatus
 from tether.store import SignalTake, Store
 
 
@@ -39,7 +40,7 @@ def approve_core(
     takes a group's name for a person's."""
     slot = j.slot("approve", name)
     rec = slot.recorded
-    if rec is not None and rec.status == "completed":
+    if rec is not None and rec.status == StepStatus.COMPLETED:
         return _decision(j.run_id, name, rec.output)
     now = j.clock.now()
     if rec is None:
@@ -121,7 +122,7 @@ def sleep_core(j: Journal, name: str, duration: Any, inline_max: float) -> Core:
 def _sleep(j: Journal, slot: Slot, duration: Any, inline_max: float) -> Core:
     name = slot.name
     rec = slot.recorded
-    if rec is not None and rec.status == "completed":
+    if rec is not None and rec.status == StepStatus.COMPLETED:
         return None
     now = j.clock.now()
     if rec is None:
@@ -146,7 +147,7 @@ def wait_core(j: Journal, name: str, timeout: Any) -> Any:
     """Wait for signal ``name``: take a pending one, or make the run wait for it."""
     slot = j.slot("wait", name)
     rec = slot.recorded
-    if rec is not None and rec.status == "completed":
+    if rec is not None and rec.status == StepStatus.COMPLETED:
         return _waited(j.run_id, name, rec.output)
     signal = j.store.pending_signal(j.run_id, name)
     now = j.clock.now()
@@ -199,7 +200,7 @@ def may_approve(
 def resumable(store: Store, clock: Clock, state: RunState) -> str | None:
     """Why a waiting run cannot be resumed yet (None: it can)."""
     w = state.waiting
-    if state.status != "waiting" or not w:
+    if state.status != RunStatus.WAITING or not w:
         return None
     due = w.get("until")
     if due is not None and clock.now() >= due:

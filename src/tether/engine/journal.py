@@ -49,6 +49,7 @@ from tether.model import events as ev
 from tether.model.clock import Clock
 from tether.model.events import NewEvent
 from tether.model.state import UNRECORDED, RunState, StepState
+from tether.model.status import EffectStatus, RunStatus
 from tether.store import EffectWrite, Lease, SignalTake, Store, Transition
 
 MAX_INPUT_REPR = 2000
@@ -368,7 +369,9 @@ class Journal:
         """Append ``events`` and make the run wait (no lease); return the exception to raise."""
         self.append(
             events,
-            Transition("waiting", release=True, available_at=available_at, waiting_for=waiting_for),
+            Transition(
+                RunStatus.WAITING, release=True, available_at=available_at, waiting_for=waiting_for
+            ),
         )
         return Suspended(waiting_for)
 
@@ -486,7 +489,7 @@ def _with_result(effect: EffectWrite, output: Any) -> EffectWrite:
         effect.run_id,
         effect.position,
         effect.tool,
-        "completed",
+        EffectStatus.COMPLETED,
         codec.encode(output, what="tool result"),
     )
 

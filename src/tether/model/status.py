@@ -41,6 +41,15 @@ class StepStatus(StrEnum):
     UNRECORDED = "unrecorded"  # a later position has an event, this one none yet
 
 
+class EffectStatus(StrEnum):
+    """Where a write tool's call is in the effects table (``Effect.status``), by its key."""
+
+    INTENT = "intent"  # recorded before the call: it may have happened
+    COMPLETED = "completed"  # its result is recorded: a repeated key returns it
+    COMPENSATING = "compensating"  # its undo is under way
+    COMPENSATED = "compensated"  # undone: a fork must not reuse it
+
+
 # Every status a run can have, and the ones it never leaves.
 STATUSES: tuple[str, ...] = tuple(RunStatus)
 FINISHED: tuple[str, ...] = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)

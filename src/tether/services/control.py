@@ -25,6 +25,7 @@ from tether.errors import Conflict, DecisionRefused, InvalidInput, InvalidState,
 from tether.model import codec, inputs
 from tether.model import events as ev
 from tether.model.state import FINISHED, RunState, StepState
+from tether.model.status import EffectStatus, RunStatus, StepStatus
 from tether.store import EffectWrite, Transition
 
 
@@ -117,12 +118,16 @@ class Control:
     def _refusal(self, state: RunState, step: StepState | None, name: str, by: str) -> str | None:
         if step is None:
             return f"run {state.run_id} has no approval {name!r} (it is {state.status})"
-        if step.status == "completed":
+        if step.status == StepStatus.COMPLETED:
             d = step.output or {}
             verdict = "approved" if d.get("approved") else "denied"
             return f"approval {name!r} was already {verdict} by {d.get('by')}"
         w = state.waiting or {}
-        if state.status != "waiting" or w.get("kind") != "approval" or w.get("name") != name:
+        if (
+            state.status != RunStatus.WAITING
+            or w.get("kind") != "approval"
+            or w.get("name") != name
+        ):
             return f"run {state.run_id} is {state.status}, not waiting for approval {name!r}"
         return self._not_approver(step, name, by)
 
@@ -180,7 +185,7 @@ class Control:
                 [event],
                 expected_seq=state.seq,
                 epoch=lease.epoch,
-                transition=Transition("queued", release=True, available_at=now),
+                transition=Transition(RunStatus.QUEUED, release=True, available_at=now),
                 writes=writes,
                 now=now,
             )
@@ -221,7 +226,11 @@ class Control:
         writes = []
         if happened:
             text = codec.encode(value, what="the effect's result")
-            writes = [EffectWrite(w["key"], run_id, w["position"], w["name"], "completed", text)]
+            writes = [
+                EffectWrite(
+                    w["key"], run_id, w["position"], w["name"], EffectStatus.COMPLETED, text
+                )
+            ]
         try:
             self.append_outside(state, ev.TOOL_RESOLVED, data, writes)
         except Conflict:
@@ -237,7 +246,7 @@ class Control:
         self, state: RunState, w: Mapping[str, Any], by: str, happened: bool, result: Any
     ) -> str | None:
         """Why this resolve cannot be taken (None: it can)."""
-        if state.status != "waiting" or w.get("kind") != "doubt":
+        if state.status != RunStatus.WAITING or w.get("kind") != "doubt":
             return f"run {state.run_id} is {state.status}, not waiting for a tool call in doubt"
         if by in self.groups:
             return f"{by!r} is a group, not a person: settle it as one of its members"
@@ -298,7 +307,7 @@ class Control:
             d.store.record_audit(run_id, CANCEL_REQUESTED, codec.encode(asked), actor=by, now=now)
             d.store.request_cancel(run_id, compensate=compensate, now=now)
             self.leases.active.interrupt(run_id, Cancelling(compensate, by=by, reason=reason))
-            return RunHandle(run_id, "running", waiting={"cancel": "requested"})
+            return RunHandle(run_id, RunStatus.RUNNING, waiting={"cancel": "requested"})
         state = self.states.load(run_id)
         if compensate:  # undone here: every undo must be found before anything is written
             try:
@@ -324,7 +333,7 @@ class Control:
 
     def _requeue(self, run_id: str) -> RunHandle:
         record = self.deps.store.get_run(run_id)
-        if record.status not in ("failed", "blocked"):
+        if record.status not in (RunStatus.FAILED, RunStatus.BLOCKED):
             raise InvalidState(
                 f"run {run_id} is {record.status}, not failed or blocked; only those can be "
                 f"put back in their queue"
@@ -335,12 +344,12 @@ class Control:
                 f"worker would take it; retry it in this process: `tether retry {run_id} --here`"
             )
         state = self.states.load(run_id)
-        if record.status == "failed":
+        if record.status == RunStatus.FAILED:
             self.executor.check_retryable(state)
-        why = "retry requested" if record.status == "failed" else "resume requested"
+        why = "retry requested" if record.status == RunStatus.FAILED else "resume requested"
         data = {"reason": why, "status": "queued", "queue": record.queue}
         self.append_outside(state, ev.RUN_SUSPENDED, data)
-        return RunHandle(run_id, "queued", None, dict(state.failure or {}) or None)
+        return RunHandle(run_id, RunStatus.QUEUED, None, dict(state.failure or {}) or None)
 
 
 def _approval_step(state: RunState, name: str) -> StepState | None:

@@ -57,6 +57,7 @@ from tether.model import events as ev
 from tether.model.clock import new_run_id
 from tether.model.events import Event, NewEvent
 from tether.model.state import RunState, fold
+from tether.model.status import FINISHED, RunStatus
 from tether.services.timetravel import cache_snapshot
 from tether.store import NewRun, Store
 
@@ -65,7 +66,7 @@ FORMAT_VERSION = 1
 MAX_EVENTS = 10_000_000  # events in one run's export
 MAX_LINE = 64 * 2**20  # characters in one line (a large value belongs in an artifact)
 _LEASE_FIELDS = ("epoch", "lease_owner", "lease_expires")
-_ACTIVE = ("running", "waiting")
+_ACTIVE = (RunStatus.RUNNING, RunStatus.WAITING)
 # Event data is stored as the codec writes it (codec.dumps); an export line is ASCII-only,
 # so that no transport or line splitter (U+2028, U+0085…) can break a line.
 _line = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode
@@ -125,7 +126,7 @@ def import_run(
     run = _derived_run(source, header["run"], raw, state, new_id, now)
     _create(deps, run, events, _updated_at(header["run"], events, now))
     cache_snapshot(states, replace(state, run_id=run.id))
-    if run.queue is not None and run.status == "queued":
+    if run.queue is not None and run.status == RunStatus.QUEUED:
         deps.store.notify_work(run.queue)  # a worker of its queue takes it now
     return run.id
 
@@ -332,7 +333,7 @@ def _derived_run(
         raise ValueError(f"{source} line 1: field 'run.id': {e}") from None
     return NewRun(
         run_id,
-        status=state.status if state.status in integrity.FINISHED else "queued",
+        status=state.status if state.status in FINISHED else RunStatus.QUEUED,
         queue=created.get("queue"),
         priority=int(row.get("priority") or 0),
         dedup_key=None if new_id else row.get("dedup_key"),

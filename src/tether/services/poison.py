@@ -16,6 +16,7 @@ from tether.engine.deps import Deps
 from tether.errors import TetherError
 from tether.model import codec
 from tether.model import events as ev
+from tether.model.status import RunStatus
 from tether.store import Lease, RunRecord, Store, Transition
 
 log = logging.getLogger("tether.services.worker")
@@ -65,7 +66,7 @@ def _fail(
     failure = {"type": _type_name(error), "message": message, "at": now, "step": None}
     failure.update(position=None, kind=None, poison={"attempts": tries, "seq": head})
     event = ev.new(ev.RUN_FAILED, {"error": failure}, now, actor)
-    failed = Transition("failed", release=True)
+    failed = Transition(RunStatus.FAILED, release=True)
     deps.store.append(
         record.id, [event], expected_seq=head, epoch=lease.epoch, transition=failed, now=now
     )

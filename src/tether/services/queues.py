@@ -20,6 +20,7 @@ from tether.model import events as ev
 from tether.model import inputs
 from tether.model.clock import new_run_id
 from tether.model.durations import Duration, parse_duration
+from tether.model.status import RunStatus
 from tether.services import sessions
 from tether.store import NewRun, QueueLimits
 
@@ -123,7 +124,7 @@ class Queues:
             run_id or new_run_id(now),
             d.name,
             d.version,
-            "queued",
+            RunStatus.QUEUED,
             code=d.code,
             session_id=sid,
             owner=owner,

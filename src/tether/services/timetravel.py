@@ -35,6 +35,7 @@ from tether.model import events as ev
 from tether.model.clock import new_run_id
 from tether.model.events import Event, NewEvent
 from tether.model.state import RunState, StepState, fold, to_data
+from tether.model.status import RunStatus, StepStatus
 from tether.store import NewRun, RunRecord, Store, snapshots
 
 log = logging.getLogger("tether")
@@ -184,7 +185,7 @@ def step_seq(head: RunState, step: StepRef, when: When, store: Store) -> int:
     """
     s = head.steps[find_step(head, step) - 1]
     if when == "after":
-        if s.status != "completed":
+        if s.status != StepStatus.COMPLETED:
             raise InvalidState(
                 f"run {head.run_id}: step {s.position} ({s.name}) is {s.status}, so there is no "
                 f"point after it; use when='before' or at=seq"
@@ -413,7 +414,7 @@ def fork(
             new_id,
             record.agent,
             record.version,
-            "queued",
+            RunStatus.QUEUED,
             code=record.code,
             parent_id=run_id,
             fork_seq=base.seq,
@@ -446,7 +447,7 @@ def _refuse_undone(states: States, base: RunState) -> None:
     head = states.load(base.run_id)  # undo steps come after every recorded one
     tried = {(s.detail or {}).get("of"): s.status for s in head.steps if s.kind == "compensate"}
     for s in base.steps:
-        if s.kind != "tool" or s.status != "completed" or not s.key:
+        if s.kind != "tool" or s.status != StepStatus.COMPLETED or not s.key:
             continue
         if (s.detail or {}).get("risk") in (None, "read"):
             continue

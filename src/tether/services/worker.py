@@ -65,6 +65,7 @@ from tether.errors import (
 )
 from tether.model import inputs
 from tether.model.clock import process_owner
+from tether.model.status import RunStatus
 from tether.services import cpus, poison
 from tether.services.poison import ATTEMPT_FAILED as ATTEMPT_FAILED
 from tether.services.poison import described as _described
@@ -420,7 +421,9 @@ class Worker:
         lives. Nothing is appended to its log. When the database refuses, the worker's
         heartbeat tries again (Leases.let_go)."""
         delay = self.deps.lease_ttl if after is None else after
-        later = Transition("queued", release=True, available_at=self.deps.clock.now() + delay)
+        later = Transition(
+            RunStatus.QUEUED, release=True, available_at=self.deps.clock.now() + delay
+        )
         if self.leases.let_go(record.id, lease.epoch, later):
             log.warning(
                 "worker %s gave run %s back to its queue; it is due again in %g s",
@@ -515,7 +518,7 @@ class Worker:
             log.error("worker %s could not execute run %s", self.id, record.id, exc_info=True)
             self._fruitless(record, lease, e)
         else:
-            if handle.status == "waiting":
+            if handle.status == RunStatus.WAITING:
                 self.stats.waiting += 1
             else:
                 self.stats.completed += 1

@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import replace
 
+from tether.model.status import RunStatus
 from tether.store import Lease, Loaded, RunRecord
 
 FRESH = 2.0  # seconds
@@ -51,7 +52,7 @@ def as_claimed(record: RunRecord, lease: Lease, now: float) -> RunRecord:
     """A run's row as read before its claim, as the claim (``lease``, at ``now``) left it."""
     return replace(
         record,
-        status="running",
+        status=RunStatus.RUNNING,
         epoch=lease.epoch,
         lease_owner=lease.owner,
         lease_expires=lease.expires,
