@@ -55,7 +55,8 @@ from tether.errors import (
 from tether.model.clock import Clock, FakeClock, SystemClock
 from tether.model.codec import decode, encode
 from tether.model.events import Event
-from tether.model.state import RunState, StepState, Usage, fold
+from tether.model.state import RunState, fold
+from tether.model.steps import StepState, Usage
 
 __all__ = [
     "AgentDef",

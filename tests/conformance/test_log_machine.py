@@ -59,7 +59,8 @@ from tether.errors import ApprovalDenied, WaitTimeout
 from tether.model import codec
 from tether.model import events as ev
 from tether.model.clock import FakeClock
-from tether.model.state import RunState, StepState, fold
+from tether.model.state import RunState, fold
+from tether.model.steps import StepState
 from tether.store import EffectWrite, Lease, NewRun, SignalTake, Store, snapshots
 
 pytestmark = pytest.mark.conformance

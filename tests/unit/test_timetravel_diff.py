@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether.model.state import RunState, StepState, Usage
+from tether.model.state import RunState
+from tether.model.steps import StepState, Usage
 from tether.services.timetravel import Change, Diff, diff, render_path, view
 
 pytestmark = pytest.mark.unit

@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tether.errors import NotFound
-from tether.model.state import RunState, StepState
+from tether.model.state import RunState
+from tether.model.steps import StepState
 from tether.services.retention import parse_age, runs_to_collect
 from tether.services.timetravel import find_step
 from tether.store import RunRecord

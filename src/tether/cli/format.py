@@ -19,8 +19,9 @@ import tether
 from tether.model import codec
 from tether.model.clock import owner_is_dead_local
 from tether.model.events import Event
-from tether.model.state import FINISHED, RunState, StepState
-from tether.model.status import RunStatus
+from tether.model.state import RunState
+from tether.model.status import FINISHED, RunStatus
+from tether.model.steps import StepState
 from tether.services.timetravel import Diff, History
 from tether.store import RunRecord
 

@@ -8,7 +8,7 @@ import argparse
 from tether.cli import format as fmt
 from tether.cli.arguments import age, whole_number
 from tether.cli.context import Command, Context, user_errors
-from tether.model.state import STATUSES
+from tether.model.status import STATUSES
 from tether.services.retention import BLOB_GRACE
 
 

@@ -8,8 +8,7 @@ import tether
 from tether.cli import format as fmt
 from tether.cli.arguments import positive_int, whole_number
 from tether.cli.context import Command, Context
-from tether.model.state import STATUSES
-from tether.model.status import RunStatus
+from tether.model.status import STATUSES, RunStatus
 from tether.store import RunRecord
 
 # -- runs ---------------------------------------------------------------------------

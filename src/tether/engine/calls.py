@@ -16,8 +16,8 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tether.model.state import StepState
 from tether.model.status import StepStatus
+from tether.model.steps import StepState
 
 
 @dataclass(frozen=True, slots=True)

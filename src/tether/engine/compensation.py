@@ -31,8 +31,9 @@ from tether.engine.retry import Retry
 from tether.engine.steps import attempts
 from tether.model import codec
 from tether.model import events as ev
-from tether.model.state import RunState, StepState
+from tether.model.state import RunState
 from tether.model.status import EffectStatus, StepStatus
+from tether.model.steps import StepState
 from tether.store import EffectWrite
 
 FindTool = Callable[[str, Mapping[str, Any]], ToolDef | None]

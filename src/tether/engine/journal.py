@@ -48,8 +48,9 @@ from tether.model import codec, inputs
 from tether.model import events as ev
 from tether.model.clock import Clock
 from tether.model.events import NewEvent
-from tether.model.state import UNRECORDED, RunState, StepState
-from tether.model.status import EffectStatus, RunStatus
+from tether.model.state import RunState
+from tether.model.status import UNRECORDED, EffectStatus, RunStatus
+from tether.model.steps import StepState
 from tether.store import EffectWrite, Lease, SignalTake, Store, Transition
 
 MAX_INPUT_REPR = 2000

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from tether.errors import RunDamaged
 from tether.model.events import Event
-from tether.model.status import FINISHED as FINISHED  # export.py reads it here
+from tether.model.status import FINISHED
 
 
 def check_events(run_id: str, events: Sequence[Event], after: int) -> None:

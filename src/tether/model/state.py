@@ -22,12 +22,11 @@ from typing import Any
 
 from tether.model import events as ev
 from tether.model.events import Event
-from tether.model.status import FINISHED as FINISHED
-from tether.model.status import STATUSES as STATUSES
-from tether.model.status import UNRECORDED as UNRECORDED
-from tether.model.status import RunStatus, StepStatus
+from tether.model.status import UNRECORDED, RunStatus, StepStatus
 from tether.model.steps import (
     StepList,
+    StepState,
+    Usage,
     committed_of,
     step_data,
     step_from,
@@ -35,8 +34,6 @@ from tether.model.steps import (
     unrecorded,
     usage_data,
 )
-from tether.model.steps import StepState as StepState
-from tether.model.steps import Usage as Usage
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,8 +24,9 @@ from tether.engine.states import States
 from tether.errors import Conflict, DecisionRefused, InvalidInput, InvalidState, NotFound
 from tether.model import codec, inputs
 from tether.model import events as ev
-from tether.model.state import FINISHED, RunState, StepState
-from tether.model.status import EffectStatus, RunStatus, StepStatus
+from tether.model.state import RunState
+from tether.model.status import FINISHED, EffectStatus, RunStatus, StepStatus
+from tether.model.steps import StepState
 from tether.store import EffectWrite, Transition
 
 

@@ -43,7 +43,7 @@ from tether.errors import InvalidInput
 from tether.model import inputs
 from tether.model.clock import Clock
 from tether.model.durations import Duration, parse_duration
-from tether.model.state import FINISHED, STATUSES
+from tether.model.status import FINISHED, STATUSES
 from tether.store import RunRecord, Store
 
 BATCH = 500

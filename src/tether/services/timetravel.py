@@ -34,8 +34,9 @@ from tether.model import codec, inputs, integrity
 from tether.model import events as ev
 from tether.model.clock import new_run_id
 from tether.model.events import Event, NewEvent
-from tether.model.state import RunState, StepState, fold, to_data
+from tether.model.state import RunState, fold, to_data
 from tether.model.status import RunStatus, StepStatus
+from tether.model.steps import StepState
 from tether.store import NewRun, RunRecord, Store, snapshots
 
 log = logging.getLogger("tether")
