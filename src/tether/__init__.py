@@ -57,6 +57,7 @@ from tether.model.codec import decode, encode
 from tether.model.events import Event
 from tether.model.state import RunState, fold
 from tether.model.steps import StepState, Usage
+from tether.version import __version__
 
 __all__ = [
     "AgentDef",
@@ -106,8 +107,6 @@ __all__ = [
     "open",
     "tool",
 ]
-
-__version__ = "0.1.0"
 
 
 def open(

@@ -49,3 +49,9 @@ def test_ruff_is_clean() -> None:
 def test_mypy_strict_is_clean() -> None:
     out = subprocess.run([_tool("mypy")], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.unit
+def test_the_version_is_the_packages() -> None:
+    text = (ROOT / "pyproject.toml").read_text()
+    assert f'\nversion = "{tether.__version__}"\n' in text, "pyproject.toml and tether/version.py"

@@ -60,6 +60,7 @@ from tether.model.state import RunState, fold
 from tether.model.status import FINISHED, RunStatus
 from tether.services.timetravel import cache_snapshot
 from tether.store import NewRun, Store
+from tether.version import __version__
 
 FORMAT = "tether-run"
 FORMAT_VERSION = 1
@@ -74,8 +75,6 @@ _line = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=Fal
 
 def export_lines(store: Store, run_id: str) -> Iterator[str]:
     """The run as ``tether-run`` JSON lines (without newlines): the header, then its events."""
-    from tether import __version__
-
     record = store.get_run(run_id)
     events = store.read_events(run_id)
     row = {k: v for k, v in asdict(record).items() if k not in _LEASE_FIELDS}
