@@ -1,1 +1,2 @@
-
+"""The model: pure values and functions (codec, events, fold, statuses, durations, clock,
+input checks); no I/O, nothing imported from above."""

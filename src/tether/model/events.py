@@ -40,7 +40,7 @@ VAR_DELETED = "var.deleted"  # key
 TOOL_INTENT = "tool.intent"  # key, attempt, digest, risk, code: about to call a write tool
 TOOL_IN_DOUBT = "tool.in_doubt"  # key: a crash hid whether the effect happened; ask a human
 TOOL_RESOLVED = "tool.resolved"  # key, happened, result, by: a human settled the doubt
-# Waiting (tether.engine.waits): the run holds no process while it waits
+# Waiting (tether.engine.gates): the run holds no process while it waits
 APPROVAL_REQUESTED = "approval.requested"  # payload, approvers, timeout_at
 APPROVAL_DECIDED = "approval.decided"  # approved, by, reason (by "timeout" on expiry)
 TIMER_STARTED = "timer.started"  # until: a durable sleep

@@ -282,7 +282,7 @@ def _resolved(f: _Fold, e: Event, d: dict[str, Any]) -> None:
 def _approval_requested(f: _Fold, e: Event, d: dict[str, Any]) -> None:
     pos = d["pos"]
     detail = {"payload": d.get("payload"), "approvers": d.get("approvers")}
-    if d.get("groups"):  # which approvers are groups, not identities (tether.engine.waits)
+    if d.get("groups"):  # which approvers are groups, not identities (tether.engine.gates)
         detail["groups"] = d["groups"]
     f.put_step(
         pos,

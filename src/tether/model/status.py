@@ -1,4 +1,5 @@
-"""The words for where a run and a step are: one definition, used by code, SQL and docs.
+"""The words for where a run, a step and an effect are: one definition, used by code, SQL
+and docs.
 
 A run's status (``RunState.status``, the ``runs.status`` column, ``tether runs --status``)::
 
