@@ -23,7 +23,7 @@ LAYERS = [
     {"services"},
     {"app"},
     {"__init__"},  # the package's front door: tether.open, __all__
-    {"cli", "demo", "testing"},
+    {"cli", "demo", "testing", "integrations"},  # on top: they use the App
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 
