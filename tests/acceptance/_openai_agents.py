@@ -1,0 +1,92 @@
+"""An OpenAI Agents SDK agent run durably by tether, in child processes.
+
+usage: python _openai_agents.py DB LEDGER_URL MODEL_LOG RUN_ID CRASH
+
+A three-turn agent (the SDK's own ScriptedModel, no network): the model charges 10,
+then charges 20 and 5 at once (two tool calls of one response), then answers with the
+tools' results. Every tool call posts to the key-aware ledger service with tether's
+idempotency key; every model call that answers appends its turn to MODEL_LOG (what
+was paid for). CRASH: ``none``, ``tool`` (SIGKILL inside the charge of 20, after the
+service took it) or ``model`` (SIGKILL inside the second model call). Prints the
+result as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import urllib.request
+from typing import Any
+
+from agents import Agent, RunConfig, function_tool
+from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
+from agents.usage import Usage
+
+import tether
+from tether.integrations.openai_agents import TetherRunner
+
+DB, LEDGER, MODEL_LOG, RUN_ID, CRASH = sys.argv[1:6]
+
+
+def crash(point: str) -> None:
+    if point == CRASH:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@function_tool
+def charge(amount: int) -> str:
+    """Charge an amount through the ledger service."""
+    key = tether.current_step().idempotency_key
+    req = urllib.request.Request(
+        LEDGER + "/charge",
+        data=json.dumps({"amount": amount}).encode(),
+        method="POST",
+        headers={"Idempotency-Key": key, "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        json.loads(resp.read())
+    if amount == 20:
+        crash("tool")
+    return f"charged {amount}"
+
+
+def outputs(call: ModelCall) -> list[str]:
+    items = call.input if isinstance(call.input, list) else []
+    return [
+        str(i["output"])
+        for i in items
+        if isinstance(i, dict) and i.get("type") == "function_call_output"
+    ]
+
+
+def respond(call: ModelCall) -> ModelStep:
+    """The model: what it says depends only on the tool results it was shown."""
+    done = outputs(call)
+    turn = {0: 1, 1: 2}.get(len(done), 3)
+    if turn == 2:
+        crash("model")
+    with open(MODEL_LOG, "a") as f:
+        f.write(f"{RUN_ID} {turn}\n")
+    usage = Usage(requests=1, input_tokens=10 * turn, output_tokens=turn, total_tokens=11 * turn)
+    if turn == 1:
+        out = [function_call("charge", {"amount": 10}, call_id="call-1")]
+    elif turn == 2:
+        out = [
+            function_call("charge", {"amount": 20}, call_id="call-2"),
+            function_call("charge", {"amount": 5}, call_id="call-3"),
+        ]
+    else:
+        out = [assistant_message("done: " + "; ".join(done))]
+    return ModelStep(output=out, usage=usage)
+
+
+model = ScriptedModel([ModelStep.respond(respond) for _ in range(5)])
+agent = Agent(name="cashier", instructions="Charge.", model=model, tools=[charge])
+
+with tether.open(DB) as app:
+    result = TetherRunner(app, on_doubt="retry").run_sync(
+        agent, "charge 10, then 20 and 5", run_id=RUN_ID, run_config=RunConfig(tracing_disabled=True)
+    )
+print(json.dumps({"status": str(result.status), "output": result.final_output}))
