@@ -1,14 +1,14 @@
 """An OpenAI Agents SDK agent run durably by tether, in child processes.
 
-usage: python _openai_agents.py DB LEDGER_URL MODEL_LOG RUN_ID CRASH
+usage: python _openai_agents.py DB LEDGER_URL MODEL_LOG RUN_ID CRASH [approval]
 
 A three-turn agent (the SDK's own ScriptedModel, no network): the model charges 10,
 then charges 20 and 5 at once (two tool calls of one response), then answers with the
 tools' results. Every tool call posts to the key-aware ledger service with tether's
 idempotency key; every model call that answers appends its turn to MODEL_LOG (what
 was paid for). CRASH: ``none``, ``tool`` (SIGKILL inside the charge of 20, after the
-service took it) or ``model`` (SIGKILL inside the second model call). Prints the
-result as JSON.
+service took it) or ``model`` (SIGKILL inside the second model call). ``approval``:
+a charge of 20 needs an approval (``needs_approval``). Prints the result as JSON.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import tether
 from tether.integrations.openai_agents import TetherRunner
 
 DB, LEDGER, MODEL_LOG, RUN_ID, CRASH = sys.argv[1:6]
+APPROVAL = sys.argv[6:] == ["approval"]
 
 
 def crash(point: str) -> None:
@@ -35,7 +36,11 @@ def crash(point: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-@function_tool
+def large(ctx: Any, params: dict[str, Any], call_id: str) -> bool:
+    return APPROVAL and params["amount"] == 20
+
+
+@function_tool(needs_approval=large)
 def charge(amount: int) -> str:
     """Charge an amount through the ledger service."""
     key = tether.current_step().idempotency_key
@@ -89,4 +94,12 @@ with tether.open(DB) as app:
     result = TetherRunner(app, on_doubt="retry").run_sync(
         agent, "charge 10, then 20 and 5", run_id=RUN_ID, run_config=RunConfig(tracing_disabled=True)
     )
-print(json.dumps({"status": str(result.status), "output": result.final_output}))
+print(
+    json.dumps(
+        {
+            "status": str(result.status),
+            "output": result.final_output,
+            "waiting_for": result.waiting_for,
+        }
+    )
+)

@@ -55,7 +55,7 @@ def test_crash_and_resume_pays_each_call_once(
     log = tmp_path / "model.log"
     reference = _child(url, ledger, log, "ref", "none")
     assert reference.returncode == 0, reference.stderr
-    assert json.loads(reference.stdout) == {"status": "completed", "output": FINAL}
+    assert json.loads(reference.stdout)["output"] == FINAL
 
     first = _child(url, ledger, log, "crashed", point)
     assert first.returncode == -signal.SIGKILL, first.stderr

@@ -50,6 +50,7 @@ from agents import (
     Usage,
 )
 from agents.agent_output import AgentOutputSchemaBase
+from agents.run_config import ToolExecutionConfig
 from agents.items import TResponseOutputItem
 from agents.tool_context import ToolContext
 from openai.types.responses.response_prompt_param import ResponsePromptParam
@@ -226,13 +227,17 @@ async def _run_agent(run: AsyncRun, agent: str, input: Any, max_turns: int) -> d
             f"run_id={run.id!r}) rather than `tether resume` or a worker"
         )
     config = binding.run_config
-    durable = _Durable(run, binding, config).agent(binding.agent)
+    copies = _Durable(run, binding, config)
+    durable = copies.agent(binding.agent)
+    config = dataclasses.replace(config, model=None)
+    if copies.gated:
+        # An approval and its tool call are two positions taken by one tool task: run the
+        # calls of a response one at a time, so no sibling takes a position in between.
+        execution = config.tool_execution or ToolExecutionConfig()
+        one = dataclasses.replace(execution, max_function_tool_concurrency=1)
+        config = dataclasses.replace(config, tool_execution=one)
     result = await Runner.run(
-        durable,
-        input,
-        context=binding.context,
-        max_turns=max_turns,
-        run_config=dataclasses.replace(config, model=None),
+        durable, input, context=binding.context, max_turns=max_turns, run_config=config
     )
     final = result.final_output
     if isinstance(final, BaseModel):
@@ -248,6 +253,7 @@ class _Durable:
         self.binding = binding
         self.config = config
         self.copies: dict[int, Agent[Any]] = {}
+        self.gated = False  # whether a tool may need an approval
 
     def agent(self, agent: Agent[Any]) -> Agent[Any]:
         copy = self.copies.get(id(agent))
@@ -282,6 +288,7 @@ class _Durable:
     def tool(self, t: Tool) -> Tool:
         if not isinstance(t, FunctionTool):
             return t  # hosted tools run at the provider: inside the model call's step
+        self.gated = self.gated or t.needs_approval is not False
         return _durable_tool(t, self.run, self.binding)
 
 
