@@ -50,6 +50,7 @@ from agents import (
     Usage,
 )
 from agents.agent_output import AgentOutputSchemaBase
+from agents.memory import SessionSettings
 from agents.run_config import ToolExecutionConfig
 from agents.items import TResponseOutputItem
 from agents.tool_context import ToolContext
@@ -63,7 +64,15 @@ from tether.engine.runtime import AsyncRun
 from tether.errors import ApprovalDenied, InvalidState, NotFound
 from tether.model.status import RunStatus
 
-__all__ = ["AGENT_NAME", "QUEUE", "AgentRunResult", "TetherModel", "TetherRunner"]
+__all__ = [
+    "AGENT_NAME",
+    "QUEUE",
+    "REMOVED",
+    "AgentRunResult",
+    "TetherModel",
+    "TetherRunner",
+    "TetherSession",
+]
 
 AGENT_NAME = "openai-agents"  # the tether agent every SDK run is a run of
 QUEUE = "openai-agents"  # the queue the runs are created in (executed inline, not by workers)
@@ -414,3 +423,79 @@ def _load(d: Mapping[str, Any]) -> ModelResponse:
         request_id=d.get("request_id"),
     )
 
+
+
+REMOVED = "openai-agents.removed"  # the meta op of a message recording a removal
+
+
+class TetherSession:
+    """The SDK's ``Session`` protocol on the tether session ``session_id``
+    (``app.session``): pass it as ``Runner.run(..., session=TetherSession(app, "s-1"))``.
+
+    Every item the SDK adds is a message of the session (its role: the item's role,
+    ``tool`` for a tool's output, ``assistant`` for the model's other items; its
+    content: the item). Tether's sessions are append-only, so :meth:`pop_item` and
+    :meth:`clear_session` append a message recording which seqs they remove: the items
+    disappear from :meth:`get_items`, and ``session.messages()`` keeps everything that
+    was said and removed, with when. ``owner``: as ``app.session``.
+    """
+
+    session_settings: SessionSettings | None = None
+
+    def __init__(self, app: App, session_id: str, *, owner: str | None = None) -> None:
+        self.session_id = session_id
+        self.session = app.session(session_id, owner=owner)
+        self._seen = 0  # the last seq read
+        self._live: list[tuple[int, TResponseInputItem]] = []  # (seq, item), oldest first
+
+    def _refresh(self) -> list[tuple[int, TResponseInputItem]]:
+        for m in self.session.messages(after=self._seen):
+            self._seen = m.seq
+            if m.meta.get("op") == REMOVED:
+                gone = set(m.content["seqs"])
+                self._live = [(seq, item) for seq, item in self._live if seq not in gone]
+            elif m.meta.get("op") == "openai-agents.item":
+                self._live.append((m.seq, m.content))
+        return self._live
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The session's items, oldest first (the latest ``limit`` when given)."""
+        live = self._refresh()
+        chosen = live if limit is None else live[-limit:] if limit > 0 else []
+        return [item for _, item in chosen]
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append ``items``, one message each."""
+        for item in items:
+            data = _input_json([item])[0]
+            self.session.add(_role(data), data, op="openai-agents.item")
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Remove and return the newest item (None when there is none); the removal is
+        a message of the session."""
+        live = self._refresh()
+        if not live:
+            return None
+        seq, item = live[-1]
+        self._remove([seq])
+        return item
+
+    async def clear_session(self) -> None:
+        """Remove every item; the removal is one message of the session."""
+        live = self._refresh()
+        if live:
+            self._remove([seq for seq, _ in live])
+
+    def _remove(self, seqs: list[int]) -> None:
+        self.session.add("system", {"seqs": seqs}, op=REMOVED)
+        self._refresh()
+
+
+def _role(item: Mapping[str, Any]) -> str:
+    role = item.get("role")
+    if role in ("user", "assistant", "system"):
+        return str(role)
+    if role == "developer":
+        return "system"
+    kind = str(item.get("type", ""))
+    return "tool" if kind.endswith("_output") else "assistant"
