@@ -1,0 +1,134 @@
+"""TetherRunner on SQLite and PostgreSQL: every model response a journaled ``run.llm``
+with its usage, every function tool call a ``run.tool`` keyed by the run and the
+model's call_id, handoffs followed, a second call with the same run_id reusing it all,
+and ``tether show``/``history`` naming the model calls and tool calls."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from _conformance import Backend
+
+import tether
+
+pytest.importorskip("agents")
+
+from agents import Agent, RunConfig, function_tool  # noqa: E402
+from agents.testing import (  # noqa: E402
+    ModelCall,
+    ModelStep,
+    ScriptedModel,
+    assistant_message,
+    function_call,
+)
+from agents.usage import Usage  # noqa: E402
+
+from tether.integrations.openai_agents import TetherRunner  # noqa: E402
+
+pytestmark = pytest.mark.conformance
+CONFIG = RunConfig(tracing_disabled=True)
+
+
+def _outputs(call: ModelCall) -> list[str]:
+    items = call.input if isinstance(call.input, list) else []
+    return [
+        str(i["output"])
+        for i in items
+        if isinstance(i, dict) and i.get("type") == "function_call_output"
+    ]
+
+
+def _calculator() -> tuple[Agent[Any], ScriptedModel, list[tuple[int, str]]]:
+    effects: list[tuple[int, str]] = []
+
+    @function_tool
+    def square(x: int) -> str:
+        """Square a number."""
+        effects.append((x, tether.current_step().idempotency_key))
+        return str(x * x)
+
+    def respond(call: ModelCall) -> ModelStep:
+        done = _outputs(call)
+        usage = Usage(requests=1, input_tokens=7, output_tokens=2, total_tokens=9)
+        if not done:  # the same arguments twice: only the call_id tells the calls apart
+            calls = [function_call("square", {"x": 3}, call_id=f"call-{i}") for i in (1, 2)]
+            return ModelStep(output=calls, usage=usage)
+        return ModelStep(output=[assistant_message("squares " + ", ".join(done))], usage=usage)
+
+    model = ScriptedModel([ModelStep.respond(respond)] * 4)
+    return Agent(name="calc", instructions="Square.", model=model, tools=[square]), model, effects
+
+
+def test_model_and_tool_calls_are_journaled_and_reused(app: tether.App) -> None:
+    agent, model, effects = _calculator()
+    runner = TetherRunner(app)
+    result = runner.run_sync(agent, "square 3 twice", run_id="r-1", run_config=CONFIG)
+    assert (result.status, result.final_output, result.last_agent) == (
+        "completed",
+        "squares 9, 9",
+        "calc",
+    )
+    state = app.get("r-1")
+    assert [(s.kind, s.name) for s in state.steps] == [
+        ("llm", "calc"),
+        ("tool", "square"),
+        ("tool", "square"),
+        ("llm", "calc"),
+    ]
+    assert (state.usage.calls, state.usage.input_tokens, state.usage.output_tokens) == (2, 14, 4)
+    keys = [s.key for s in state.steps if s.kind == "tool"]
+    assert [k for _, k in effects] == keys and len(set(keys)) == 2
+    assert all(k is not None and k.startswith("r-1:") for k in keys)
+    recorded = state.steps[0].output["output"]
+    assert [i["call_id"] for i in recorded] == ["call-1", "call-2"]
+
+    again = runner.run_sync(agent, "square 3 twice", run_id="r-1", run_config=CONFIG)
+    assert again == result
+    assert len(model.calls) == 2 and len(effects) == 2  # nothing called a second time
+
+
+def test_handoffs_are_followed(app: tether.App) -> None:
+    def specialist_says(call: ModelCall) -> ModelStep:
+        return ModelStep(output=[assistant_message("handled by billing")])
+
+    def triage_says(call: ModelCall) -> ModelStep:
+        return ModelStep(output=[function_call("transfer_to_billing", {}, call_id="h-1")])
+
+    billing = Agent(name="billing", model=ScriptedModel([ModelStep.respond(specialist_says)]))
+    triage = Agent(
+        name="triage", model=ScriptedModel([ModelStep.respond(triage_says)]), handoffs=[billing]
+    )
+    result = TetherRunner(app).run_sync(triage, "my invoice", run_id="h", run_config=CONFIG)
+    assert (result.final_output, result.last_agent) == ("handled by billing", "billing")
+    assert [(s.kind, s.name) for s in app.get("h").steps] == [
+        ("llm", "triage"),
+        ("llm", "billing"),
+    ]
+
+
+def test_show_and_history_name_the_model_and_tool_calls(backend: Backend) -> None:
+    with tether.open(backend.url) as app:
+        agent, _, _ = _calculator()
+        TetherRunner(app).run_sync(agent, "square 3 twice", run_id="r-2", run_config=CONFIG)
+
+    def cli(*args: str) -> str:
+        out = subprocess.run(
+            [sys.executable, "-m", "tether.cli", "--db", backend.url, *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    show = cli("show", "r-2")
+    rows = [line.split()[:3] for line in show.splitlines() if line.strip()[:1].isdigit()]
+    assert rows == [["1", "llm", "calc"], ["2", "tool", "square"], ["3", "tool", "square"],
+                    ["4", "llm", "calc"]]  # fmt: skip
+    assert "2 model calls, 14 tokens in, 4 out" in show
+    history = cli("history", "r-2")
+    assert "calc (llm)" in history and "square (tool)" in history
+    assert "squares 9, 9" in history  # the model's last message
