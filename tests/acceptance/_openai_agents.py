@@ -92,7 +92,10 @@ agent = Agent(name="cashier", instructions="Charge.", model=model, tools=[charge
 
 with tether.open(DB) as app:
     result = TetherRunner(app, on_doubt="retry").run_sync(
-        agent, "charge 10, then 20 and 5", run_id=RUN_ID, run_config=RunConfig(tracing_disabled=True)
+        agent,
+        "charge 10, then 20 and 5",
+        run_id=RUN_ID,
+        run_config=RunConfig(tracing_disabled=True),
     )
 print(
     json.dumps(

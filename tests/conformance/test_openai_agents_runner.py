@@ -16,17 +16,17 @@ import tether
 
 pytest.importorskip("agents")
 
-from agents import Agent, RunConfig, function_tool  # noqa: E402
-from agents.testing import (  # noqa: E402
+from agents import Agent, RunConfig, function_tool
+from agents.testing import (
     ModelCall,
     ModelStep,
     ScriptedModel,
     assistant_message,
     function_call,
 )
-from agents.usage import Usage  # noqa: E402
+from agents.usage import Usage
 
-from tether.integrations.openai_agents import TetherRunner  # noqa: E402
+from tether.integrations.openai_agents import TetherRunner
 
 pytestmark = pytest.mark.conformance
 CONFIG = RunConfig(tracing_disabled=True)

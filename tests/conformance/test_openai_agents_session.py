@@ -11,11 +11,11 @@ import tether
 
 pytest.importorskip("agents")
 
-from agents import Agent, RunConfig, Runner  # noqa: E402
-from agents.memory import Session  # noqa: E402
-from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message  # noqa: E402
+from agents import Agent, RunConfig, Runner
+from agents.memory import Session
+from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message
 
-from tether.integrations.openai_agents import REMOVED, TetherSession  # noqa: E402
+from tether.integrations.openai_agents import REMOVED, TetherSession
 
 pytestmark = pytest.mark.conformance
 USER = {"role": "user", "content": "hi"}
@@ -46,7 +46,15 @@ def test_session_protocol_semantics(app: tether.App) -> None:
     asyncio.run(scenario())
     messages = app.session("s-1").messages()
     # nothing said was deleted: every item, then each removal naming what it removed
-    assert [m.role for m in messages] == ["user", "tool", "user", "system", "system", "system", "user"]
+    assert [m.role for m in messages] == [
+        "user",
+        "tool",
+        "user",
+        "system",
+        "system",
+        "system",
+        "user",
+    ]
     removals = [m.content["seqs"] for m in messages if m.meta.get("op") == REMOVED]
     assert removals == [[3], [2], [1]]
 

@@ -50,15 +50,14 @@ from agents import (
     Usage,
 )
 from agents.agent_output import AgentOutputSchemaBase
+from agents.items import TResponseOutputItem
 from agents.memory import SessionSettings
 from agents.run_config import ToolExecutionConfig
-from agents.items import TResponseOutputItem
 from agents.tool_context import ToolContext
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 from pydantic import BaseModel, TypeAdapter
 
 from tether.app import App
-from tether.engine.registry import agent as declare_agent
 from tether.engine.registry import tool as declare_tool
 from tether.engine.runtime import AsyncRun
 from tether.errors import ApprovalDenied, InvalidState, NotFound
@@ -154,9 +153,7 @@ class TetherRunner:
         RunFailed when it fails. ``input`` must be JSON (a str, or input items as dicts).
         """
         items = _input_json(input)
-        rid = self.app.start(
-            AGENT_NAME, agent.name, items, max_turns, queue=QUEUE, run_id=run_id
-        )
+        rid = self.app.start(AGENT_NAME, agent.name, items, max_turns, queue=QUEUE, run_id=run_id)
         binding = _Binding(
             agent,
             context,
@@ -422,7 +419,6 @@ def _load(d: Mapping[str, Any]) -> ModelResponse:
         response_id=d.get("response_id"),
         request_id=d.get("request_id"),
     )
-
 
 
 REMOVED = "openai-agents.removed"  # the meta op of a message recording a removal
