@@ -26,7 +26,7 @@ from agents.testing import (
 )
 from agents.usage import Usage
 
-from tether.integrations.openai_agents import TetherRunner
+from tether.integrations.openai_agents import AGENT_NAME, QUEUE, AgentNotBound, TetherRunner
 
 pytestmark = pytest.mark.conformance
 CONFIG = RunConfig(tracing_disabled=True)
@@ -132,3 +132,14 @@ def test_show_and_history_name_the_model_and_tool_calls(backend: Backend) -> Non
     history = cli("history", "r-2")
     assert "calc (llm)" in history and "square (tool)" in history
     assert "squares 9, 9" in history  # the model's last message
+
+
+def test_a_process_without_the_agent_pauses_the_run(app: tether.App) -> None:
+    agent, model, _ = _calculator()
+    runner = TetherRunner(app)
+    app.start(AGENT_NAME, "calc", "square 3 twice", 10, queue=QUEUE, run_id="r-3")
+    with pytest.raises(AgentNotBound, match="TetherRunner"):
+        app.resume("r-3")  # as `tether resume` would: this process has no SDK agent
+    assert app.get("r-3").status not in ("failed", "completed") and not model.calls
+    result = runner.run_sync(agent, "square 3 twice", run_id="r-3", run_config=CONFIG)
+    assert result.final_output == "squares 9, 9"

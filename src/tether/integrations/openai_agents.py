@@ -60,11 +60,12 @@ from pydantic import BaseModel, TypeAdapter
 from tether.app import App
 from tether.engine.registry import tool as declare_tool
 from tether.engine.runtime import AsyncRun
-from tether.errors import ApprovalDenied, InvalidState, NotFound
+from tether.errors import ApprovalDenied, InvalidState
 from tether.model.status import RunStatus
 
 __all__ = [
     "AGENT_NAME",
+    "AgentNotBound",
     "QUEUE",
     "REMOVED",
     "AgentRunResult",
@@ -215,6 +216,12 @@ def _waiting_for(waiting: Mapping[str, Any] | None) -> str | None:
     return f"{waiting.get('kind')}:{waiting.get('name')}"
 
 
+class AgentNotBound(BaseException):
+    """A process resumed a run of an SDK agent it does not have (``tether resume``, a
+    worker): the run pauses, unchanged (a BaseException: not the agent's failure), until
+    ``TetherRunner(app).run(agent, input, run_id=...)`` resumes it with the agent."""
+
+
 def _input_json(value: Any) -> Any:
     if isinstance(value, str):
         return value
@@ -227,7 +234,7 @@ async def _run_agent(run: AsyncRun, agent: str, input: Any, max_turns: int) -> d
     with _LOCK:
         binding = _BOUND.get(run.id)
     if binding is None:
-        raise NotFound(
+        raise AgentNotBound(
             f"run {run.id} runs the OpenAI Agents SDK agent {agent!r}, which this process "
             f"does not have: resume it with TetherRunner(app).run(agent, input, "
             f"run_id={run.id!r}) rather than `tether resume` or a worker"
