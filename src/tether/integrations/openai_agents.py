@@ -65,9 +65,9 @@ from tether.model.status import RunStatus
 
 __all__ = [
     "AGENT_NAME",
-    "AgentNotBound",
     "QUEUE",
     "REMOVED",
+    "AgentNotBound",
     "AgentRunResult",
     "TetherModel",
     "TetherRunner",
