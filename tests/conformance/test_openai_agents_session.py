@@ -77,3 +77,26 @@ def test_agent_remembers_through_the_session(app: tether.App) -> None:
     assert asyncio.run(two_turns()) == ["one", "one | two"]
     roles = [m.role for m in app.session("s-2").messages()]
     assert roles == ["user", "assistant", "user", "assistant"]
+
+
+def test_compaction_is_tethers(app: tether.App) -> None:
+    replaced: list[list[dict[str, object]]] = []
+
+    def summarize(entries: list[dict[str, object]]) -> str:
+        replaced.append(entries)
+        return f"{len(entries)} earlier messages"
+
+    s = TetherSession(app, "s-3", compact_at_tokens=40, summarize=summarize, keep_last=2)
+    said = [{"role": "user", "content": f"message number {i} " + "word " * 10} for i in range(4)]
+
+    async def scenario() -> list[object]:
+        await s.add_items(said)
+        return list(await s.get_items())
+
+    items = asyncio.run(scenario())
+    compactions = app.session("s-3").compactions()
+    newest = compactions[-1]  # each add compacts once the view passes 40 tokens
+    assert len(compactions) == len(replaced) >= 1 and newest.upto >= 2
+    assert items == [{"role": "system", "content": newest.summary}, *said[newest.upto :]]
+    assert newest.summary == f"{len(replaced[-1])} earlier messages"
+    assert len(app.session("s-3").messages()) == 4  # compaction deletes nothing

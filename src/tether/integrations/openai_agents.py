@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import threading
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
@@ -58,6 +59,7 @@ from openai.types.responses.response_prompt_param import ResponsePromptParam
 from pydantic import BaseModel, TypeAdapter
 
 from tether.app import App
+from tether.context.compaction import Summarizer
 from tether.engine.registry import tool as declare_tool
 from tether.engine.runtime import AsyncRun
 from tether.errors import ApprovalDenied, InvalidState
@@ -340,8 +342,6 @@ async def _needs_approval(t: FunctionTool, ctx: ToolContext[Any], arguments: str
     need = t.needs_approval
     if isinstance(need, bool):
         return need
-    import json
-
     params = json.loads(arguments) if arguments else {}
     verdict = need(ctx, params, cid)
     return bool(await verdict) if isinstance(verdict, Awaitable) else bool(verdict)
@@ -440,14 +440,34 @@ class TetherSession:
     content: the item). Tether's sessions are append-only, so :meth:`pop_item` and
     :meth:`clear_session` append a message recording which seqs they remove: the items
     disappear from :meth:`get_items`, and ``session.messages()`` keeps everything that
-    was said and removed, with when. ``owner``: as ``app.session``.
+    was said and removed, with when.
+
+    Compaction is tether's (``owner``, ``compact_at_tokens``, ``summarize`` and
+    ``keep_last`` as ``app.session``; or ``self.session.compact(summarize)``): once the
+    session is compacted, :meth:`get_items` starts with the summary (a ``system``
+    message) followed by the items after the messages it replaces.
     """
 
     session_settings: SessionSettings | None = None
 
-    def __init__(self, app: App, session_id: str, *, owner: str | None = None) -> None:
+    def __init__(
+        self,
+        app: App,
+        session_id: str,
+        *,
+        owner: str | None = None,
+        compact_at_tokens: int | None = None,
+        summarize: Summarizer | None = None,
+        keep_last: int = 6,
+    ) -> None:
         self.session_id = session_id
-        self.session = app.session(session_id, owner=owner)
+        self.session = app.session(
+            session_id,
+            owner=owner,
+            compact_at_tokens=compact_at_tokens,
+            summarize=summarize,
+            keep_last=keep_last,
+        )
         self._seen = 0  # the last seq read
         self._live: list[tuple[int, TResponseInputItem]] = []  # (seq, item), oldest first
 
@@ -464,8 +484,14 @@ class TetherSession:
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The session's items, oldest first (the latest ``limit`` when given)."""
         live = self._refresh()
-        chosen = live if limit is None else live[-limit:] if limit > 0 else []
-        return [item for _, item in chosen]
+        base, _ = self.session.window()
+        items: list[TResponseInputItem] = []
+        if base is not None:
+            summary = base.summary if isinstance(base.summary, str) else json.dumps(base.summary)
+            items.append({"role": "system", "content": summary})
+            live = [(seq, item) for seq, item in live if seq > base.upto]
+        items += [item for _, item in live]
+        return items if limit is None else items[-limit:] if limit > 0 else []
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append ``items``, one message each."""
