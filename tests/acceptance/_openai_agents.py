@@ -1,14 +1,15 @@
 """An OpenAI Agents SDK agent run durably by tether, in child processes.
 
-usage: python _openai_agents.py DB LEDGER_URL MODEL_LOG RUN_ID CRASH [approval]
+usage: python _openai_agents.py DB LEDGER_URL MODEL_LOG [--approval] RUN_ID:CRASH...
 
 A three-turn agent (the SDK's own ScriptedModel, no network): the model charges 10,
 then charges 20 and 5 at once (two tool calls of one response), then answers with the
 tools' results. Every tool call posts to the key-aware ledger service with tether's
 idempotency key; every model call that answers appends its turn to MODEL_LOG (what
 was paid for). CRASH: ``none``, ``tool`` (SIGKILL inside the charge of 20, after the
-service took it) or ``model`` (SIGKILL inside the second model call). ``approval``:
-a charge of 20 needs an approval (``needs_approval``). Prints the result as JSON.
+service took it) or ``model`` (SIGKILL inside the second model call). ``--approval``:
+a charge of 20 needs an approval (``needs_approval``). Runs (or resumes) the runs
+one after the other, printing each one's result as a JSON line.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ from agents.usage import Usage
 import tether
 from tether.integrations.openai_agents import TetherRunner
 
-DB, LEDGER, MODEL_LOG, RUN_ID, CRASH = sys.argv[1:6]
-APPROVAL = sys.argv[6:] == ["approval"]
+DB, LEDGER, MODEL_LOG = sys.argv[1:4]
+APPROVAL = "--approval" in sys.argv
+RUNS = [arg.split(":") for arg in sys.argv[4:] if arg != "--approval"]  # RUN_ID:CRASH
+RUN_ID, CRASH = "", "none"  # the run being executed
 
 
 def crash(point: str) -> None:
@@ -87,22 +90,17 @@ def respond(call: ModelCall) -> ModelStep:
     return ModelStep(output=out, usage=usage)
 
 
-model = ScriptedModel([ModelStep.respond(respond) for _ in range(5)])
+model = ScriptedModel([ModelStep.respond(respond) for _ in range(50)])
 agent = Agent(name="cashier", instructions="Charge.", model=model, tools=[charge])
 
 with tether.open(DB) as app:
-    result = TetherRunner(app, on_doubt="retry").run_sync(
-        agent,
-        "charge 10, then 20 and 5",
-        run_id=RUN_ID,
-        run_config=RunConfig(tracing_disabled=True),
-    )
-print(
-    json.dumps(
-        {
-            "status": str(result.status),
-            "output": result.final_output,
-            "waiting_for": result.waiting_for,
-        }
-    )
-)
+    runner = TetherRunner(app, on_doubt="retry")
+    for RUN_ID, CRASH in RUNS:  # noqa: B007 (crash() reads CRASH) one after the other
+        result = runner.run_sync(
+            agent,
+            "charge 10, then 20 and 5",
+            run_id=RUN_ID,
+            run_config=RunConfig(tracing_disabled=True),
+        )
+        out = {"status": str(result.status), "output": result.final_output}
+        print(json.dumps({"id": RUN_ID, **out, "waiting_for": result.waiting_for}), flush=True)
