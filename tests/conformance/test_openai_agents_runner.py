@@ -143,3 +143,65 @@ def test_a_process_without_the_agent_pauses_the_run(app: tether.App) -> None:
     assert app.get("r-3").status not in ("failed", "completed") and not model.calls
     result = runner.run_sync(agent, "square 3 twice", run_id="r-3", run_config=CONFIG)
     assert result.final_output == "squares 9, 9"
+
+
+def test_a_fork_reuses_the_model_calls_before_it_and_diff_shows_the_change(
+    backend: Backend,
+) -> None:
+    with tether.open(backend.url) as app:
+        agent, _, effects = _calculator()
+        runner = TetherRunner(app)
+        runner.run_sync(agent, "square 3 twice", run_id="r-4", run_config=CONFIG)
+        fork = app.fork("r-4", step=1)  # after the model asked for the two calls
+
+        def answer(call: ModelCall) -> ModelStep:
+            return ModelStep(output=[assistant_message("forked " + ", ".join(_outputs(call)))])
+
+        model = ScriptedModel([ModelStep.respond(answer)])
+        changed = agent.clone(model=model)
+        result = runner.run_sync(changed, "square 3 twice", run_id=fork, run_config=CONFIG)
+        assert result.final_output == "forked 9, 9"
+        assert len(model.calls) == 1  # the first model call came from the parent's log
+        steps = app.get(fork).steps
+        assert [(s.kind, s.name) for s in steps] == [(s.kind, s.name) for s in app.get("r-4").steps]
+        assert len(effects) == 4 and all(k.startswith(f"{fork}:") for _, k in effects[2:])
+
+    out = subprocess.run(
+        [sys.executable, "-m", "tether.cli", "--db", backend.url, "diff", "r-4", fork],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "steps[4].output.output[0].content[0].text: squares 9, 9 -> forked 9, 9" in out.stdout
+
+
+def test_streaming_is_refused_not_silently_undurable(app: tether.App) -> None:
+    from agents import ModelSettings, ModelTracing
+
+    from tether.integrations.openai_agents import TetherModel
+
+    seen: list[TetherModel] = []
+
+    async def stream(run: tether.AsyncRun) -> None:
+        model = TetherModel(ScriptedModel([]), run, "calc")
+        seen.append(model)
+        model.stream_response(
+            None,
+            "hi",
+            ModelSettings(),
+            [],
+            None,
+            [],
+            ModelTracing.DISABLED,
+            previous_response_id=None,
+            conversation_id=None,
+            prompt=None,
+        )
+
+    app.agent(name="stream")(stream)
+    with pytest.raises(
+        tether.RunFailed, match="streaming the model of agent 'calc' is not durable"
+    ):
+        app.run("stream")
+    assert len(seen) == 1

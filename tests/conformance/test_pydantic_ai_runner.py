@@ -5,9 +5,12 @@ approvals wait for tether; TetherMessageHistory keeps the conversation in a sess
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
+from _conformance import Backend
 
 import tether
 
@@ -149,3 +152,28 @@ def test_message_history_lives_in_a_session(app: tether.App) -> None:
     assert loaded == [*first.new_messages(), *second.new_messages()]
     roles = [m.role for m in app.session("chat-1").messages()]
     assert roles == ["user", "assistant", "user", "assistant"]
+
+
+def test_show_and_history_name_the_model_and_tool_calls(backend: Backend) -> None:
+    with tether.open(backend.url) as app:
+        agent, _, _ = _calculator()
+        TetherAgentRunner(app).run_sync(agent, "square 3 twice", run_id="p-2")
+
+    def cli(*args: str) -> str:
+        out = subprocess.run(
+            [sys.executable, "-m", "tether.cli", "--db", backend.url, *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    show = cli("show", "p-2")
+    rows = [line.split()[:3] for line in show.splitlines() if line.strip()[:1].isdigit()]
+    assert rows == [["1", "llm", "calc"], ["2", "tool", "square"], ["3", "tool", "square"],
+                    ["4", "llm", "calc"]]  # fmt: skip
+    assert "2 model calls, 14 tokens in, 4 out" in show
+    history = cli("history", "p-2")
+    assert "calc (llm)" in history and "square (tool)" in history
+    assert "squares 9, 9" in history  # the model's last message
