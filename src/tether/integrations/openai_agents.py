@@ -168,14 +168,15 @@ class TetherRunner:
         with _LOCK:
             _BOUND[rid] = binding
         try:
-            await self.app.aresume(rid)
-        except InvalidState:
+            handle = await self.app.aresume(rid)
+        except InvalidState:  # waiting, and still undecided
             if self.app.get(rid).status != RunStatus.WAITING:
                 raise
+            return self.result(rid)
         finally:
             with _LOCK:
                 _BOUND.pop(rid, None)
-        return self.result(rid)
+        return _result(rid, handle.status, handle.output, handle.waiting)
 
     def run_sync(
         self,
@@ -202,20 +203,15 @@ class TetherRunner:
     def result(self, run_id: str) -> AgentRunResult:
         """The run's result as it stands (NotFound for an unknown run)."""
         state = self.app.get(run_id)
-        out = state.output if isinstance(state.output, dict) else {}
-        return AgentRunResult(
-            run_id,
-            state.status,
-            out.get("final_output"),
-            out.get("last_agent"),
-            _waiting_for(state.waiting),
-        )
+        return _result(run_id, state.status, state.output, state.waiting)
 
 
-def _waiting_for(waiting: Mapping[str, Any] | None) -> str | None:
-    if waiting is None:
-        return None
-    return f"{waiting.get('kind')}:{waiting.get('name')}"
+def _result(
+    run_id: str, status: str, output: Any, waiting: Mapping[str, Any] | None
+) -> AgentRunResult:
+    out = output if isinstance(output, dict) else {}
+    wait = None if waiting is None else f"{waiting.get('kind')}:{waiting.get('name')}"
+    return AgentRunResult(run_id, status, out.get("final_output"), out.get("last_agent"), wait)
 
 
 class AgentNotBound(BaseException):

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -230,14 +230,15 @@ class TetherAgentRunner:
         with _LOCK:
             _BOUND[rid] = (agent, deps)
         try:
-            await self.app.aresume(rid)
-        except InvalidState:
+            handle = await self.app.aresume(rid)
+        except InvalidState:  # waiting, and still undecided
             if self.app.get(rid).status != RunStatus.WAITING:
                 raise
+            return self.result(rid)
         finally:
             with _LOCK:
                 _BOUND.pop(rid, None)
-        return self.result(rid)
+        return _result(rid, handle.status, handle.output, handle.waiting)
 
     def run_sync(
         self, agent: Agent[Any, Any], prompt: str, *, run_id: str | None = None, deps: Any = None
@@ -248,10 +249,15 @@ class TetherAgentRunner:
     def result(self, run_id: str) -> TetherRunResult:
         """The run's result as it stands (NotFound for an unknown run)."""
         state = self.app.get(run_id)
-        out = state.output if isinstance(state.output, dict) else {}
-        waiting = state.waiting
-        wait = None if waiting is None else f"{waiting.get('kind')}:{waiting.get('name')}"
-        return TetherRunResult(run_id, state.status, out.get("output"), out.get("messages"), wait)
+        return _result(run_id, state.status, state.output, state.waiting)
+
+
+def _result(
+    run_id: str, status: str, output: Any, waiting: Mapping[str, Any] | None
+) -> TetherRunResult:
+    out = output if isinstance(output, dict) else {}
+    wait = None if waiting is None else f"{waiting.get('kind')}:{waiting.get('name')}"
+    return TetherRunResult(run_id, status, out.get("output"), out.get("messages"), wait)
 
 
 async def _run_agent(run: AsyncRun, agent: str, prompt: str, history: list[Any]) -> dict[str, Any]:
