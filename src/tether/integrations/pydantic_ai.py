@@ -159,7 +159,13 @@ class _Backend(JournalCallableOperationBackend[Any]):
     async def _tool(
         self, run: AsyncRun, key: tuple[object, ...], body: Callable[[], Awaitable[object]]
     ) -> object:
-        tool_name, args, ctx = str(key[0]), key[1], key[2]
+        # pydantic-ai's cache identity of a tool call: (tool name, arguments, RunContext)
+        if len(key) < 3 or not isinstance(key[0], str):
+            raise InvalidState(
+                f"run {run.id}: this pydantic-ai version identifies a tool call as {key!r}, "
+                f"not (name, arguments, context); tether cannot key it by its tool_call_id"
+            )
+        tool_name, args, ctx = key[0], key[1], key[2]
         call_id = getattr(ctx, "tool_call_id", None)
 
         async def call(tool_call_id: str | None, arguments: Any) -> object:
