@@ -1,0 +1,181 @@
+"""What tether adds to an agent turn of the OpenAI Agents SDK and of pydantic-ai.
+
+One turn: the model asks for one tool call, the tool answers, the model replies (two
+model calls, one tool call) with an *instant* model (the frameworks' own scripted test
+models), so what is measured is the framework's own per-turn cost and what each kind of
+persistence adds to it. Every variant runs in the same process, alternating, on SQLite
+files in one temporary directory:
+
+- ``plain``: the framework alone, nothing persisted (its own per-turn cost);
+- ``own-session`` (Agents SDK): the SDK's ``SQLiteSession`` (a file), its own store of
+  the conversation, the anchor;
+- ``tether``: ``TetherRunner`` / ``TetherAgentRunner``: a tether run per turn, every
+  model response and the tool call journaled (durable: resumable after a crash);
+- ``tether+session`` (Agents SDK): the same, with ``TetherSession`` as the SDK session.
+
+Prints the median µs per turn and each variant's overhead over ``plain``, as a ratio of
+the framework's own cost. The goal of issue 28: tether's overhead under 10% of the
+framework's per-turn cost. Not a test: nothing fails on a number.
+
+usage: python bench/frameworks.py [--turns N] [--rounds R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import tether
+
+Turn = Callable[[int], Awaitable[Any]]
+
+
+def agents_variants(tmp: str) -> dict[str, Turn]:
+    from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool
+    from agents.testing import (
+        ModelCall,
+        ModelStep,
+        ScriptedModel,
+        assistant_message,
+        function_call,
+    )
+
+    from tether.integrations.openai_agents import TetherRunner, TetherSession
+
+    @function_tool
+    def lookup(order: str) -> str:
+        """Look an order up."""
+        return f"order {order}: shipped"
+
+    def respond(call: ModelCall) -> ModelStep:
+        items = call.input if isinstance(call.input, list) else []
+        done = [i for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"]
+        if not done:
+            return ModelStep(output=[function_call("lookup", {"order": "O-7"}, call_id="c-1")])
+        return ModelStep(output=[assistant_message("It shipped.")])
+
+    class Endless(ScriptedModel):
+        """A scripted model that never runs out of steps."""
+
+        async def get_response(self, *args: Any, **kwargs: Any) -> Any:
+            self.enqueue(ModelStep.respond(respond))
+            return await super().get_response(*args, **kwargs)
+
+    agent = Agent(name="support", instructions="Help.", model=Endless(), tools=[lookup])
+    config = RunConfig(tracing_disabled=True)
+    app = tether.open(os.path.join(tmp, "agents-tether.db"))
+    runner = TetherRunner(app)
+    own = os.path.join(tmp, "agents-own.db")
+
+    async def plain(i: int) -> Any:
+        return await Runner.run(agent, "where is O-7?", run_config=config)
+
+    async def own_session(i: int) -> Any:
+        session = SQLiteSession(f"s-{i}", own)
+        return await Runner.run(agent, "where is O-7?", session=session, run_config=config)
+
+    async def durable(i: int) -> Any:
+        return await runner.run(agent, "where is O-7?", run_id=f"r-{i}", run_config=config)
+
+    async def durable_session(i: int) -> Any:
+        session = TetherSession(app, f"s-{i}")
+        result = await runner.run(agent, "where is O-7?", run_id=f"rs-{i}", run_config=config)
+        await session.add_items([{"role": "user", "content": "where is O-7?"}])
+        await session.add_items([{"role": "assistant", "content": str(result.final_output)}])
+        return result
+
+    return {
+        "plain": plain,
+        "own-session": own_session,
+        "tether": durable,
+        "tether+session": durable_session,
+    }
+
+
+def pydantic_ai_variants(tmp: str) -> dict[str, Turn]:
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import (
+        ModelMessage,
+        ModelResponse,
+        TextPart,
+        ToolCallPart,
+        ToolReturnPart,
+    )
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from tether.integrations.pydantic_ai import TetherAgentRunner, TetherDurability
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        parts = [p for m in messages for p in getattr(m, "parts", [])]
+        if not any(isinstance(p, ToolReturnPart) for p in parts):
+            return ModelResponse(parts=[ToolCallPart("lookup", {"order": "O-7"}, tool_call_id="c")])
+        return ModelResponse(parts=[TextPart("It shipped.")])
+
+    agent: Agent[None, str] = Agent(
+        FunctionModel(respond), name="support", capabilities=[TetherDurability()]
+    )
+
+    @agent.tool_plain
+    def lookup(order: str) -> str:
+        return f"order {order}: shipped"
+
+    runner = TetherAgentRunner(tether.open(os.path.join(tmp, "pydantic-tether.db")))
+
+    async def plain(i: int) -> Any:
+        return await agent.run("where is O-7?")  # outside a tether run: nothing journaled
+
+    async def durable(i: int) -> Any:
+        return await runner.run(agent, "where is O-7?", run_id=f"r-{i}")
+
+    return {"plain": plain, "tether": durable}
+
+
+async def measure(variants: dict[str, Turn], turns: int, rounds: int) -> dict[str, float]:
+    """Median µs per turn of each variant, rounds alternating between variants."""
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    n = 0
+    for _ in range(rounds):
+        for name, turn in variants.items():
+            t0 = time.perf_counter()
+            for _ in range(turns):
+                n += 1
+                await turn(n)
+            samples[name].append((time.perf_counter() - t0) / turns * 1e6)
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def report(framework: str, medians: dict[str, float]) -> None:
+    base = medians["plain"]
+    print(f"\n{framework}: µs per turn (2 model calls + 1 tool call, instant model)")
+    print(f"  {'variant':<16}{'µs/turn':>10}{'overhead':>12}{'ratio':>8}")
+    for name, us in medians.items():
+        extra = us - base
+        print(f"  {name:<16}{us:>10.0f}{extra:>+11.0f}µs{us / base:>8.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=50, help="turns per sample")
+    parser.add_argument("--rounds", type=int, default=5, help="samples per variant")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        for framework, build in [
+            ("OpenAI Agents SDK", agents_variants),
+            ("pydantic-ai", pydantic_ai_variants),
+        ]:
+            try:
+                variants = build(tmp)
+            except ImportError as e:
+                print(f"\n{framework}: not installed ({e}); pip install -e '.[test]'")
+                continue
+            report(framework, asyncio.run(measure(variants, args.turns, args.rounds)))
+
+
+if __name__ == "__main__":
+    main()
