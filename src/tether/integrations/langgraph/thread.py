@@ -1,0 +1,161 @@
+"""One LangGraph thread read from its tether run's log: the pure part of the checkpointer.
+
+A thread is a run (id = the thread id, agent ``langgraph``). After ``run.created`` every
+event is a ``step.completed`` whose ``kind`` says what it holds:
+
+- ``checkpoint``: one checkpoint (``lg``: namespace, id, parent, the checkpoint without
+  its channel values, the metadata's digest, and for each channel version written by
+  this checkpoint a reference to its value);
+- ``writes``: the pending writes of one task against one checkpoint;
+- ``drop``: checkpoints (with their writes) removed by ``prune`` or ``delete_for_runs``.
+
+Values are stored by content: an event carries, under ``blobs``, only the serialized
+values (digest -> type and base64 bytes) that no earlier event of the thread carried, and
+a list (a message history) is stored element by element, so that a channel that grows by
+one message costs one message. :class:`Thread` folds the events into indexes; nothing
+here reads a database or decides what code runs: values are decoded by the serializer
+LangGraph gives the saver.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tether.model.events import STEP_COMPLETED, Event
+
+KIND_CHECKPOINT = "checkpoint"
+KIND_WRITES = "writes"
+KIND_DROP = "drop"
+
+# A reference to a stored value: ["v", digest] for one serialized value, ["l", [digest…]]
+# for a list stored element by element, ["e"] for a channel written empty.
+Ref = list[Any]
+Typed = tuple[str, bytes]
+Blobs = dict[str, list[str]]  # digest -> [type, base64 bytes]: values as events carry them
+
+
+def digest_of(typed: Typed) -> str:
+    """The content address of a serialized value (its type is part of the content)."""
+    h = hashlib.sha256(typed[0].encode())
+    h.update(b"\0")
+    h.update(typed[1])
+    return h.hexdigest()
+
+
+def blob_json(typed: Typed) -> list[str]:
+    """A serialized value as it is kept in an event's JSON."""
+    return [typed[0], base64.b64encode(typed[1]).decode("ascii")]
+
+
+def blob_typed(value: list[str]) -> Typed:
+    """The inverse of :func:`blob_json`."""
+    return value[0], base64.b64decode(value[1])
+
+
+@dataclass
+class Checkpoint:
+    """A stored checkpoint: where it is in the log, and how to rebuild it."""
+
+    ns: str
+    id: str
+    parent: str | None
+    seq: int
+    record: dict[str, Any]  # the event's ``lg`` part
+
+
+@dataclass
+class Write:
+    """One pending write of a task against a checkpoint."""
+
+    task_id: str
+    idx: int
+    channel: str
+    ref: Ref
+    task_path: str
+    seq: int
+
+
+@dataclass
+class Thread:
+    """The indexes of one thread, folded from its run's events (see the module docstring).
+
+    ``seq`` is the last seq read: a writer appends after it, so that a writer that has
+    not seen another's append gets Conflict instead of forking the thread silently.
+    """
+
+    run_id: str
+    seq: int = 0
+    steps: int = 0  # step events so far: the next one's position is steps + 1
+    blobs: dict[str, list[str]] = field(default_factory=dict)
+    checkpoints: dict[tuple[str, str], Checkpoint] = field(default_factory=dict)
+    values: dict[tuple[str, str, str], Ref] = field(default_factory=dict)  # ns, channel, ver
+    writes: dict[tuple[str, str], dict[tuple[str, int], Write]] = field(default_factory=dict)
+    dropped: set[tuple[str, str]] = field(default_factory=set)
+
+    def fold(self, events: Iterable[Event]) -> None:
+        """Apply events read after :attr:`seq` (other event types are skipped)."""
+        for e in events:
+            self.seq = e.seq
+            if e.type != STEP_COMPLETED:
+                continue
+            self.steps += 1
+            d = e.payload()
+            lg = d.get("lg")
+            if not isinstance(lg, dict):
+                continue
+            self.blobs.update(d.get("blobs") or {})
+            kind = d.get("kind")
+            if kind == KIND_CHECKPOINT:
+                self._checkpoint(e.seq, lg)
+            elif kind == KIND_WRITES:
+                self._writes(e.seq, lg)
+            elif kind == KIND_DROP:
+                for ns, cid in lg["drop"]:
+                    self.dropped.add((ns, cid))
+                    self.writes.pop((ns, cid), None)
+
+    def _checkpoint(self, seq: int, lg: dict[str, Any]) -> None:
+        ns, cid = lg["ns"], lg["id"]
+        for channel, version, ref in lg["values"]:
+            self.values[(ns, channel, version)] = ref
+        self.checkpoints[(ns, cid)] = Checkpoint(ns, cid, lg.get("parent"), seq, lg)
+        self.dropped.discard((ns, cid))
+
+    def _writes(self, seq: int, lg: dict[str, Any]) -> None:
+        key = (lg["ns"], lg["checkpoint"])
+        held = self.writes.setdefault(key, {})
+        for task_id, idx, channel, ref, task_path, replace in lg["writes"]:
+            if replace or (task_id, idx) not in held:
+                held[(task_id, idx)] = Write(task_id, idx, channel, ref, task_path, seq)
+
+    def live(self, ns: str | None = None) -> list[Checkpoint]:
+        """The checkpoints not dropped (of namespace ``ns``, or all), newest id first."""
+        found = [
+            c
+            for k, c in self.checkpoints.items()
+            if k not in self.dropped and (ns is None or c.ns == ns)
+        ]
+        found.sort(key=lambda c: c.id, reverse=True)
+        return found
+
+    def get(self, ns: str, checkpoint_id: str | None) -> Checkpoint | None:
+        """The checkpoint ``checkpoint_id`` of ``ns``, or its newest when None."""
+        if checkpoint_id is None:
+            newest = self.live(ns)
+            return newest[0] if newest else None
+        if (ns, checkpoint_id) in self.dropped:
+            return None
+        return self.checkpoints.get((ns, checkpoint_id))
+
+    def pending(self, ns: str, checkpoint_id: str) -> list[Write]:
+        """The pending writes of a checkpoint, in the order LangGraph applies them."""
+        held = self.writes.get((ns, checkpoint_id), {})
+        return sorted(held.values(), key=lambda w: (w.task_path, w.task_id, w.idx))
+
+    def typed(self, digest: str) -> Typed:
+        """A stored serialized value by its digest."""
+        return blob_typed(self.blobs[digest])
