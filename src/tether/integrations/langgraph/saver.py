@@ -94,6 +94,7 @@ class TetherSaver(BaseCheckpointSaver[str]):
             else:
                 events = self.store.read_events(thread_id, after=th.seq)
             th.fold(events)
+            th.stale = False
             self._threads[thread_id] = th
             return th
 
@@ -196,17 +197,20 @@ class TetherSaver(BaseCheckpointSaver[str]):
                 event,
             ]
             run = NewRun(thread_id, AGENT, None, RunStatus.COMPLETED)
-            self.store.create_run(run, first, lease_owner=None, now=now, ttl=0.0)
+            try:
+                self.store.create_run(run, first, lease_owner=None, now=now, ttl=0.0)
+            except Conflict as e:  # another writer created the thread first
+                raise _conflict(thread_id, 0) from e
             th.fold(_stored(thread_id, first, 1))
+            self._threads[thread_id] = th
             return
+        if th.stale:
+            raise _conflict(thread_id, th.seq)
         try:
             seq = self.store.append(thread_id, [event], expected_seq=th.seq, epoch=0, now=now)
         except Conflict as e:
-            self._threads.pop(thread_id, None)
-            raise Conflict(
-                f"thread {thread_id}: another writer appended to it after this saver read it "
-                f"(seq {th.seq}); nothing was written. Read the thread again, then retry."
-            ) from e
+            th.stale = True  # until a read: no later write of this run may go through
+            raise _conflict(thread_id, th.seq) from e
         th.fold(_stored(thread_id, [event], seq))
 
     def _writable(self, thread_id: str) -> Thread:
@@ -426,6 +430,13 @@ def _stored(run_id: str, events: list[NewEvent], first_seq: int) -> list[Event]:
     return [
         Event(run_id, first_seq + i, e.type, e.data, e.at, e.actor) for i, e in enumerate(events)
     ]
+
+
+def _conflict(thread_id: str, seq: int) -> Conflict:
+    return Conflict(
+        f"thread {thread_id}: another writer appended to it after this saver read it "
+        f"(at seq {seq}); nothing was written. Read the thread again (get_state), then retry."
+    )
 
 
 def _check_agent(thread_id: str, first: Event) -> None:

@@ -90,6 +90,7 @@ class Thread:
     run_id: str
     seq: int = 0
     steps: int = 0  # step events so far: the next one's position is steps + 1
+    stale: bool = False  # an append was refused: another writer went first; read again
     blobs: dict[str, list[str]] = field(default_factory=dict)
     checkpoints: dict[tuple[str, str], Checkpoint] = field(default_factory=dict)
     values: dict[tuple[str, str, str], Ref] = field(default_factory=dict)  # ns, channel, ver
