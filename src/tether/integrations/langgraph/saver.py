@@ -37,8 +37,9 @@ from tether.model import codec
 from tether.model import events as ev
 from tether.model.events import Event, NewEvent
 from tether.model.status import RunStatus
-from tether.store import NewRun
+from tether.store import NewRun, Transition
 
+from .preview import preview
 from .thread import (
     KIND_CHECKPOINT,
     KIND_DROP,
@@ -206,12 +207,18 @@ class TetherSaver(BaseCheckpointSaver[str]):
             return
         if th.stale:
             raise _conflict(thread_id, th.seq)
+        events, settle = [event], None
+        if not th.settled:  # a fork (queued by `tether fork`): completed, not for workers
+            events = [ev.new(ev.RUN_COMPLETED, {"output": None}, now), event]
+            settle = Transition(RunStatus.COMPLETED)
         try:
-            seq = self.store.append(thread_id, [event], expected_seq=th.seq, epoch=0, now=now)
+            seq = self.store.append(
+                thread_id, events, expected_seq=th.seq, epoch=0, transition=settle, now=now
+            )
         except Conflict as e:
             th.stale = True  # until a read: no later write of this run may go through
             raise _conflict(thread_id, th.seq) from e
-        th.fold(_stored(thread_id, [event], seq))
+        th.fold(_stored(thread_id, events, seq - len(events) + 1))
 
     def _writable(self, thread_id: str) -> Thread:
         th = self._threads.get(thread_id) or self._read(thread_id)
@@ -253,9 +260,8 @@ class TetherSaver(BaseCheckpointSaver[str]):
                 "source": md.get("source"),
                 "channels": sorted(new_versions),
             }
-            self._append(
-                thread_id, th, KIND_CHECKPOINT, "checkpoint", lg, output=summary, blobs=new
-            )
+            name = f"step:{md.get('step')}" if not ns else f"{ns}/step:{md.get('step')}"
+            self._append(thread_id, th, KIND_CHECKPOINT, name, lg, output=summary, blobs=new)
         return _config(thread_id, ns, checkpoint["id"])
 
     def put_writes(
@@ -283,8 +289,13 @@ class TetherSaver(BaseCheckpointSaver[str]):
             if not rows:
                 return
             lg = {"ns": ns, "checkpoint": cid, "writes": rows}
-            summary = {"checkpoint": cid, "task": task_id, "channels": [r[2] for r in rows]}
-            self._append(thread_id, th, KIND_WRITES, "writes", lg, output=summary, blobs=new)
+            summary = {
+                "checkpoint": cid,
+                "task": task_id,
+                "writes": {ch: preview(v) for ch, v in writes if not ch.startswith("branch:")},
+            }
+            name = task_path.rsplit(",", 1)[-1].strip() or writes[0][0] if writes else "writes"
+            self._append(thread_id, th, KIND_WRITES, name, lg, output=summary, blobs=new)
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """Versions that sort as strings: a counter, then a random tie-breaker."""

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether.model.events import STEP_COMPLETED, Event
+from tether.model.events import RUN_COMPLETED, STEP_COMPLETED, Event
 
 KIND_CHECKPOINT = "checkpoint"
 KIND_WRITES = "writes"
@@ -90,6 +90,9 @@ class Thread:
     run_id: str
     seq: int = 0
     steps: int = 0  # step events so far: the next one's position is steps + 1
+    # whether the run reads as completed (idle between invocations); a fork of it is
+    # queued until its first write here, which completes it again
+    settled: bool = False
     stale: bool = False  # an append was refused: another writer went first; read again
     blobs: dict[str, list[str]] = field(default_factory=dict)
     checkpoints: dict[tuple[str, str], Checkpoint] = field(default_factory=dict)
@@ -102,6 +105,7 @@ class Thread:
         for e in events:
             self.seq = e.seq
             if e.type != STEP_COMPLETED:
+                self.settled = e.type == RUN_COMPLETED
                 continue
             self.steps += 1
             d = e.payload()
