@@ -86,22 +86,27 @@ class TetherSaver(BaseCheckpointSaver[str]):
         """The thread with every event appended so far (None: no such thread)."""
         with self._lock(thread_id):
             th = self._threads.get(thread_id)
+            if th is not None:  # the last event read again: is the log still the one cached?
+                events = self.store.read_events(thread_id, after=th.seq - 1)
+                if events and events[0].data == th.last:
+                    events = events[1:]
+                else:  # deleted (gc, delete_thread elsewhere), or deleted and made again
+                    self._threads.pop(thread_id, None)
+                    th = None
             if th is None:
                 events = self.store.read_events(thread_id)
                 if not events:
                     return None
                 _check_agent(thread_id, events[0])
                 th = Thread(thread_id)
-            else:
-                events = self.store.read_events(thread_id, after=th.seq)
             th.fold(events)
             th.stale = False
             self._threads[thread_id] = th
             return th
 
-    def _load(self, th: Thread, ref: Ref) -> Any:
-        if ref[0] == "l":
-            return [self.serde.loads_typed(th.typed(d)) for d in ref[1]]
+    def _load(self, th: Thread, ref: Ref, ns: str = "", channel: str = "") -> Any:
+        if ref[0] in ("l", "p"):
+            return [self.serde.loads_typed(th.typed(d)) for d in th.expand(ns, channel, ref)]
         return self.serde.loads_typed(th.typed(ref[1]))
 
     def _tuple(self, th: Thread, c: Stored) -> CheckpointTuple:
@@ -111,7 +116,7 @@ class TetherSaver(BaseCheckpointSaver[str]):
         for channel, version in ck["channel_versions"].items():
             ref = th.values.get((c.ns, channel, version))
             if ref is not None and ref[0] != "e":
-                values[channel] = self._load(th, ref)
+                values[channel] = self._load(th, ref, c.ns, channel)
         ck["channel_values"] = values
         writes = [(w.task_id, w.channel, self._load(th, w.ref)) for w in th.pending(c.ns, c.id)]
         parent = _config(th.run_id, c.ns, c.parent) if c.parent else None
@@ -179,9 +184,13 @@ class TetherSaver(BaseCheckpointSaver[str]):
             new[digest] = blob_json(typed)
         return digest
 
-    def _ref(self, th: Thread, value: Any, new: Blobs) -> Ref:
-        if type(value) is builtins.list and value:  # a history: one blob per element, shared
-            return ["l", [self._blob(th, v, new) for v in value]]
+    def _ref(self, th: Thread, value: Any, new: Blobs, ns: str = "", channel: str = "") -> Ref:
+        """Store ``value`` by content; a list element by element (a message history shares
+        its messages across versions), as the tail of the channel's last list when given
+        the channel (a checkpoint's values, not a task's writes)."""
+        if type(value) is builtins.list and value:
+            digests = [self._blob(th, v, new) for v in value]
+            return th.list_ref(ns, channel, digests) if channel else ["l", digests]
         return ["v", self._blob(th, value, new)]
 
     def _append(
@@ -239,7 +248,7 @@ class TetherSaver(BaseCheckpointSaver[str]):
             new: Blobs = {}
             values = checkpoint["channel_values"]
             refs = [
-                [ch, ver, self._ref(th, values[ch], new) if ch in values else ["e"]]
+                [ch, ver, self._ref(th, values[ch], new, ns, ch) if ch in values else ["e"]]
                 for ch, ver in new_versions.items()
             ]
             ck = {k: v for k, v in checkpoint.items() if k != "channel_values"}

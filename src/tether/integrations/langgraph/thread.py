@@ -32,8 +32,10 @@ KIND_WRITES = "writes"
 KIND_DROP = "drop"
 
 # A reference to a stored value: ["v", digest] for one serialized value, ["l", [digest…]]
-# for a list stored element by element, ["e"] for a channel written empty.
+# for a list stored element by element, ["p", version, [digest…], depth] for a list that
+# extends the channel's earlier version (Thread.expand), ["e"] for a channel written empty.
 Ref = list[Any]
+CHAIN = 64  # a list value refers to at most this many earlier versions in a row
 Typed = tuple[str, bytes]
 Blobs = dict[str, list[str]]  # digest -> [type, base64 bytes]: values as events carry them
 
@@ -89,6 +91,7 @@ class Thread:
 
     run_id: str
     seq: int = 0
+    last: str = ""  # the data of event ``seq``: a cached log that was replaced differs here
     steps: int = 0  # step events so far: the next one's position is steps + 1
     # whether the run reads as completed (idle between invocations); a fork of it is
     # queued until its first write here, which completes it again
@@ -99,11 +102,13 @@ class Thread:
     values: dict[tuple[str, str, str], Ref] = field(default_factory=dict)  # ns, channel, ver
     writes: dict[tuple[str, str], dict[tuple[str, int], Write]] = field(default_factory=dict)
     dropped: set[tuple[str, str]] = field(default_factory=set)
+    # each channel's newest list value: (version, chain depth, element digests)
+    lists: dict[tuple[str, str], tuple[Any, int, list[str]]] = field(default_factory=dict)
 
     def fold(self, events: Iterable[Event]) -> None:
         """Apply events read after :attr:`seq` (other event types are skipped)."""
         for e in events:
-            self.seq = e.seq
+            self.seq, self.last = e.seq, e.data
             if e.type != STEP_COMPLETED:
                 self.settled = e.type == RUN_COMPLETED
                 continue
@@ -127,6 +132,9 @@ class Thread:
         ns, cid = lg["ns"], lg["id"]
         for channel, version, ref in lg["values"]:
             self.values[(ns, channel, version)] = ref
+            if ref[0] in ("l", "p"):
+                depth = ref[3] if ref[0] == "p" else 0
+                self.lists[(ns, channel)] = (version, depth, self.expand(ns, channel, ref))
         self.checkpoints[(ns, cid)] = Checkpoint(ns, cid, lg.get("parent"), seq, lg)
         self.dropped.discard((ns, cid))
 
@@ -160,6 +168,29 @@ class Thread:
         """The pending writes of a checkpoint, in the order LangGraph applies them."""
         held = self.writes.get((ns, checkpoint_id), {})
         return sorted(held.values(), key=lambda w: (w.task_path, w.task_id, w.idx))
+
+    def expand(self, ns: str, channel: str, ref: Ref) -> list[str]:
+        """The element digests of a list value: ``["l", digests]`` holds them all,
+        ``["p", version, tail, depth]`` is the channel's ``version`` (a list) followed by
+        ``tail``, so a history that grows by a message costs one digest, not all of them."""
+        if ref[0] == "l":
+            return [str(d) for d in ref[1]]
+        version, tail = ref[1], [str(d) for d in ref[2]]
+        last = self.lists.get((ns, channel))
+        if last is not None and last[0] == version:
+            return last[2] + tail
+        return self.expand(ns, channel, self.values[(ns, channel, version)]) + tail
+
+    def list_ref(self, ns: str, channel: str, digests: list[str]) -> Ref:
+        """The reference of a list value with these element digests: a tail after the
+        channel's last list when that is a prefix of it (at most :data:`CHAIN` links in a
+        row, so that a read walks a bounded chain), else the whole list."""
+        last = self.lists.get((ns, channel))
+        if last is not None and last[1] < CHAIN:
+            version, depth, before = last
+            if len(before) <= len(digests) and digests[: len(before)] == before:
+                return ["p", version, digests[len(before) :], depth + 1]
+        return ["l", digests]
 
     def typed(self, digest: str) -> Typed:
         """A stored serialized value by its digest."""
