@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import copy
 import random
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -32,7 +33,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from tether.app import App
-from tether.errors import Conflict, InvalidInput
+from tether.errors import Conflict, InvalidInput, TetherError
 from tether.model import codec
 from tether.model import events as ev
 from tether.model.events import Event, NewEvent
@@ -41,6 +42,7 @@ from tether.store import NewRun, Transition
 
 from .preview import preview
 from .thread import (
+    CHAIN,
     KIND_CHECKPOINT,
     KIND_DROP,
     KIND_WRITES,
@@ -48,6 +50,7 @@ from .thread import (
     Ref,
     Thread,
     blob_json,
+    ck_delta,
     digest_of,
 )
 from .thread import Checkpoint as Stored
@@ -111,7 +114,11 @@ class TetherSaver(BaseCheckpointSaver[str]):
 
     def _tuple(self, th: Thread, c: Stored) -> CheckpointTuple:
         rec = c.record
-        ck: dict[str, Any] = self.serde.loads_typed(th.typed(rec["ck"]))
+        plain = th.plain_ck(c)
+        # a copy: LangGraph may change the checkpoint it gets, never the cached one
+        ck: dict[str, Any] = (
+            copy.deepcopy(plain) if plain is not None else self._unpack(th, rec["ck"])
+        )
         values = {}
         for channel, version in ck["channel_versions"].items():
             ref = th.values.get((c.ns, channel, version))
@@ -123,7 +130,7 @@ class TetherSaver(BaseCheckpointSaver[str]):
         return CheckpointTuple(
             config=_config(th.run_id, c.ns, c.id),
             checkpoint=ck,  # type: ignore[arg-type]  # a Checkpoint rebuilt from its parts
-            metadata=self.serde.loads_typed(th.typed(rec["md"])),
+            metadata=self._unpack(th, rec["md"]),
             parent_config=parent,
             pending_writes=writes,
         )
@@ -183,6 +190,36 @@ class TetherSaver(BaseCheckpointSaver[str]):
         if digest not in th.blobs and digest not in new:
             new[digest] = blob_json(typed)
         return digest
+
+    def _pack(self, th: Thread, value: Mapping[str, Any], new: Blobs) -> dict[str, Any]:
+        """A checkpoint's or metadata's dict: ``{"j": value}`` when JSON keeps it exactly
+        (readable in ``tether show``), else ``{"d": digest}`` of its serialized bytes."""
+        try:
+            if codec.decode(codec.encode(value)) == value:
+                return {"j": value}
+        except TetherError:  # not JSON (bytes, a tuple, an object): serialized instead
+            pass
+        return {"d": self._blob(th, value, new)}
+
+    def _pack_ck(
+        self, th: Thread, ns: str, parent: str | None, ck: dict[str, Any], new: Blobs
+    ) -> dict[str, Any]:
+        """A checkpoint without its values: as the delta of its parent's when both are
+        plain JSON (at most CHAIN deltas in a row), else as :meth:`_pack` keeps it."""
+        packed = self._pack(th, ck, new)
+        before = th.checkpoints.get((ns, parent)) if parent else None
+        base = th.plain_ck(before) if before is not None else None
+        if "j" not in packed or before is None or base is None:
+            return packed
+        depth = before.record["ck"].get("n", 0) + 1
+        if depth > CHAIN:
+            return packed
+        return {"p": parent, "x": ck_delta(base, packed["j"]), "n": depth}
+
+    def _unpack(self, th: Thread, packed: dict[str, Any]) -> Any:
+        if "j" in packed:
+            return packed["j"]
+        return self.serde.loads_typed(th.typed(packed["d"]))
 
     def _ref(self, th: Thread, value: Any, new: Blobs, ns: str = "", channel: str = "") -> Ref:
         """Store ``value`` by content; a list element by element (a message history shares
@@ -257,8 +294,8 @@ class TetherSaver(BaseCheckpointSaver[str]):
                 "ns": ns,
                 "id": checkpoint["id"],
                 "parent": conf.get("checkpoint_id"),
-                "ck": self._blob(th, ck, new),
-                "md": self._blob(th, md, new),
+                "ck": self._pack_ck(th, ns, conf.get("checkpoint_id"), ck, new),
+                "md": self._pack(th, md, new),
                 "run": md.get("run_id"),
                 "values": refs,
             }
@@ -298,18 +335,16 @@ class TetherSaver(BaseCheckpointSaver[str]):
             if not rows:
                 return
             lg = {"ns": ns, "checkpoint": cid, "writes": rows}
-            summary = {
-                "checkpoint": cid,
-                "task": task_id,
-                "writes": {ch: preview(v) for ch, v in writes if not ch.startswith("branch:")},
-            }
+            summary = {ch: preview(v) for ch, v in writes if not ch.startswith("branch:")}
             name = task_path.rsplit(",", 1)[-1].strip() or writes[0][0] if writes else "writes"
             self._append(thread_id, th, KIND_WRITES, name, lg, output=summary, blobs=new)
 
     def get_next_version(self, current: str | None, channel: None) -> str:
-        """Versions that sort as strings: a counter, then a random tie-breaker."""
+        """Versions that sort as strings: a counter, then a random part, so that two
+        branches of a thread (a fork, an edit of an old checkpoint) never give different
+        values the same version."""
         n = 0 if current is None else int(str(current).split(".")[0])
-        return f"{n + 1:032}.{random.random():016}"
+        return f"{n + 1:012}.{random.getrandbits(40):010x}"
 
     # -- deleting and copying --------------------------------------------------------------
 

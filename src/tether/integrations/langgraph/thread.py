@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,21 +42,59 @@ Blobs = dict[str, list[str]]  # digest -> [type, base64 bytes]: values as events
 
 
 def digest_of(typed: Typed) -> str:
-    """The content address of a serialized value (its type is part of the content)."""
+    """The content address of a serialized value (its type is part of the content): the
+    first 128 bits of its SHA-256, in hex, unique within a thread."""
     h = hashlib.sha256(typed[0].encode())
     h.update(b"\0")
     h.update(typed[1])
-    return h.hexdigest()
+    return h.hexdigest()[:32]
 
 
 def blob_json(typed: Typed) -> list[str]:
-    """A serialized value as it is kept in an event's JSON."""
-    return [typed[0], base64.b64encode(typed[1]).decode("ascii")]
+    """A serialized value as an event's JSON keeps it: ``[type, base64]``, or
+    ``[type, base64 of the zlib-compressed bytes, "z"]`` when that is shorter."""
+    data, packed = typed[1], zlib.compress(typed[1], 6)
+    if len(packed) < len(data):
+        return [typed[0], base64.b64encode(packed).decode("ascii"), "z"]
+    return [typed[0], base64.b64encode(data).decode("ascii")]
 
 
 def blob_typed(value: list[str]) -> Typed:
     """The inverse of :func:`blob_json`."""
-    return value[0], base64.b64decode(value[1])
+    data = base64.b64decode(value[1])
+    return value[0], zlib.decompress(data) if value[2:] == ["z"] else data
+
+
+NESTED = ("channel_versions", "versions_seen")  # a checkpoint's dicts kept entry by entry
+
+
+def ck_delta(base: dict[str, Any], ck: dict[str, Any]) -> dict[str, Any]:
+    """What ``ck`` (a checkpoint without values, as plain JSON) changes of ``base`` (its
+    parent's): the top-level items that differ, and for the version dicts the entries
+    that differ (``"+"``) and the keys gone (``"-"``). :func:`ck_apply` inverts it."""
+    delta: dict[str, Any] = {"top": {}, "-": [k for k in base if k not in ck]}
+    for key, value in ck.items():
+        old = base.get(key)
+        if key in NESTED and isinstance(value, dict) and isinstance(old, dict):
+            delta[key] = {
+                "+": {k: v for k, v in value.items() if old.get(k) != v or k not in old},
+                "-": [k for k in old if k not in value],
+            }
+        elif key not in base or old != value:
+            delta["top"][key] = value
+    return delta
+
+
+def ck_apply(base: dict[str, Any], delta: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint that ``delta`` (from :func:`ck_delta`) makes of ``base``."""
+    ck = {k: v for k, v in base.items() if k not in delta["-"]}
+    for key in NESTED:
+        if key in delta:
+            merged = {k: v for k, v in ck[key].items() if k not in delta[key]["-"]}
+            merged.update(delta[key]["+"])
+            ck[key] = merged
+    ck.update(delta["top"])
+    return ck
 
 
 @dataclass
@@ -102,6 +141,7 @@ class Thread:
     values: dict[tuple[str, str, str], Ref] = field(default_factory=dict)  # ns, channel, ver
     writes: dict[tuple[str, str], dict[tuple[str, int], Write]] = field(default_factory=dict)
     dropped: set[tuple[str, str]] = field(default_factory=set)
+    cks: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # plain_ck's
     # each channel's newest list value: (version, chain depth, element digests)
     lists: dict[tuple[str, str], tuple[Any, int, list[str]]] = field(default_factory=dict)
 
@@ -136,6 +176,7 @@ class Thread:
                 depth = ref[3] if ref[0] == "p" else 0
                 self.lists[(ns, channel)] = (version, depth, self.expand(ns, channel, ref))
         self.checkpoints[(ns, cid)] = Checkpoint(ns, cid, lg.get("parent"), seq, lg)
+        self.cks.pop((ns, cid), None)  # put again: rebuilt from this record
         self.dropped.discard((ns, cid))
 
     def _writes(self, seq: int, lg: dict[str, Any]) -> None:
@@ -191,6 +232,24 @@ class Thread:
             if len(before) <= len(digests) and digests[: len(before)] == before:
                 return ["p", version, digests[len(before) :], depth + 1]
         return ["l", digests]
+
+    def plain_ck(self, c: Checkpoint) -> dict[str, Any] | None:
+        """The checkpoint (without values) of ``c`` when stored as JSON, whole or as a
+        delta of its parent's (``{"p": parent, "x": delta, "n": chain length}``); None
+        when it is stored serialized (``{"d": digest}``)."""
+        key = (c.ns, c.id)
+        found = self.cks.get(key)
+        if found is not None:
+            return found
+        packed = c.record["ck"]
+        if "j" in packed:
+            found = packed["j"]
+        elif "x" in packed:
+            base = self.plain_ck(self.checkpoints[(c.ns, packed["p"])])
+            found = None if base is None else ck_apply(base, packed["x"])
+        if found is not None:
+            self.cks[key] = found
+        return found
 
     def typed(self, digest: str) -> Typed:
         """A stored serialized value by its digest."""
