@@ -110,6 +110,8 @@ class TetherSaver(BaseCheckpointSaver[str]):
     def _load(self, th: Thread, ref: Ref, ns: str = "", channel: str = "") -> Any:
         if ref[0] in ("l", "p"):
             return [self.serde.loads_typed(th.typed(d)) for d in th.expand(ns, channel, ref)]
+        if ref[0] == "d":
+            return {k: self._load(th, r) for k, r in ref[1].items()}
         return self.serde.loads_typed(th.typed(ref[1]))
 
     def _tuple(self, th: Thread, c: Stored) -> CheckpointTuple:
@@ -202,7 +204,13 @@ class TetherSaver(BaseCheckpointSaver[str]):
         return {"d": self._blob(th, value, new)}
 
     def _pack_ck(
-        self, th: Thread, ns: str, parent: str | None, ck: dict[str, Any], new: Blobs
+        self,
+        th: Thread,
+        ns: str,
+        parent: str | None,
+        ck: dict[str, Any],
+        values: builtins.list[builtins.list[Any]],
+        new: Blobs,
     ) -> dict[str, Any]:
         """A checkpoint without its values: as the delta of its parent's when both are
         plain JSON (at most CHAIN deltas in a row), else as :meth:`_pack` keeps it."""
@@ -214,7 +222,17 @@ class TetherSaver(BaseCheckpointSaver[str]):
         depth = before.record["ck"].get("n", 0) + 1
         if depth > CHAIN:
             return packed
-        return {"p": parent, "x": ck_delta(base, packed["j"]), "n": depth}
+        plain = dict(packed["j"])
+        plain.pop("id", None)  # the record's id, put back by Thread.plain_ck
+        implied = {ch: ver for ch, ver, _ in values}
+        versions = ck.get("channel_versions", {})
+        if not all(versions.get(ch) == v for ch, v in implied.items()):
+            return {"x": ck_delta({**base, "id": None}, {**plain, "id": None}), "n": depth}
+        # the versions this checkpoint wrote are in its values: not written twice
+        plain["channel_versions"] = {k: v for k, v in versions.items() if k not in implied} | {
+            k: v for k, v in base.get("channel_versions", {}).items() if k in implied
+        }
+        return {"x": ck_delta({**base, "id": None}, {**plain, "id": None}), "n": depth, "v": 1}
 
     def _unpack(self, th: Thread, packed: dict[str, Any]) -> Any:
         if "j" in packed:
@@ -228,6 +246,9 @@ class TetherSaver(BaseCheckpointSaver[str]):
         if type(value) is builtins.list and value:
             digests = [self._blob(th, v, new) for v in value]
             return th.list_ref(ns, channel, digests) if channel else ["l", digests]
+        if type(value) is dict and value and all(type(k) is str for k in value):
+            # an input ({"messages": [...]}) shares its messages with the writes of it
+            return ["d", {k: self._ref(th, v, new) for k, v in value.items()}]
         return ["v", self._blob(th, value, new)]
 
     def _append(
@@ -294,17 +315,15 @@ class TetherSaver(BaseCheckpointSaver[str]):
                 "ns": ns,
                 "id": checkpoint["id"],
                 "parent": conf.get("checkpoint_id"),
-                "ck": self._pack_ck(th, ns, conf.get("checkpoint_id"), ck, new),
+                "ck": self._pack_ck(th, ns, conf.get("checkpoint_id"), ck, refs, new),
                 "md": self._pack(th, md, new),
                 "run": md.get("run_id"),
                 "values": refs,
             }
             summary = {
                 "checkpoint": checkpoint["id"],
-                "ns": ns,
                 "step": md.get("step"),
                 "source": md.get("source"),
-                "channels": sorted(new_versions),
             }
             name = f"step:{md.get('step')}" if not ns else f"{ns}/step:{md.get('step')}"
             self._append(thread_id, th, KIND_CHECKPOINT, name, lg, output=summary, blobs=new)

@@ -34,11 +34,12 @@ KIND_DROP = "drop"
 
 # A reference to a stored value: ["v", digest] for one serialized value, ["l", [digest…]]
 # for a list stored element by element, ["p", version, [digest…], depth] for a list that
-# extends the channel's earlier version (Thread.expand), ["e"] for a channel written empty.
+# extends the channel's earlier version (Thread.expand), ["d", {key: ref}] for a dict
+# stored item by item, ["e"] for a channel written empty.
 Ref = list[Any]
 CHAIN = 64  # a list value refers to at most this many earlier versions in a row
 Typed = tuple[str, bytes]
-Blobs = dict[str, list[str]]  # digest -> [type, base64 bytes]: values as events carry them
+Blobs = dict[str, list[str]]  # digest -> [type, base85 bytes(, z)]: values as events carry them
 
 
 def digest_of(typed: Typed) -> str:
@@ -51,17 +52,18 @@ def digest_of(typed: Typed) -> str:
 
 
 def blob_json(typed: Typed) -> list[str]:
-    """A serialized value as an event's JSON keeps it: ``[type, base64]``, or
-    ``[type, base64 of the zlib-compressed bytes, "z"]`` when that is shorter."""
+    """A serialized value as an event's JSON keeps it: ``[type, base85]``, or
+    ``[type, base85 of the zlib-compressed bytes, "z"]`` when that is shorter (base85's
+    alphabet has no quote or backslash: JSON keeps it as it is)."""
     data, packed = typed[1], zlib.compress(typed[1], 6)
     if len(packed) < len(data):
-        return [typed[0], base64.b64encode(packed).decode("ascii"), "z"]
-    return [typed[0], base64.b64encode(data).decode("ascii")]
+        return [typed[0], base64.b85encode(packed).decode("ascii"), "z"]
+    return [typed[0], base64.b85encode(data).decode("ascii")]
 
 
 def blob_typed(value: list[str]) -> Typed:
     """The inverse of :func:`blob_json`."""
-    data = base64.b64decode(value[1])
+    data = base64.b85decode(value[1])
     return value[0], zlib.decompress(data) if value[2:] == ["z"] else data
 
 
@@ -70,30 +72,46 @@ NESTED = ("channel_versions", "versions_seen")  # a checkpoint's dicts kept entr
 
 def ck_delta(base: dict[str, Any], ck: dict[str, Any]) -> dict[str, Any]:
     """What ``ck`` (a checkpoint without values, as plain JSON) changes of ``base`` (its
-    parent's): the top-level items that differ, and for the version dicts the entries
-    that differ (``"+"``) and the keys gone (``"-"``). :func:`ck_apply` inverts it."""
-    delta: dict[str, Any] = {"top": {}, "-": [k for k in base if k not in ck]}
-    for key, value in ck.items():
-        old = base.get(key)
-        if key in NESTED and isinstance(value, dict) and isinstance(old, dict):
-            delta[key] = {
-                "+": {k: v for k, v in value.items() if old.get(k) != v or k not in old},
-                "-": [k for k in old if k not in value],
-            }
-        elif key not in base or old != value:
-            delta["top"][key] = value
+    parent's): the top-level items that differ (``"top"``), the keys gone (``"-"``), and
+    for the version dicts the entries that differ (``"+"``) and the keys gone (``"-"``);
+    empty parts are left out. :func:`ck_apply` inverts it."""
+    delta: dict[str, Any] = {}
+    top = {k: v for k, v in ck.items() if k not in NESTED and (k not in base or base[k] != v)}
+    gone = [k for k in base if k not in ck]
+    if top:
+        delta["top"] = top
+    if gone:
+        delta["-"] = gone
+    for key in NESTED:
+        new, old = ck.get(key), base.get(key)
+        if not (isinstance(new, dict) and isinstance(old, dict)):
+            if key in ck and (key not in base or new != old):
+                delta.setdefault("top", {})[key] = new
+            continue
+        part: dict[str, Any] = {}
+        added = {k: v for k, v in new.items() if k not in old or old[k] != v}
+        removed = [k for k in old if k not in new]
+        if added:
+            part["+"] = added
+        if removed:
+            part["-"] = removed
+        if part:
+            delta[key] = part
     return delta
 
 
 def ck_apply(base: dict[str, Any], delta: dict[str, Any]) -> dict[str, Any]:
     """The checkpoint that ``delta`` (from :func:`ck_delta`) makes of ``base``."""
-    ck = {k: v for k, v in base.items() if k not in delta["-"]}
+    gone = set(delta.get("-", ()))
+    ck = {k: v for k, v in base.items() if k not in gone}
     for key in NESTED:
-        if key in delta:
-            merged = {k: v for k, v in ck[key].items() if k not in delta[key]["-"]}
-            merged.update(delta[key]["+"])
+        part = delta.get(key)
+        if part is not None:
+            removed = set(part.get("-", ()))
+            merged = {k: v for k, v in ck[key].items() if k not in removed}
+            merged.update(part.get("+", {}))
             ck[key] = merged
-    ck.update(delta["top"])
+    ck.update(delta.get("top", {}))
     return ck
 
 
@@ -235,7 +253,8 @@ class Thread:
 
     def plain_ck(self, c: Checkpoint) -> dict[str, Any] | None:
         """The checkpoint (without values) of ``c`` when stored as JSON, whole or as a
-        delta of its parent's (``{"p": parent, "x": delta, "n": chain length}``); None
+        delta of its parent's (``{"x": delta, "n": chain length}``, ``"v"``: the versions
+        it wrote are its values'); None
         when it is stored serialized (``{"d": digest}``)."""
         key = (c.ns, c.id)
         found = self.cks.get(key)
@@ -245,8 +264,15 @@ class Thread:
         if "j" in packed:
             found = packed["j"]
         elif "x" in packed:
-            base = self.plain_ck(self.checkpoints[(c.ns, packed["p"])])
+            parent = str(packed.get("p") or c.parent)
+            base = self.plain_ck(self.checkpoints[(c.ns, parent)])
             found = None if base is None else ck_apply(base, packed["x"])
+            if found is not None:
+                found["id"] = c.id
+                if packed.get("v"):  # the versions it wrote are its values' versions
+                    versions = dict(found.get("channel_versions", {}))
+                    versions.update({ch: ver for ch, ver, _ in c.record["values"]})
+                    found["channel_versions"] = versions
         if found is not None:
             self.cks[key] = found
         return found
