@@ -4,6 +4,7 @@ one append, and a second writer gets Conflict instead of forking the thread."""
 
 from __future__ import annotations
 
+import asyncio
 import operator
 from collections.abc import Iterator
 from typing import Annotated, Any, TypedDict
@@ -156,3 +157,40 @@ def test_a_thread_is_a_run_the_tools_work_on(app: tether.App) -> None:
     result = app.gc(older_than=0, status=["completed"], vacuum=False)
     assert set(result.run_ids) == {"inspect", fork}
     assert saver.get_tuple(config) is None and graph.get_state(forked).values == {}
+
+
+def test_a_subgraph_interrupted_and_resumed_async(app: tether.App) -> None:
+    """A subgraph (its own checkpoint namespace) pauses on interrupt(); an async graph
+    resumes it with a second saver, as another process would."""
+    from langgraph.types import Command, interrupt
+
+    def ask(state: Tally) -> dict[str, list[str]]:
+        return {"log": [f"answer {interrupt('ok?')}"]}
+
+    inner = StateGraph(Tally)
+    inner.add_node("ask", ask)
+    inner.add_edge(START, "ask")
+    inner.add_edge("ask", END)
+
+    def build(saver: TetherSaver) -> Any:
+        g = StateGraph(Tally)
+        g.add_node("sub", inner.compile())
+        g.add_edge(START, "sub")
+        g.add_edge("sub", END)
+        return g.compile(checkpointer=saver)
+
+    config: Any = {"configurable": {"thread_id": "nested"}}
+
+    async def first() -> Any:
+        return await build(TetherSaver(app)).ainvoke({"log": ["start"]}, config)
+
+    paused = asyncio.run(first())
+    assert paused["__interrupt__"][0].value == "ok?"
+    namespaces = {c.config["configurable"]["checkpoint_ns"] for c in TetherSaver(app).list(config)}
+    assert "" in namespaces and any(ns.startswith("sub:") for ns in namespaces)
+
+    async def second() -> Any:
+        return await build(TetherSaver(app)).ainvoke(Command(resume="yes"), config)
+
+    # as with LangGraph's InMemorySaver: the subgraph returns the log it was given, added again
+    assert asyncio.run(second())["log"] == ["start", "start", "answer yes"]
