@@ -100,10 +100,12 @@ def test_a_put_and_a_put_writes_are_one_append_each(app: tether.App) -> None:
     assert tup.pending_writes == [("task-1", "a", "x"), ("task-1", "b", [3]), ("task-1", "c", None)]
 
 
-def test_a_stale_writer_gets_conflict_and_writes_nothing(app: tether.App) -> None:
-    first, second = TetherSaver(app), TetherSaver(app)
+def test_a_writer_mid_invocation_makes_one_of_them_fail(app: tether.App) -> None:
+    """Another writer appends while a graph runs: one of the two gets Conflict (which one
+    depends on when LangGraph's background writes land), and the thread holds the
+    winner's steps only: no silent fork."""
     config: Any = {"configurable": {"thread_id": "shared"}}
-    inner = _tally(first)
+    inner = _tally(TetherSaver(app))
     inner.invoke({"log": []}, config)
 
     def meddle(state: Tally) -> dict[str, list[str]]:  # another writer, mid-invocation
@@ -114,19 +116,33 @@ def test_a_stale_writer_gets_conflict_and_writes_nothing(app: tether.App) -> Non
     g.add_node("meddle", meddle)
     g.add_edge(START, "meddle")
     g.add_edge("meddle", END)
-    outer = g.compile(checkpointer=second)
+    outer = g.compile(checkpointer=TetherSaver(app))
     with pytest.raises(tether.Conflict, match="thread shared: another writer"):
-        # durability="sync": its input checkpoint is written before `meddle` runs, so the
-        # inner invocation reads it and wins; the outer one's writes are refused
-        outer.invoke({"log": []}, config, durability="sync")
+        outer.invoke({"log": []}, config)
+    log = _tally(TetherSaver(app)).get_state(config).values["log"]
+    assert "outer" not in log
+    assert log in (["one", "two"], ["one", "two", "inner", "one", "two"])
+
+
+def test_a_stale_saver_gets_conflict_and_writes_nothing(app: tether.App) -> None:
+    late, early = TetherSaver(app), TetherSaver(app)
+    config: Any = {"configurable": {"thread_id": "shared"}}
+    _tally(late).invoke({"log": []}, config)
+    head = late.get_tuple(config)
+    assert head is not None and early.get_tuple(config) is not None  # both read the head
+    early.put_writes(head.config, [("log", ["first"])], "task-1")
     seq = len(app.events("shared"))
-    head = inner.get_state(config)
-    assert head.values["log"] == ["one", "two", "inner", "one", "two"]  # no "outer"
+    with pytest.raises(tether.Conflict, match="thread shared: another writer"):
+        late.put_writes(head.config, [("log", ["second"])], "task-2")
     with pytest.raises(tether.Conflict):  # refused until it reads the thread again
-        second.put_writes(head.config, [("log", ["late"])], "task-late")
+        late.put_writes(head.config, [("log", ["third"])], "task-3")
     assert len(app.events("shared")) == seq
-    retried = _tally(second)  # its invocation reads the thread first: it may write
-    assert retried.invoke({"log": ["retried"]}, config)["log"][-3:] == ["retried", "one", "two"]
+    fresh = late.get_tuple(config)  # a read: it may write again
+    assert fresh is not None and [w[2] for w in fresh.pending_writes or []] == [["first"]]
+    late.put_writes(head.config, [("log", ["fourth"])], "task-4")
+    after = early.get_tuple(config)
+    assert after is not None
+    assert [w[2] for w in after.pending_writes or []] == [["first"], ["fourth"]]
 
 
 def test_a_thread_is_a_run_the_tools_work_on(app: tether.App) -> None:
