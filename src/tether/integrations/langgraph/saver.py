@@ -346,14 +346,17 @@ class TetherSaver(BaseCheckpointSaver[str]):
             th = self._writable(thread_id)
             held = th.writes.get((ns, cid), {})
             new: Blobs = {}
+            indexed = [(WRITES_IDX_MAP.get(ch, i), ch, v) for i, (ch, v) in enumerate(writes)]
             rows = [
-                [task_id, WRITES_IDX_MAP.get(ch, i), ch, self._ref(th, v, new), task_path, replace]
-                for i, (ch, v) in enumerate(writes)
+                [idx, ch, self._ref(th, v, new)]
+                for idx, ch, v in indexed
+                if replace or (task_id, idx) not in held
             ]
-            rows = [r for r in rows if replace or (task_id, r[1]) not in held]
             if not rows:
                 return
-            lg = {"ns": ns, "checkpoint": cid, "writes": rows}
+            lg = {"ns": ns, "checkpoint": cid, "task": task_id, "path": task_path, "rows": rows}
+            if replace:
+                lg["replace"] = True
             summary = {ch: preview(v) for ch, v in writes if not ch.startswith("branch:")}
             name = task_path.rsplit(",", 1)[-1].strip() or writes[0][0] if writes else "writes"
             self._append(thread_id, th, KIND_WRITES, name, lg, output=summary, blobs=new)

@@ -200,7 +200,8 @@ class Thread:
     def _writes(self, seq: int, lg: dict[str, Any]) -> None:
         key = (lg["ns"], lg["checkpoint"])
         held = self.writes.setdefault(key, {})
-        for task_id, idx, channel, ref, task_path, replace in lg["writes"]:
+        task_id, task_path, replace = lg["task"], lg["path"], lg.get("replace", False)
+        for idx, channel, ref in lg["rows"]:
             if replace or (task_id, idx) not in held:
                 held[(task_id, idx)] = Write(task_id, idx, channel, ref, task_path, seq)
 
