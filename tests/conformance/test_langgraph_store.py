@@ -145,3 +145,34 @@ def test_the_async_methods(app: tether.App) -> None:
         return [i.key for i in await store.asearch(("a",))]
 
     assert asyncio.run(go()) == ["k1"]
+
+
+def test_a_graph_uses_it_as_its_store(app: tether.App) -> None:
+    """``compile(store=TetherStore(app))``: a node reads and writes long-term memory that
+    outlives the thread (another thread sees it)."""
+    from typing import TypedDict
+
+    from langgraph.config import get_store
+    from langgraph.graph import END, START, StateGraph
+
+    from tether.integrations.langgraph import TetherSaver
+
+    class S(TypedDict):
+        seen: int
+
+    def remember(state: S) -> dict[str, int]:
+        store = get_store()
+        found = store.get(("users", "u1"), "visits")
+        visits = (found.value["n"] if found else 0) + 1
+        store.put(("users", "u1"), "visits", {"n": visits})
+        return {"seen": visits}
+
+    g = StateGraph(S)
+    g.add_node("remember", remember)
+    g.add_edge(START, "remember")
+    g.add_edge("remember", END)
+    graph = g.compile(checkpointer=TetherSaver(app), store=TetherStore(app))
+    assert graph.invoke({"seen": 0}, {"configurable": {"thread_id": "a"}})["seen"] == 1
+    assert graph.invoke({"seen": 0}, {"configurable": {"thread_id": "b"}})["seen"] == 2
+    item = TetherStore(app).get(("users", "u1"), "visits")
+    assert item is not None and item.value == {"n": 2}
