@@ -27,6 +27,9 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import psycopg
 
 from tether.store.queries import migrations
+from tether.store.urls import redact
+
+__all__ = ["qualify", "qualify_sql", "redact", "resolve_prepare"]
 
 PREPARE_MODES = ("auto", "on", "off")
 # the extra startup setting a direct connection takes; a pooler refuses or drops it
@@ -44,8 +47,6 @@ _TABLES = tuple(
 # a table's name standing alone: not a column of it (runs.id), not already qualified
 # (x.runs), not in quotes or a parameter's name (%(runs)s)
 _TABLE = re.compile(r'(?<![\w."])(?<!%\()\b(' + "|".join(_TABLES) + r')\b(?![\w."])')
-_PASSWORD_IN_URL = re.compile(r"(://[^:/?#@\s]*:)[^@/?#\s]*(@)")
-_PASSWORD_PARAM = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&'\"]+)", re.I)
 
 
 def qualify_sql(statement: str, schema: str) -> str:
@@ -113,8 +114,3 @@ def refused_options(e: BaseException) -> bool:
     """A connection refused for its startup options: a pooler (PgBouncer says
     ``unsupported startup parameter: options``)."""
     return "unsupported startup parameter" in str(e)
-
-
-def redact(text: str) -> str:
-    """``text`` with any password in a URL or a ``password=`` parameter replaced by ``***``."""
-    return _PASSWORD_PARAM.sub(r"\1***", _PASSWORD_IN_URL.sub(r"\1***\2", text))
