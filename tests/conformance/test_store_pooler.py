@@ -219,3 +219,19 @@ def test_a_pooler_that_drops_options_is_detected(
     again = PostgresStore(_through(bouncer_ignoring_options, pg_backend))
     pg_backend.opened.append(again)
     assert again.get_run("r1") is not None
+
+
+def test_the_docs_example_runs_through_the_pooler(
+    pg_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/postgres.md's Python block, as written, through PgBouncer when CI runs one
+    (else on the direct URL declared as a pooler's)."""
+    page = Path(__file__).resolve().parents[2] / "docs" / "postgres.md"
+    [block] = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
+    url = _through(PGBOUNCER_URL, pg_backend) if PGBOUNCER_URL else pg_backend.url + "&pooler=1"
+    monkeypatch.setenv("APP_DB", url)
+    monkeypatch.setenv("APP_DB_DIRECT", PG_URL)
+    namespace: dict[str, Any] = {"__name__": "docs_postgres"}
+    exec(compile(block, str(page), "exec"), namespace)
+    store = namespace["app"].store
+    assert (store.pooled, store.prepare, store.listen_conninfo is not None) == (True, False, True)
