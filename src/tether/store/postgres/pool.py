@@ -95,6 +95,15 @@ def _describe(params: dict[str, Any]) -> str:
     return f"{user + '@' if user else ''}{host}:{port}/{db}"
 
 
+_TIMED_OUT = {"57014": "statement_timeout", "55P03": "lock_timeout"}
+
+
+def _timeout_ms(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 2**31:
+        raise ValueError(f"{name} is in seconds, above 0, not {value!r}; e.g. {name}=30")
+    return max(1, round(value * 1000))
+
+
 def _conninfo_params(url: str) -> dict[str, Any]:
     try:
         return conninfo_to_dict(url)
@@ -129,7 +138,14 @@ class PgConnections(SqlStore):
     _pool: ConnectionPool[Conn]
 
     def _configure(
-        self, url: str, schema: str | None, prepare: Any, pooler: Any, listen_url: str | None
+        self,
+        url: str,
+        schema: str | None,
+        prepare: Any,
+        pooler: Any,
+        listen_url: str | None,
+        statement_timeout: float | None = None,
+        lock_timeout: float | None = None,
     ) -> None:
         """Read the URL and the connection options (see PostgresStore)."""
         from tether.store.postgres.pooling import check_pooler, take_params
@@ -151,6 +167,15 @@ class PgConnections(SqlStore):
         # nothing; behind a pooler, transaction() sets it in each: see _transaction)
         options = f"{params.get('options') or ''} -c search_path={self.schema}"
         options = f"{options} -c {PROBE_SETTING}={PROBE_VALUE}".strip()
+        self.timeouts = {
+            name: _timeout_ms(name, value)
+            for name, value in (
+                ("statement_timeout", statement_timeout),
+                ("lock_timeout", lock_timeout),
+            )
+            if value is not None
+        }
+        options += "".join(f" -c {name}={ms}" for name, ms in self.timeouts.items())
         self.direct_conninfo = make_conninfo(self.conninfo, options=options)
         self.pooled = check_pooler(extra.get("pooler") if pooler is None else pooler)
         self._prepare_mode = extra.get("prepare", "auto") if prepare is None else prepare
@@ -165,6 +190,16 @@ class PgConnections(SqlStore):
             self.listen_where = _describe(listen_params)
         else:
             self.listen_conninfo, self.listen_where = None, self.where
+
+    def _check_timeouts(self) -> None:
+        """Timeouts are startup settings: behind a transaction pooler there are none."""
+        if self.pooled and self.timeouts:
+            names = " and ".join(self.timeouts)
+            raise ValueError(
+                f"{names}: behind a transaction pooler ({self.where}) tether cannot set them "
+                f"per connection; set them on the role instead (ALTER ROLE … SET "
+                f"statement_timeout = '30s'), or give a direct URL"
+            )
 
     @property
     def _search_path(self) -> sql.Composed:
@@ -243,7 +278,9 @@ class PgConnections(SqlStore):
                 f"busy; check the server, or open the store with a larger max_size"
             ) from None
 
-    def _translate(self, e: psycopg.Error, conn: Conn) -> TetherError:
+    def _translate(self, e: psycopg.Error, conn: Conn) -> Exception:
+        if e.sqlstate in _TIMED_OUT and not conn.broken:
+            return e  # the store method's guard names the operation and its run
         if not conn.broken:
             return self._error(e)
         # The server went away (restart, failover): drop the pool's other dead connections
@@ -269,11 +306,20 @@ class PgConnections(SqlStore):
                 f"was stored. Free space on the database server: runs paused by it go on, "
                 f"and workers retry on their own."
             )
+        if state in _TIMED_OUT:  # the statement was cancelled: nothing of it committed
+            return StoreUnavailable(
+                f"{at}: {_TIMED_OUT[state]} ran out{self._limit_of(state)} "
+                f"({_first_line(e)}); nothing of it was committed; tether retries"
+            )
         if state.startswith(("08", "53", "57P")):  # connection, resources, shutting down
             return StoreUnavailable(f"{at}: {_first_line(e)}; tether retries")
         if isinstance(e, psycopg.DataError) and (not state or sent):  # a value, not a row
             return EncodeError(f"{at}: cannot store a value: {_first_line(e)}")
         return StoreError(f"{at}: {_first_line(e)}")
+
+    def _limit_of(self, state: str) -> str:
+        ms = getattr(self, "timeouts", {}).get(_TIMED_OUT[state])
+        return f" after {ms / 1000:g} s" if ms is not None else ""
 
     def _fault(self, e: Exception, where: str) -> TetherError | None:
         """The tether error of an exception that escaped a store method (see translated)."""

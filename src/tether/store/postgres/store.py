@@ -117,7 +117,10 @@ class PostgresStore(PgNotifications, ContextRows):
     when the URL is a transaction pooler's (default: detected, see ``pooling``).
     ``listen_url``: where the wake-ups' LISTEN connects (a direct connection); behind a
     pooler without it, waiting workers poll. The URL may carry all three as parameters
-    (``?prepare=off&pooler=true``).
+    (``?prepare=off&pooler=true``). ``statement_timeout`` and ``lock_timeout``: seconds
+    after which the server cancels a statement (or its wait for a lock), so that a stuck
+    query never holds a lease forever; the error names the statement. Set per connection
+    (not behind a pooler: there, set them on the role).
     """
 
     concurrent_claims = True  # claims ride the group commit with the appends (see Store)
@@ -135,6 +138,8 @@ class PostgresStore(PgNotifications, ContextRows):
         prepare: str | None = None,
         pooler: bool | None = None,
         listen_url: str | None = None,
+        statement_timeout: float | None = None,
+        lock_timeout: float | None = None,
     ) -> None:
         self._auto_lanes = lanes is None
         lanes = AUTO_LANES if lanes is None else lanes
@@ -148,11 +153,12 @@ class PostgresStore(PgNotifications, ContextRows):
                 f"linger (seconds a write waits for others to share its commit) must be a "
                 f"number >= 0, not {linger!r}; e.g. tether.open(url, linger=0.002), or 0"
             )
-        self._configure(url, schema, prepare, pooler, listen_url)
+        self._configure(url, schema, prepare, pooler, listen_url, statement_timeout, lock_timeout)
         self.timeout = timeout
         with self._connect() as conn:  # finds out whether a pooler is in the way
             self._migrate(conn)
         self.prepare = resolve_prepare(self._prepare_mode, bool(self.pooled))
+        self._check_timeouts()
         self._pool = self._open_pool(min_size, max_size)
         self._listener: Conn | None = None
         self._listening = threading.Lock()  # guards the listener thread and connection
