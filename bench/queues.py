@@ -33,6 +33,14 @@ DBOS polls its queues (default every 1 s; a worker then starts at most
 ``worker_concurrency`` workflows per poll, which caps it at 8 runs/s). Here it polls
 every 10 ms (``--dbos-poll``), which favours DBOS.
 
+**Through PgBouncer** (``--backends postgres,pgbouncer``, or ``pgbouncer`` in the
+default ``--backends``): tether alone (the others are not pooler-safe) through a
+PgBouncer in transaction mode in front of the same server, started for the run by
+``.ci/pgbouncer`` (``TETHER_PGBOUNCER_URL`` points at one already running; its pool
+size: ``TETHER_PGBOUNCER_POOL_SIZE``, default 20). tether finds the pooler, so it sends
+no prepared statements and its waiting workers poll. The report prints tether's runs/s
+through PgBouncer ÷ direct, from the same run (the goal: ≥ 0.8×).
+
 **A step on PostgreSQL** (``pg_steps.py``): µs per step of one run of N sequential
 steps through ``app.run``, against the floor of one 1 KB INSERT + COMMIT; and round
 trips, statements and commits per step, per enqueue and per queued run, counted from
@@ -53,9 +61,10 @@ import sqlite3
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import closing, contextmanager, suppress
+from contextlib import closing, contextmanager, nullcontext, suppress
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -69,16 +78,19 @@ from common import PG_ADMIN_URL as ADMIN_URL
 
 HERE = Path(__file__).resolve().parent
 SYSTEMS = ("floor", "tether", "dbos")
-BACKENDS = ("postgres", "sqlite")
+BACKENDS = ("postgres", "pgbouncer", "sqlite")
+PG_BACKENDS = ("postgres", "pgbouncer")  # one PostgreSQL server, directly or pooled
 LABEL = {
     "floor": "floor",
     "tether": "tether",
     "dbos": "DBOS",
     "postgres": "PostgreSQL",
     "sqlite": "SQLite",
+    "pgbouncer": "PgBouncer",
 }
+PGBOUNCER: dict[str, str] = {}  # "url": the PgBouncer the run uses (see pgbouncer())
 VERDICT = {None: "n/a ", True: "met ", False: "MISS"}
-TARGETS = {"runs_vs_dbos": 10.0, "step_vs_floor": 1.3}
+TARGETS = {"runs_vs_dbos": 10.0, "step_vs_floor": 1.3, "pooled_vs_direct": 0.8}
 
 
 @dataclass(frozen=True)
@@ -122,6 +134,40 @@ def pg_url(db: str) -> str:
     params["dbname"] = db
     host, port, user = params.get("host", "127.0.0.1"), params.get("port", 5432), params["user"]
     return f"postgresql://{user}@{host}:{port}/{db}"
+
+
+def pgbouncer_url(db: str) -> str:
+    """The URL of database ``db`` through the run's PgBouncer."""
+    base = PGBOUNCER["url"]
+    return base[: base.rindex("/") + 1] + db
+
+
+@contextmanager
+def pgbouncer() -> Iterator[str]:
+    """A PgBouncer in transaction mode for the run: ``TETHER_PGBOUNCER_URL``'s, else one
+    started by ``.ci/pgbouncer`` (stopped after)."""
+    given = os.environ.get("TETHER_PGBOUNCER_URL")
+    if given:
+        PGBOUNCER["url"] = given
+        yield given
+        return
+    folder = Path(tempfile.mkdtemp(prefix="tether-bench-pgbouncer-"))
+    folder.chmod(0o755)  # PgBouncer runs as postgres when we are root
+    try:
+        out = subprocess.run(
+            [str(HERE.parent / ".ci" / "pgbouncer"), str(folder)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if out.returncode != 0:
+            raise RuntimeError(f"cannot start PgBouncer: {out.stderr.strip()[-500:]}")
+        PGBOUNCER["url"] = out.stdout.strip()
+        yield PGBOUNCER["url"]
+    finally:
+        with suppress(OSError, ValueError):
+            os.kill(int((folder / "pgbouncer.pid").read_text()), 15)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @contextmanager
@@ -185,7 +231,8 @@ class Location:
             url = f"sqlite:///{self.db}" if self.system == "dbos" else self.db
             return {"url": url, "schema": None}
         if self.system == "tether":
-            return {"url": f"{pg_url(self.db)}?schema={self.schema}", "schema": self.schema}
+            via = pgbouncer_url if self.backend == "pgbouncer" else pg_url
+            return {"url": f"{via(self.db)}?schema={self.schema}", "schema": self.schema}
         return {"url": pg_url(self.db), "schema": self.schema}
 
     def connect(self) -> Any:
@@ -361,7 +408,7 @@ def trial(system: str, backend: str, workers: int, plan: Plan, db: str, tmp: str
         enq = enqueue(system, params, plan.timeout)
         if "error" in enq:
             return enq
-        commits_before = xact_commit(db) if backend == "postgres" else None
+        commits_before = xact_commit(db) if backend in PG_BACKENDS else None
         shares = [plan.runs // workers + (i < plan.runs % workers) for i in range(workers)]
         each = [{**params, "share": n, **pinning(system, i, plan)} for i, n in enumerate(shares)]
         procs = start_workers(system, each, os.path.join(tmp, f"{name}.log"))
@@ -442,6 +489,8 @@ def run_throughput(plan: Plan, db: str, tmp: str) -> dict[str, Any]:
         for backend in plan.backends:
             for workers in plan.workers:
                 for system in systems:
+                    if backend == "pgbouncer" and system != "tether":
+                        continue  # the others are not pooler-safe: tether alone
                     t = time.perf_counter()
                     r = trial(system, backend, workers, plan, db, tmp)
                     took = time.perf_counter() - t
@@ -621,10 +670,25 @@ def count_lines(results: dict[str, Any]) -> list[str]:
     return align(rows)
 
 
+def pooled_lines(results: dict[str, Any], plan: Plan) -> list[str]:
+    if "pgbouncer" not in plan.backends or "postgres" not in plan.backends:
+        return []
+    each = ", ".join(f"{w} worker(s) {fmt_x(pooled_ratio(results, w))}" for w in plan.workers)
+    return [f"tether through PgBouncer (transaction mode) ÷ direct: {each}"]
+
+
+def pooled_ratio(results: dict[str, Any], w: int) -> float | None:
+    """tether's runs/s through PgBouncer ÷ directly, ``w`` workers, from the same run."""
+    return ratio(
+        rates(results, "pgbouncer", w, "runs_per_s")["tether"],
+        rates(results, "postgres", w, "runs_per_s")["tether"],
+    )
+
+
 def targets(results: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
     out = []
     for backend in plan.backends:
-        for w in plan.workers:
+        for w in plan.workers if backend != "pgbouncer" else ():
             cell = results["throughput"].get(backend, {}).get(str(w), {})
             r = ratio(med(cell.get("tether"), "runs_per_s"), med(cell.get("dbos"), "runs_per_s"))
             least = TARGETS["runs_vs_dbos"]
@@ -635,6 +699,16 @@ def targets(results: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
                     "met": None if r is None else r >= least,
                 }
             )
+    for w in plan.workers if "pgbouncer" in plan.backends else ():
+        r = pooled_ratio(results, w)
+        least = TARGETS["pooled_vs_direct"]
+        out.append(
+            {
+                "what": f"PgBouncer, {w} worker(s): tether runs/s ≥ {least}× direct",
+                "value": r,
+                "met": None if r is None else r >= least,
+            }
+        )
     lat = results.get("latency", {}).get("median")
     r = lat["tether"] / lat["floor"] if lat else None
     most = TARGETS["step_vs_floor"]
@@ -667,6 +741,7 @@ def report(results: dict[str, Any], plan: Plan) -> str:
         *throughput_table(results, plan),
         "",
         "floor: each run's 7 rows committed one by one by the same processes and threads, no queue",
+        *pooled_lines(results, plan),
         "",
         "per run (f: floor, t: tether, D: DBOS):",
         *per_run_table(results, plan),
@@ -702,7 +777,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="CI mode: one round, < 90 s")
     parser.add_argument("--only", default=",".join(SYSTEMS), help="tether,dbos or one of them")
-    parser.add_argument("--backends", default=",".join(BACKENDS), help="postgres,sqlite or one")
+    parser.add_argument(
+        "--backends", default=",".join(BACKENDS), help="postgres,pgbouncer,sqlite or some"
+    )
     parser.add_argument("--runs", type=int, help="runs enqueued per trial")
     parser.add_argument("--rounds", type=int, help="repeats of the whole schedule")
     parser.add_argument("--dbos-poll", type=float, help="DBOS queue polling interval, seconds")
@@ -737,7 +814,7 @@ def main(argv: list[str] | None = None) -> int:
     git = git_state()  # before: other engineers may commit while this runs
     results: dict[str, Any] = {}
     try:
-        with bench_database() as db:
+        with bench_database() as db, pgbouncer() if "pgbouncer" in plan.backends else nullcontext():
             results["throughput"] = run_throughput(plan, db, str(tmp))
             if (
                 "postgres" in plan.backends

@@ -5,6 +5,8 @@ every run's write tool used one idempotency key and took effect once, and every
 run's log has contiguous seqs. A third case also cuts the database from under the
 workers: every other blow terminates all their PostgreSQL backends on the server
 (a restart, a failover) instead of killing a worker; runs pause, none fails.
+With TETHER_PGBOUNCER_URL set (.ci/run sets it), a fourth case runs the PostgreSQL
+workers through PgBouncer in transaction mode (nothing prepared, wake-ups by polling).
 """
 
 from __future__ import annotations
@@ -27,14 +29,18 @@ import tether
 pytestmark = pytest.mark.acceptance
 WORKLOAD = str(Path(__file__).with_name("_chaos.py"))
 PG_URL = os.environ.get("TETHER_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+PGBOUNCER_URL = os.environ.get("TETHER_PGBOUNCER_URL") or None
+_BOUNCED = [("pgbouncer", 4)] if PGBOUNCER_URL else []
 RUNS, STEPS = 200, 10
 TIME_LIMIT = 150.0  # seconds of blows at most
 DRAIN_LIMIT = 600.0  # then seconds for the workers to finish without blows, at most
 
 
 @pytest.fixture(
-    params=[("sqlite", 2), ("postgres", 4), ("postgres-connections", 4)],
-    ids=["sqlite-2", "postgres-4", "postgres-4-connections-cut"],
+    params=[("sqlite", 2), ("postgres", 4), ("postgres-connections", 4), *_BOUNCED],
+    ids=["sqlite-2", "postgres-4", "postgres-4-connections-cut", "pgbouncer-4"][
+        : 3 + len(_BOUNCED)
+    ],
 )
 def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, int]]:
     backend, workers = request.param
@@ -50,7 +56,15 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str
         pytest.fail(f"PostgreSQL at {PG_URL} cannot be reached ({e}); the chaos test needs it")
     # the workers' connections carry the schema's name: the cuts find them by it
     cut = f"&application_name={schema}" if backend == "postgres-connections" else ""
-    yield f"{PG_URL}?schema={schema}{cut}", workers
+    if backend == "pgbouncer":
+        assert PGBOUNCER_URL is not None
+        try:  # CI started it: a PgBouncer that does not answer fails the test
+            psycopg.connect(PGBOUNCER_URL, connect_timeout=5).close()
+        except Exception as e:
+            pytest.fail(f"PgBouncer at {PGBOUNCER_URL} cannot be reached ({e})")
+        yield f"{PGBOUNCER_URL}?schema={schema}", workers
+    else:
+        yield f"{PG_URL}?schema={schema}{cut}", workers
     with psycopg.connect(PG_URL, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE".encode())
 

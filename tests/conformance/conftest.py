@@ -8,6 +8,11 @@ empty store: a SQLite file in ``tmp_path``, or a PostgreSQL schema ``t_<random>`
 When PostgreSQL cannot be reached its tests FAIL, naming the URL and what to do:
 a green run means both backends were tested. Set ``TETHER_SKIP_PG=1`` to skip
 them on purpose.
+
+With ``TETHER_PGBOUNCER_URL`` set (``.ci/run`` starts a PgBouncer in transaction mode in
+front of the same PostgreSQL and sets it), the store's own tests (``test_store_*.py``)
+run a third time, as ``pgbouncer``: the store opened through the pooler (tests' raw SQL
+still goes straight to PostgreSQL). An unreachable PgBouncer FAILS them.
 """
 
 from __future__ import annotations
@@ -25,7 +30,26 @@ import tether
 from tether.store import Store
 
 SKIP_PG = os.environ.get("TETHER_SKIP_PG") == "1"
-BACKENDS = ["sqlite", "postgres"]
+PGBOUNCER_URL = os.environ.get("TETHER_PGBOUNCER_URL") or None
+BACKENDS = ["sqlite", "postgres"] + (["pgbouncer"] if PGBOUNCER_URL else [])
+# the files whose tests also run through PgBouncer (the store's: the rest go through it)
+PGBOUNCER_FILES = ("test_store_",)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Through PgBouncer, only the store's own tests (CI time: the rest add nothing)."""
+    keep, drop = [], []
+    for item in items:
+        params = getattr(item, "callspec", None)
+        through = params is not None and params.params.get("backend") == "pgbouncer"
+        own = item.path.name.startswith(PGBOUNCER_FILES)
+        (drop if through and not own and item.path.parent.name == "conformance" else keep).append(
+            item
+        )
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
 
 _pg_error: list[str] = []  # why PostgreSQL is unreachable (checked once per session)
 
@@ -40,6 +64,18 @@ def _pg_reachable() -> str | None:
         except Exception as e:  # any failure means: not testable
             _pg_error.append(f"{type(e).__name__}: {str(e).strip().splitlines()[0]}")
     return _pg_error[0] or None
+
+
+def _pgbouncer_reachable() -> str | None:
+    try:
+        import psycopg
+
+        assert PGBOUNCER_URL is not None
+        with psycopg.connect(PGBOUNCER_URL, connect_timeout=5) as conn:
+            conn.execute("SELECT 1")
+    except Exception as e:
+        return f"{type(e).__name__}: {str(e).strip().splitlines()[0]}"
+    return None
 
 
 def _drop_schema(schema: str) -> None:
@@ -69,7 +105,18 @@ def _location(name: str, tmp_path: Path) -> Iterator[Backend]:
             pytrace=False,
         )
     schema = f"t_{secrets.token_hex(6)}"
-    b = Backend("postgres", with_schema(PG_URL, schema), schema)
+    url = PG_URL
+    if name == "pgbouncer":
+        assert PGBOUNCER_URL is not None
+        url = PGBOUNCER_URL
+        why = _pgbouncer_reachable()
+        if why is not None:
+            pytest.fail(
+                f"PgBouncer at {PGBOUNCER_URL} (TETHER_PGBOUNCER_URL) cannot be reached "
+                f"({why}); .ci/run starts one (see .ci/pgbouncer), or unset the variable.",
+                pytrace=False,
+            )
+    b = Backend("postgres", with_schema(url, schema), schema)
     try:
         yield b
     finally:

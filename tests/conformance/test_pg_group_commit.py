@@ -199,7 +199,7 @@ def test_prepared_queries_number_named_parameters_and_keep_their_casts() -> None
 
 def test_arrays_of_awkward_text_round_trip_through_the_server(pg_backend: Backend) -> None:
     store = _store(pg_backend)
-    wire = WireConnection(store._wire_conninfo)
+    wire = WireConnection(store.direct_conninfo)
     try:
         q = Prepared("echo", "SELECT array_to_json(%(a)s::text[])::text, %(f)s::float8::text")
         items = ['a"b', "c\\d", "{e,f}", "", None, "żółw ✓", "NULL"]

@@ -30,6 +30,7 @@ import tether
 from tether.cli.arguments import code_modules
 from tether.engine.registry import CODE_ENV, parse_modules
 from tether.store.sqlite import sqlite_path
+from tether.store.urls import redact
 
 DEFAULT_DB = "tether.db"
 DB_ENV = "TETHER_DB"
@@ -189,10 +190,11 @@ def check_same_database(db: str, app: tether.App) -> None:
         )
     if database_key(db) != database_key(app.url):
         raise CommandError(
-            f"--db (or ${DB_ENV}) names {db}, but the --app App uses {app.url}: the "
+            f"--db (or ${DB_ENV}) names {redact(db)}, but the --app App uses "
+            f"{redact(app.url)}: the "
             f"App's configuration (policy, approver groups, queue limits, lease ttl, retry) "
             f"belongs to its own database. Drop --db (and unset ${DB_ENV}) to use the App's, "
-            f"or point --app at an App opened on {db}",
+            f"or point --app at an App opened on {redact(db)}",
             2,
         )
 

@@ -13,6 +13,7 @@ from tether.cli.context import Command, CommandError, Context
 from tether.model.status import RunStatus
 from tether.services import cpus
 from tether.services.worker import describe, reap_dead_workers
+from tether.store.urls import redact
 
 
 def _worker_arguments(parser: argparse.ArgumentParser) -> None:
@@ -103,7 +104,8 @@ def _worker(args: argparse.Namespace, ctx: Context) -> int:
         on_cpu = "" if pinned is None else f", pinned to CPU {pinned}"
         ctx.print(
             f"worker {worker.id} claims from {', '.join(worker.queues)} "
-            f"(concurrency {worker.concurrency}{on_cpu}) on {app.url}; SIGTERM stops it"
+            f"(concurrency {worker.concurrency}{on_cpu}) on {redact(app.url or '')}; "
+            f"SIGTERM stops it"
         )
     stats = worker.run(until_idle=args.until_idle, max_runs=args.max_runs)
     ctx.print(

@@ -13,6 +13,12 @@ A batch of several appends is sent as one pipeline ending in one Sync: one
 round trip, and one implicit transaction, so one commit (and all of it rolls
 back when a statement fails).
 
+Behind a transaction pooler that does not keep prepared statements (``prepare=False``)
+each statement is sent whole (unnamed: parse, bind and execute in the same round trip);
+a pipeline is still one transaction, so the pooler keeps it on one server connection.
+``rewrite`` turns a statement's text into what this connection sends (the PostgreSQL
+store names its schema in it).
+
 Waiting for the server happens in ``select``, outside the GIL: the other
 threads of a worker run while this one waits.
 """
@@ -143,13 +149,30 @@ _ENCODERS: dict[str, Encoder] = {
 class WireConnection:
     """One libpq connection in blocking mode, for prepared writes (see the module doc)."""
 
-    def __init__(self, conninfo: str) -> None:
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        prepare: bool = True,
+        rewrite: Callable[[str], str] | None = None,
+    ) -> None:
         self._pg = pq.PGconn.connect(conninfo.encode())
         if self._pg.status != pq.ConnStatus.OK:
             message = self._pg.get_error_message()
             self._pg.finish()
             raise ConnectionError(message.strip() or "could not connect")
         self._prepared: set[bytes] = set()
+        self._texts: dict[bytes, bytes] = {}  # a statement's name: the text sent for it
+        self._rewrite = rewrite
+        self.prepares = prepare
+
+    def _text(self, q: Prepared) -> bytes:
+        text = self._texts.get(q.name)
+        if text is None:
+            rewrite = self._rewrite
+            text = rewrite(q.sql.decode()).encode() if rewrite is not None else q.sql
+            self._texts[q.name] = text
+        return text
 
     @property
     def broken(self) -> bool:
@@ -169,16 +192,19 @@ class WireConnection:
     def _prepare(self, q: Prepared) -> None:
         if q.name in self._prepared:
             return
-        res = self._pg.prepare(q.name, q.sql)
+        res = self._pg.prepare(q.name, self._text(q))
         if res.status != pq.ExecStatus.COMMAND_OK:
             raise self._error(res)
         self._prepared.add(q.name)
 
     def execute(self, q: Prepared, values: list[bytes | None]) -> pq.abc.PGresult:
-        """Run one prepared statement in its own (autocommit) transaction."""
-        self._prepare(q)
+        """Run one statement in its own (autocommit) transaction."""
         # libpq waits without the GIL; a None value is NULL
-        res = self._pg.exec_prepared(q.name, values)  # type: ignore[arg-type]
+        if self.prepares:
+            self._prepare(q)
+            res = self._pg.exec_prepared(q.name, values)  # type: ignore[arg-type]
+        else:
+            res = self._pg.exec_params(self._text(q), values)
         if res.status not in _OK:
             raise self._error(res)
         return res
@@ -190,13 +216,18 @@ class WireConnection:
 
         A failing statement rolls the whole transaction back and raises its error.
         """
-        for q, _ in statements:
-            self._prepare(q)
+        prepares = self.prepares
+        if prepares:
+            for q, _ in statements:
+                self._prepare(q)
         pg = self._pg
         pg.enter_pipeline_mode()
         try:
             for q, values in statements:
-                pg.send_query_prepared(q.name, values)
+                if prepares:
+                    pg.send_query_prepared(q.name, values)
+                else:
+                    pg.send_query_params(self._text(q), values)
             pg.pipeline_sync()
             results: list[pq.abc.PGresult] = []
             for _ in statements:  # each statement: one result, then None

@@ -74,7 +74,7 @@ class SqlStore:
     the module's docstring). Not a store by itself: a backend subclasses it."""
 
     dialect: ClassVar[str]
-    _Q: ClassVar[Mapping[str, str]]
+    _Q: Mapping[str, str]  # a class attribute, or per store (PostgreSQL: in its schema)
     _unique_violation: ClassVar[type[Exception]]
     where: str  # for messages: a file path, or user@host:port/db (schema s)
     path: str | None = None  # the database file (None: a server)

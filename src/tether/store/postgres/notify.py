@@ -1,5 +1,11 @@
 """LISTEN/NOTIFY of the PostgreSQL backend: workers wait for work on their queues and are
-woken by an enqueue's NOTIFY (one listening connection per store, in a thread)."""
+woken by an enqueue's NOTIFY (one listening connection per store, in a thread).
+
+LISTEN needs a session of its own: the listener connects to ``listen_url`` when one is
+given (a direct connection, or a session-mode pool, when the store's URL is a
+transaction pooler's), else to the store's URL unless that is a transaction pooler's.
+Without a listener, waiting workers poll: they wait out their timeout (the worker's
+``poll``) and look again. NOTIFY itself works through any pooler."""
 
 from __future__ import annotations
 
@@ -11,7 +17,7 @@ from contextlib import suppress
 import psycopg
 from psycopg import sql
 
-from tether.store.postgres.pool import _Q, Conn, PgConnections, _first_line
+from tether.store.postgres.pool import Conn, PgConnections, _first_line
 
 log = logging.getLogger("tether.postgres")
 
@@ -28,12 +34,13 @@ class PgNotifications(PgConnections):
 
     def notify_work(self, queue: str) -> None:
         with self._borrow() as conn:
-            conn.execute(_Q["notify_work"], (self.channel, queue))
+            conn.execute(self._Q["notify_work"], (self.channel, queue))
 
     def wait_for_work(self, queues: Sequence[str], timeout: float, wake: threading.Event) -> None:
         """Wait until ``wake`` is set: by the worker itself (a run ended), by this store's
         listener thread on a NOTIFY naming one of ``queues``, or after ``timeout``."""
-        self._ensure_listener()
+        if self._listen_conninfo() is not None:
+            self._ensure_listener()
         key = id(wake)
         with self._listening:
             self._waiters[key] = (wake, frozenset(queues))
@@ -61,7 +68,9 @@ class PgNotifications(PgConnections):
             except psycopg.Error as e:  # waiters still wake on their timeout: a poll
                 if self._closing.is_set():
                     return
-                log.warning("tether: LISTEN on %s failed (%s); polling", self.where, _first_line(e))
+                log.warning(
+                    "tether: LISTEN on %s failed (%s); polling", self.listen_where, _first_line(e)
+                )
                 self._drop_listener()
                 self._closing.wait(1.0)
 
@@ -71,11 +80,20 @@ class PgNotifications(PgConnections):
         for wake in targets:
             wake.set()
 
+    def _listen_conninfo(self) -> str | None:
+        """Where LISTEN can run: ``listen_url``, else the store's URL if no pooler is in
+        the way, else nowhere (waiting workers poll)."""
+        if self.listen_conninfo is not None:
+            return self.listen_conninfo
+        return None if self.pooled else self.conninfo
+
     def _listen(self) -> Conn:
+        conninfo = self._listen_conninfo()
+        assert conninfo is not None, "no listener behind a pooler without listen_url"
         conn = psycopg.connect(
-            self.conninfo, autocommit=True, connect_timeout=max(2, round(self.timeout))
+            conninfo, autocommit=True, connect_timeout=max(2, round(self.timeout))
         )
-        conn.execute(sql.SQL(_Q["listen"]).format(channel=sql.Identifier(self.channel)))
+        conn.execute(sql.SQL(self._Q["listen"]).format(channel=sql.Identifier(self.channel)))
         self._listener = conn
         return conn
 

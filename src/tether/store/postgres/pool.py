@@ -10,6 +10,7 @@ import re
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
+from functools import cache
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -17,6 +18,7 @@ try:
     import psycopg
     from psycopg import errors as pg_errors
     from psycopg import sql
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
     from psycopg.rows import DictRow, dict_row
     from psycopg_pool import ConnectionPool, PoolTimeout
 except ImportError as e:  # pragma: no cover - depends on the install
@@ -35,6 +37,15 @@ from tether.errors import (
     TetherError,
 )
 from tether.store.faults import data_fault, schema_number
+from tether.store.postgres.pooling import (
+    PROBE_SETTING,
+    PROBE_VALUE,
+    qualify,
+    qualify_sql,
+    redact,
+    refused_options,
+    resolve_prepare,
+)
 from tether.store.queries import load_queries, migrations
 from tether.store.records import RunRecord
 from tether.store.sqlbase import SqlStore
@@ -84,12 +95,31 @@ def _describe(params: dict[str, Any]) -> str:
     return f"{user + '@' if user else ''}{host}:{port}/{db}"
 
 
+_TIMED_OUT = {"57014": "statement_timeout", "55P03": "lock_timeout"}
+
+
+def _timeout_ms(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 2**31:
+        raise ValueError(f"{name} is in seconds, above 0, not {value!r}; e.g. {name}=30")
+    return max(1, round(value * 1000))
+
+
+def _conninfo_params(url: str) -> dict[str, Any]:
+    try:
+        return conninfo_to_dict(url)
+    except psycopg.ProgrammingError as e:
+        raise ValueError(
+            f"not a PostgreSQL URL ({redact(str(e))}): give postgresql://user@host/db"
+        ) from None
+
+
 def _record(row: DictRow) -> RunRecord:
     return RunRecord(**{**row, "code": json.loads(row["code"])})
 
 
 def _first_line(e: BaseException) -> str:
-    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+    """An error's first line, without any password it quotes (a URL, ``password=``)."""
+    return redact((str(e).strip().splitlines() or [type(e).__name__])[0])
 
 
 class PgConnections(SqlStore):
@@ -100,16 +130,107 @@ class PgConnections(SqlStore):
     _Q = _Q
     _unique_violation = pg_errors.UniqueViolation
     schema: str
-    conninfo: str
+    conninfo: str  # no session state: what a transaction pooler passes on
+    direct_conninfo: str  # with the startup options a direct connection takes
+    pooled: bool | None  # behind a transaction pooler (None: not known yet)
+    prepare: bool  # named prepared statements (only where the connection keeps them)
     timeout: float
     _pool: ConnectionPool[Conn]
 
-    def _connect(self) -> Conn:
-        """One direct connection, for migrating (its errors say why it failed)."""
-        try:
-            return psycopg.connect(
-                self.conninfo, autocommit=True, connect_timeout=max(2, round(self.timeout))
+    def _configure(
+        self,
+        url: str,
+        schema: str | None,
+        prepare: Any,
+        pooler: Any,
+        listen_url: str | None,
+        statement_timeout: float | None = None,
+        lock_timeout: float | None = None,
+    ) -> None:
+        """Read the URL and the connection options (see PostgresStore)."""
+        from tether.store.postgres.pooling import check_pooler, take_params
+
+        base, url_schema = split_url(url)
+        base, extra = take_params(base, ("prepare", "pooler", "listen_url"))
+        self.schema = _check_schema(schema or url_schema or DEFAULT_SCHEMA)
+        self._Q = qualify(_Q, self.schema)
+        self.channel = f"tether_{self.schema}"  # LISTEN/NOTIFY: this schema's work channel
+        params = _conninfo_params(base)
+        self.where = f"{_describe(params)} (schema {self.schema})"
+        self.conninfo = make_conninfo(
+            base, application_name=params.get("application_name") or "tether"
+        )
+        # JSON results carry floats as text: ask for the shortest exact digits whatever the
+        # server's default (PostgreSQL < 12, or a database set to extra_float_digits <= 0);
+        # behind a pooler the server's default applies (shortest exact from PostgreSQL 12)
+        # (the search_path is for raw transactions' SQL: on a direct connection it costs
+        # nothing; behind a pooler, transaction() sets it in each: see _transaction)
+        options = f"{params.get('options') or ''} -c search_path={self.schema}"
+        options = f"{options} -c {PROBE_SETTING}={PROBE_VALUE}".strip()
+        self.timeouts = {
+            name: _timeout_ms(name, value)
+            for name, value in (
+                ("statement_timeout", statement_timeout),
+                ("lock_timeout", lock_timeout),
             )
+            if value is not None
+        }
+        options += "".join(f" -c {name}={ms}" for name, ms in self.timeouts.items())
+        self.direct_conninfo = make_conninfo(self.conninfo, options=options)
+        self.pooled = check_pooler(extra.get("pooler") if pooler is None else pooler)
+        self._prepare_mode = extra.get("prepare", "auto") if prepare is None else prepare
+        resolve_prepare(self._prepare_mode, False)  # refuse a bad value before connecting
+        listen = listen_url or extra.get("listen_url")
+        if listen is not None:
+            listen_params = _conninfo_params(split_url(listen)[0])
+            self.listen_conninfo: str | None = make_conninfo(
+                split_url(listen)[0],
+                application_name=listen_params.get("application_name") or "tether listener",
+            )
+            self.listen_where = _describe(listen_params)
+        else:
+            self.listen_conninfo, self.listen_where = None, self.where
+
+    def _check_timeouts(self) -> None:
+        """Timeouts are startup settings: behind a transaction pooler there are none."""
+        if self.pooled and self.timeouts:
+            names = " and ".join(self.timeouts)
+            raise ValueError(
+                f"{names}: behind a transaction pooler ({self.where}) tether cannot set them "
+                f"per connection; set them on the role instead (ALTER ROLE … SET "
+                f"statement_timeout = '30s'), or give a direct URL"
+            )
+
+    @property
+    def _search_path(self) -> sql.Composed:
+        """``SET LOCAL search_path`` to this store's schema (for one transaction)."""
+        return sql.SQL("SET LOCAL search_path TO {}").format(sql.Identifier(self.schema))
+
+    def _qualify(self, statement: str) -> str:
+        return qualify_sql(statement, self.schema)
+
+    def _connect(self) -> Conn:
+        """One connection, for migrating (its errors say why it failed). While
+        ``pooled`` is None, it finds out: a pooler refuses or drops the startup options
+        of a direct connection (see ``pooling.probe``)."""
+        from tether.store.postgres.pooling import probe
+
+        wait = max(2, round(self.timeout))
+        try:
+            if self.pooled is not True:
+                try:
+                    conn = psycopg.connect(
+                        self.direct_conninfo, autocommit=True, connect_timeout=wait
+                    )
+                except psycopg.Error as e:
+                    if self.pooled is not None or not refused_options(e):
+                        raise
+                    self.pooled = True
+                else:
+                    if self.pooled is None:
+                        self.pooled = probe(conn)
+                    return conn
+            return psycopg.connect(self.conninfo, autocommit=True, connect_timeout=wait)
         except psycopg.Error as e:
             raise StoreUnavailable(
                 f"cannot connect to PostgreSQL at {self.where}: {_first_line(e)}. Check that "
@@ -119,13 +240,14 @@ class PgConnections(SqlStore):
 
     def _open_pool(self, min_size: int, max_size: int) -> ConnectionPool[Conn]:
         pool: ConnectionPool[Conn] = _POOL(
-            self.conninfo,
+            self.conninfo if self.pooled else self.direct_conninfo,
             min_size=min_size,
             max_size=max_size,
             open=False,
             timeout=self.timeout,
             name=f"tether {self.where}",
-            kwargs={"autocommit": True, "prepare_threshold": 0},
+            # prepared on first use, or never (behind a pooler that does not keep them)
+            kwargs={"autocommit": True, "prepare_threshold": 0 if self.prepare else None},
         )
         try:
             pool.open(wait=True, timeout=self.timeout)
@@ -156,7 +278,9 @@ class PgConnections(SqlStore):
                 f"busy; check the server, or open the store with a larger max_size"
             ) from None
 
-    def _translate(self, e: psycopg.Error, conn: Conn) -> TetherError:
+    def _translate(self, e: psycopg.Error, conn: Conn) -> Exception:
+        if e.sqlstate in _TIMED_OUT and not conn.broken:
+            return e  # the store method's guard names the operation and its run
         if not conn.broken:
             return self._error(e)
         # The server went away (restart, failover): drop the pool's other dead connections
@@ -182,11 +306,20 @@ class PgConnections(SqlStore):
                 f"was stored. Free space on the database server: runs paused by it go on, "
                 f"and workers retry on their own."
             )
+        if state in _TIMED_OUT:  # the statement was cancelled: nothing of it committed
+            return StoreUnavailable(
+                f"{at}: {_TIMED_OUT[state]} ran out{self._limit_of(state)} "
+                f"({_first_line(e)}); nothing of it was committed; tether retries"
+            )
         if state.startswith(("08", "53", "57P")):  # connection, resources, shutting down
             return StoreUnavailable(f"{at}: {_first_line(e)}; tether retries")
         if isinstance(e, psycopg.DataError) and (not state or sent):  # a value, not a row
             return EncodeError(f"{at}: cannot store a value: {_first_line(e)}")
         return StoreError(f"{at}: {_first_line(e)}")
+
+    def _limit_of(self, state: str) -> str:
+        ms = getattr(self, "timeouts", {}).get(_TIMED_OUT[state])
+        return f" after {ms / 1000:g} s" if ms is not None else ""
 
     def _fault(self, e: Exception, where: str) -> TetherError | None:
         """The tether error of an exception that escaped a store method (see translated)."""
@@ -200,23 +333,25 @@ class PgConnections(SqlStore):
     def _migrate(self, conn: Conn) -> None:
         try:
             with conn.transaction():
-                conn.execute(_Q["migration_lock"], (_LOCK_CLASS, _lock_key(self.schema)))
+                # the migrations name no schema: theirs for this transaction only
+                conn.execute(self._search_path)
+                conn.execute(self._Q["migration_lock"], (_LOCK_CLASS, _lock_key(self.schema)))
                 version = self._schema_version(conn)
-                if not conn.execute(_Q["schema_exists"], (self.schema,)).fetchone():
+                if not conn.execute(self._Q["schema_exists"], (self.schema,)).fetchone():
                     conn.execute(
-                        sql.SQL(_Q["create_schema"]).format(schema=sql.Identifier(self.schema))
+                        sql.SQL(self._Q["create_schema"]).format(schema=sql.Identifier(self.schema))
                     )
                 for number, _name, text in _MIGRATIONS:
                     if number > version:
                         conn.execute(text)
-                        conn.execute(_Q["set_schema_version"], (str(number),))
+                        conn.execute(self._Q["set_schema_version"], (str(number),))
         except psycopg.Error as e:
             raise StoreError(
                 f"cannot prepare the tether schema at {self.where}: {_first_line(e)}"
             ) from None
 
     def _schema_version(self, conn: Conn) -> int:
-        tables = [r[0] for r in conn.execute(_Q["schema_tables"], (self.schema,))]
+        tables = [r[0] for r in conn.execute(self._Q["schema_tables"], (self.schema,))]
         if "tether_meta" not in tables:
             if tables:
                 raise NotATetherDatabase(
@@ -225,7 +360,7 @@ class PgConnections(SqlStore):
                     f"own schema with ?schema=<name> in the URL."
                 )
             return 0
-        row = conn.execute(_Q["schema_version"]).fetchone()
+        row = conn.execute(self._Q["schema_version"]).fetchone()
         version = schema_number(row[0], self.where) if row else 0
         if version > SCHEMA_VERSION:
             raise SchemaTooNew(
@@ -237,6 +372,10 @@ class PgConnections(SqlStore):
 
     # -- the hooks of SqlStore ----------------------------------------------
 
+    def _rows_sql(self, file: str) -> dict[str, str]:
+        """The named queries of ``sql/postgres/<file>.sql``, in this store's schema."""
+        return _rows_sql(file, self.schema)
+
     def _for_read(self) -> AbstractContextManager[Conn]:
         return self._borrow()
 
@@ -246,14 +385,16 @@ class PgConnections(SqlStore):
     @contextmanager
     def _transaction(self) -> Iterator[Conn]:
         with self._borrow() as conn, conn.transaction():
+            if self.pooled:  # no startup options behind a pooler: the schema for this one
+                conn.execute(self._search_path)
             yield conn
 
     def _run_row(self, conn: Conn, run_id: str) -> RunRecord | None:
-        row = conn.cursor(row_factory=dict_row).execute(_Q["get_run"], (run_id,)).fetchone()
+        row = conn.cursor(row_factory=dict_row).execute(self._Q["get_run"], (run_id,)).fetchone()
         return _record(row) if row is not None else None
 
     def _run_rows(self, conn: Conn, name: str, params: Mapping[str, Any]) -> list[RunRecord]:
-        rows = conn.cursor(row_factory=dict_row).execute(_Q[name], params).fetchall()
+        rows = conn.cursor(row_factory=dict_row).execute(self._Q[name], params).fetchall()
         return [_record(r) for r in rows]
 
     def _range(self, run_id: str, after: int, upto: int | None) -> tuple[str, int, int]:
@@ -264,6 +405,11 @@ class PgConnections(SqlStore):
 
     def _id_list(self, ids: Sequence[str]) -> list[str]:
         return list(ids)
+
+
+@cache
+def _rows_sql(file: str, schema: str) -> dict[str, str]:
+    return qualify(load_queries("postgres", file), schema)
 
 
 def _lock_key(name: str) -> int:

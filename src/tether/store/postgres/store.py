@@ -1,9 +1,9 @@
 """The PostgreSQL backend (psycopg 3 and a ``psycopg_pool.ConnectionPool``).
 
 Many workers on many machines share one database. tether's tables live in
-their own PostgreSQL schema (``tether``, or ``?schema=name`` in the URL), found
-through the connections' ``search_path``, so a user's database is not
-polluted and tests can use throwaway schemas.
+their own PostgreSQL schema (``tether``, or ``?schema=name`` in the URL), named in
+every statement (no ``search_path``, nothing a transaction pooler would drop: see
+``pooling``), so a user's database is not polluted and tests can use throwaway schemas.
 
 Cost: each hot method is one statement. An ``append`` (events, transition and
 snapshot together), a ``load`` (one statement is one consistent read) and a
@@ -30,7 +30,6 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 
 from tether.errors import (
@@ -47,16 +46,12 @@ from tether.store.pgwire import WireConnection
 from tether.store.postgres.notify import PgNotifications
 from tether.store.postgres.pool import (
     _NO_LIMIT,
-    _Q,
-    DEFAULT_SCHEMA,
     Conn,
-    _check_schema,
-    _describe,
     _first_line,
     _lock_key,
     _record,
-    split_url,
 )
+from tether.store.postgres.pooling import resolve_prepare
 from tether.store.postgres.statements import (
     _answer,
     _append_statement,
@@ -116,6 +111,16 @@ class PostgresStore(PgNotifications, ContextRows):
     ``linger``: seconds a write that finds a lane free waits for the other writes of
     threads that the last commits released, to share one commit with them (default
     0.001; 0 commits at once; a lone writer never waits: see ``groupcommit``).
+    ``prepare``: ``"auto"`` (default: prepared statements on a direct connection, none
+    behind a transaction pooler), ``"on"`` (also behind a pooler that keeps them, e.g.
+    PgBouncer 1.21+ with ``max_prepared_statements``) or ``"off"``. ``pooler``: True
+    when the URL is a transaction pooler's (default: detected, see ``pooling``).
+    ``listen_url``: where the wake-ups' LISTEN connects (a direct connection); behind a
+    pooler without it, waiting workers poll. The URL may carry all three as parameters
+    (``?prepare=off&pooler=true``). ``statement_timeout`` and ``lock_timeout``: seconds
+    after which the server cancels a statement (or its wait for a lock), so that a stuck
+    query never holds a lease forever; the error names the statement. Set per connection
+    (not behind a pooler: there, set them on the role).
     """
 
     concurrent_claims = True  # claims ride the group commit with the appends (see Store)
@@ -130,6 +135,11 @@ class PostgresStore(PgNotifications, ContextRows):
         timeout: float = 10.0,
         lanes: int | None = None,
         linger: float = LINGER,
+        prepare: str | None = None,
+        pooler: bool | None = None,
+        listen_url: str | None = None,
+        statement_timeout: float | None = None,
+        lock_timeout: float | None = None,
     ) -> None:
         self._auto_lanes = lanes is None
         lanes = AUTO_LANES if lanes is None else lanes
@@ -143,23 +153,12 @@ class PostgresStore(PgNotifications, ContextRows):
                 f"linger (seconds a write waits for others to share its commit) must be a "
                 f"number >= 0, not {linger!r}; e.g. tether.open(url, linger=0.002), or 0"
             )
-        base, url_schema = split_url(url)
-        self.schema = _check_schema(schema or url_schema or DEFAULT_SCHEMA)
-        try:
-            params = conninfo_to_dict(base)
-        except psycopg.ProgrammingError as e:
-            raise ValueError(
-                f"not a PostgreSQL URL ({e}): give postgresql://user@host/db"
-            ) from None
-        self.where = f"{_describe(params)} (schema {self.schema})"
-        options = f"{params.get('options') or ''} -c search_path={self.schema}".strip()
-        self.conninfo = make_conninfo(
-            base, options=options, application_name=params.get("application_name") or "tether"
-        )
+        self._configure(url, schema, prepare, pooler, listen_url, statement_timeout, lock_timeout)
         self.timeout = timeout
-        self.channel = f"tether_{self.schema}"  # LISTEN/NOTIFY: this schema's work channel
-        with self._connect() as conn:
+        with self._connect() as conn:  # finds out whether a pooler is in the way
             self._migrate(conn)
+        self.prepare = resolve_prepare(self._prepare_mode, bool(self.pooled))
+        self._check_timeouts()
         self._pool = self._open_pool(min_size, max_size)
         self._listener: Conn | None = None
         self._listening = threading.Lock()  # guards the listener thread and connection
@@ -172,11 +171,6 @@ class PostgresStore(PgNotifications, ContextRows):
         )
         self._wires: list[WireConnection | None] = [None] * lanes  # one per group-commit lane
         self._prefetched = Prefetched()  # claimed runs' logs, for the load that follows
-        # JSON results carry floats as text: ask for the shortest exact digits whatever the
-        # server's default (PostgreSQL < 12, or a database set to extra_float_digits <= 0)
-        self._wire_conninfo = make_conninfo(
-            self.conninfo, options=f"{options} -c extra_float_digits=3"
-        )
 
     def close(self) -> None:
         """Close the pool and every connection in it, the group commit's and the listener
@@ -210,7 +204,7 @@ class PostgresStore(PgNotifications, ContextRows):
         }
         with self._borrow() as conn:
             try:
-                created = _one(conn.execute(_Q["create_run"], params))[0]
+                created = _one(conn.execute(self._Q["create_run"], params))[0]
             except pg_errors.UniqueViolation as e:
                 if _constraint(e) == "runs_dedup":
                     raise _dedup_conflict(run.queue, run.dedup_key) from None
@@ -336,11 +330,17 @@ class PostgresStore(PgNotifications, ContextRows):
         wire = self._wires[lane]
         if wire is None:
             try:
-                wire = WireConnection(self._wire_conninfo)
+                wire = WireConnection(
+                    self.conninfo if self.pooled else self.direct_conninfo,
+                    prepare=self.prepare,
+                    rewrite=self._qualify,
+                )
                 try:
                     # the claim's plan must not depend on the queue's size (a custom plan per
-                    # claim cost more than the claim; see claim_fast)
-                    wire.plan_once()
+                    # claim cost more than the claim; see claim_fast); a session setting,
+                    # which a pooler would hand to other clients
+                    if self.prepare and not self.pooled:
+                        wire.plan_once()
                 except BaseException:
                     wire.close()
                     raise
@@ -386,7 +386,7 @@ class PostgresStore(PgNotifications, ContextRows):
             "waiting_for": f"signal:{name}",
         }
         with self._borrow() as conn:
-            exists, woke = _one(conn.execute(_Q["send_signal"], params))
+            exists, woke = _one(conn.execute(self._Q["send_signal"], params))
         if not exists:
             raise self._not_found(run_id)
         return bool(woke)
@@ -401,7 +401,7 @@ class PostgresStore(PgNotifications, ContextRows):
             existing, depth, created = self._enqueue(conn, run.queue, params)
             if not created and existing is None and not (max_depth and depth >= max_depth):
                 # a concurrent enqueue of the same id or key committed first: find it
-                row = conn.execute(_Q["find_dedup"], params).fetchone()
+                row = conn.execute(self._Q["find_dedup"], params).fetchone()
                 existing = row[0] if row else None
         if created:
             return run.id, True
@@ -417,10 +417,10 @@ class PostgresStore(PgNotifications, ContextRows):
     def _enqueue(self, conn: Conn, queue: str | None, params: dict[str, Any]) -> Any:
         """(existing id, depth, created); a bounded queue's depth is read under its lock."""
         if params["max_depth"] is None:
-            return _one(conn.execute(_Q["enqueue"], params))[:3]
+            return _one(conn.execute(self._Q["enqueue"], params))[:3]
         with conn.pipeline(), conn.transaction():  # one round trip: lock, count and insert
-            conn.execute(_Q["queue_lock"], (_QUEUE_LOCK_CLASS, self._queue_key(queue)))
-            cur = conn.execute(_Q["enqueue"], params)
+            conn.execute(self._Q["queue_lock"], (_QUEUE_LOCK_CLASS, self._queue_key(queue)))
+            cur = conn.execute(self._Q["enqueue"], params)
         return _one(cur)[:3]
 
     def _queue_key(self, queue: str | None) -> int:
@@ -438,7 +438,7 @@ class PostgresStore(PgNotifications, ContextRows):
             return self._claim_fast(queues, owner, ttl, now, capacity)
         with self._borrow() as conn, conn.transaction():
             for key in keys:
-                conn.execute(_Q["queue_lock"], (_QUEUE_LOCK_CLASS, key))
+                conn.execute(self._Q["queue_lock"], (_QUEUE_LOCK_CLASS, key))
             for limits in queues:
                 if len(out) >= capacity:
                     break
@@ -483,7 +483,7 @@ class PostgresStore(PgNotifications, ContextRows):
         scan = budget if limits.per_key is None else budget * 20
         cur = conn.cursor(row_factory=dict_row)
         rows = cur.execute(
-            _Q["claim_candidates"], {"queue": limits.name, "now": now, "scan": scan}
+            self._Q["claim_candidates"], {"queue": limits.name, "now": now, "scan": scan}
         ).fetchall()
         by_id = {r["id"]: r for r in rows}
         ids = pick_within_limits(
@@ -492,7 +492,7 @@ class PostgresStore(PgNotifications, ContextRows):
         if not ids:
             return []
         params = {"ids": ids, "owner": owner, "expires": now + ttl, "now": now}
-        epochs = dict(conn.execute(_Q["claim_picked"], params).fetchall())
+        epochs = dict(conn.execute(self._Q["claim_picked"], params).fetchall())
         out = []
         for i in ids:
             lease = Lease(i, owner, int(epochs[i]), now + ttl)
@@ -506,13 +506,13 @@ class PostgresStore(PgNotifications, ContextRows):
         running: dict[str | None, int] = {}
         if limits.concurrency is not None or limits.per_key is not None:
             params = {"queue": limits.name, "now": now}
-            running = dict(conn.execute(_Q["running_in_queue"], params).fetchall())
+            running = dict(conn.execute(self._Q["running_in_queue"], params).fetchall())
         budget = capacity
         if limits.concurrency is not None:
             budget = min(budget, limits.concurrency - sum(running.values()))
         if limits.rate is not None:
             n, period = limits.rate
-            recent = _one(conn.execute(_Q["claims_since"], (limits.name, now - period)))[0]
+            recent = _one(conn.execute(self._Q["claims_since"], (limits.name, now - period)))[0]
             budget = min(budget, n - recent)
         return running, budget
 
@@ -521,13 +521,13 @@ class PostgresStore(PgNotifications, ContextRows):
     ) -> tuple[bool, dict[str, int]]:
         params = {"id": worker_id, "expires": now + ttl, "now": now}
         with self._borrow() as conn:
-            rows = conn.execute(_Q["worker_heartbeat"], params).fetchall()
+            rows = conn.execute(self._Q["worker_heartbeat"], params).fetchall()
         cancels = {run_id: int(flag) for _, run_id, flag in rows if run_id is not None}
         return bool(rows[0][0]), cancels
 
     def remove_worker(self, worker_id: str, *, expire_leases: bool) -> None:
         with self._borrow() as conn:
-            conn.execute(_Q["remove_worker"], {"id": worker_id, "expire": expire_leases})
+            conn.execute(self._Q["remove_worker"], {"id": worker_id, "expire": expire_leases})
 
     def clock_offset(self, now: Callable[[], float]) -> float:
         """The server's clock against this process's, read three times: the reading of the
@@ -536,7 +536,7 @@ class PostgresStore(PgNotifications, ContextRows):
         with self._borrow() as conn:
             for _ in range(3):
                 before = now()
-                row = conn.execute(_Q["server_clock"]).fetchone()
+                row = conn.execute(self._Q["server_clock"]).fetchone()
                 after = now()
                 assert row is not None
                 readings.append((after - before, float(row[0]) - (before + after) / 2))
@@ -554,11 +554,11 @@ class PostgresStore(PgNotifications, ContextRows):
 
     def delete_runs(self, run_ids: Sequence[str]) -> int:
         with self._borrow() as conn:
-            return int(_one(conn.execute(_Q["delete_runs"], {"ids": list(run_ids)}))[0])
+            return int(_one(conn.execute(self._Q["delete_runs"], {"ids": list(run_ids)}))[0])
 
     def vacuum(self) -> None:
         with self._borrow() as conn:
-            conn.execute(_Q["vacuum"])
+            conn.execute(self._Q["vacuum"])
 
 
 def _constraint(e: psycopg.Error) -> str | None:
