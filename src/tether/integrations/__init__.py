@@ -12,3 +12,12 @@ importing this package imports none of them:
 
 They use the App and the store's protocol only; nothing below this package imports them.
 """
+
+
+def missing(extra: str, error: ModuleNotFoundError) -> ImportError:
+    """The error an integration raises when its framework is not installed: which module
+    is missing and the one command that installs it."""
+    return ImportError(
+        f"this tether integration needs {error.name!r}, which is not installed: "
+        f"pip install 'tether[{extra}]'"
+    )

@@ -35,28 +35,33 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agents import (
-    Agent,
-    FunctionTool,
-    Handoff,
-    Model,
-    ModelResponse,
-    ModelSettings,
-    ModelTracing,
-    RunConfig,
-    RunContextWrapper,
-    Runner,
-    Tool,
-    TResponseInputItem,
-    Usage,
-)
-from agents.agent_output import AgentOutputSchemaBase
-from agents.items import TResponseOutputItem
-from agents.memory import SessionSettings
-from agents.run_config import ToolExecutionConfig
-from agents.tool_context import ToolContext
-from openai.types.responses.response_prompt_param import ResponsePromptParam
-from pydantic import BaseModel, TypeAdapter
+from tether.integrations import missing
+
+try:
+    from agents import (
+        Agent,
+        FunctionTool,
+        Handoff,
+        Model,
+        ModelResponse,
+        ModelSettings,
+        ModelTracing,
+        RunConfig,
+        RunContextWrapper,
+        Runner,
+        Tool,
+        TResponseInputItem,
+        Usage,
+    )
+    from agents.agent_output import AgentOutputSchemaBase
+    from agents.items import TResponseOutputItem
+    from agents.memory import SessionSettings
+    from agents.run_config import ToolExecutionConfig
+    from agents.tool_context import ToolContext
+    from openai.types.responses.response_prompt_param import ResponsePromptParam
+    from pydantic import BaseModel, TypeAdapter
+except ModuleNotFoundError as e:  # the extra is not installed
+    raise missing("openai-agents", e) from e
 
 from tether.app import App
 from tether.context.compaction import Summarizer

@@ -34,20 +34,25 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel
-from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, ToolDenied
-from pydantic_ai.durable_exec import (
-    JSON_CODEC,
-    BaseDurabilityCapability,
-    DurableOperationBackend,
-    DurableOperationId,
-    JournalCallableOperationBackend,
-    ModelRequestId,
-    RoleBasedOperationConfig,
-    ToolsetCallToolId,
-)
-from pydantic_ai.durable_exec._spec import DurabilityEngineSpec
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+from tether.integrations import missing
+
+try:
+    from pydantic import BaseModel
+    from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, ToolDenied
+    from pydantic_ai.durable_exec import (
+        JSON_CODEC,
+        BaseDurabilityCapability,
+        DurableOperationBackend,
+        DurableOperationId,
+        JournalCallableOperationBackend,
+        ModelRequestId,
+        RoleBasedOperationConfig,
+        ToolsetCallToolId,
+    )
+    from pydantic_ai.durable_exec._spec import DurabilityEngineSpec
+    from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+except ModuleNotFoundError as e:  # the extra is not installed
+    raise missing("pydantic-ai", e) from e
 
 from tether.app import App
 from tether.engine.registry import tool as declare_tool
