@@ -52,10 +52,11 @@ class Tenancy:
             raise InvalidInput(f"identity must be an Identity, not {inputs.show(identity)}")
         return ScopedApp(self._app(), identity, local=False)
 
-    def for_tenant(self, tenant: str) -> ScopedApp:
-        """This app limited to ``tenant``'s runs, for the local operator (every role; a
-        decision's ``by`` is whoever the caller names, as on the App itself)."""
-        inputs.name(tenant, "tenant")
+    def for_tenant(self, tenant: str | None) -> ScopedApp:
+        """This app limited to ``tenant``'s runs (None: every tenant's), for the local
+        operator (every role; a decision's ``by`` is whoever the caller names, as on the
+        App itself)."""
+        inputs.optional_name(tenant, "tenant")
         return ScopedApp(self._app(), Identity(LOCAL, Role.ADMIN, tenant), local=True)
 
     @property
@@ -161,7 +162,10 @@ class ScopedApp:
         local operator names whoever decides, as on the App)."""
         if self.local:
             if by is None:
-                raise InvalidInput("by is required: who takes the decision, e.g. by='alice'")
+                raise InvalidInput(
+                    "by is required: who takes the decision (--by NAME, or --token: a token "
+                    "of its own), e.g. by='alice'"
+                )
             return by
         if by is not None and by != self.identity.name:
             raise InvalidInput(
@@ -178,6 +182,11 @@ class ScopedApp:
     def record(self, run_id: str) -> RunRecord:
         """The run's row (see :meth:`tether.App.record`)."""
         return self.allow("read", run_id)
+
+    def load(self, run_id: str, *, upto: int | None = None) -> RunState:
+        """The run's state at ``upto`` or its head (see :meth:`tether.App.load`)."""
+        self.allow("read", run_id)
+        return self.app.load(run_id, upto=upto)
 
     def get(self, run_id: str) -> RunState:
         """The run's current state (see :meth:`tether.App.get`)."""
@@ -292,11 +301,14 @@ class ScopedApp:
         self.allow("resolve", run_id)
         self.app.resolve(run_id, happened=happened, by=who, result=result)
 
-    def signal(self, run_id: str, name: str, payload: Any = None) -> bool:
-        """Send a signal to the run, from this identity (see :meth:`tether.App.signal`)."""
+    def signal(
+        self, run_id: str, name: str, payload: Any = None, *, sender: str | None = None
+    ) -> bool:
+        """Send a signal to the run, from this identity (see :meth:`tether.App.signal`;
+        the local operator names the sender, if any)."""
+        who = sender if self.local else self.by(sender)
         self.allow("signal", run_id)
-        sender = None if self.local else self.identity.name
-        return self.app.signal(run_id, name, payload, sender=sender)
+        return self.app.signal(run_id, name, payload, sender=who)
 
     def cancel(
         self,
@@ -311,7 +323,7 @@ class ScopedApp:
         self.allow("cancel", run_id)
         return self.app.cancel(run_id, compensate=compensate, by=who, reason=reason)
 
-    def retry(self, run_id: str, *, in_queue: bool | None = None) -> RunHandle:
+    def retry_run(self, run_id: str, *, in_queue: bool | None = None) -> RunHandle:
         """Retry a failed or blocked run (see :meth:`tether.App.retry_run`)."""
         self.allow("retry", run_id)
         return self.app.retry_run(run_id, in_queue=in_queue)

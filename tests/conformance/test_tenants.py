@@ -96,7 +96,7 @@ def _every_operation(s: ScopedApp, run_id: str) -> dict[str, Callable[[], Any]]:
         "resolve": lambda: s.resolve(run_id, happened=False),
         "signal": lambda: s.signal(run_id, "go"),
         "cancel": lambda: s.cancel(run_id),
-        "retry": lambda: s.retry(run_id),
+        "retry": lambda: s.retry_run(run_id),
         "resume": lambda: s.resume(run_id),
         "fork": lambda: s.fork(run_id, at=1),
     }
