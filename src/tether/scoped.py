@@ -23,6 +23,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
 from tether.context.conversation import Session
+from tether.context.memory import Memory
+from tether.context.tenant_memory import TenantMemory
 from tether.engine.executor import RunHandle
 from tether.errors import Conflict, Forbidden, InvalidInput, NotFound
 from tether.model import codec, inputs
@@ -347,7 +349,16 @@ class ScopedApp:
         self.allow("fork", run_id)
         return self.app.fork(run_id, step=step, at=at, when=when, input=input, vars=vars)
 
-    # -- new runs and sessions of this tenant ------------------------------------
+    # -- new runs, sessions and memory of this tenant -----------------------------
+
+    @property
+    def memory(self) -> Memory | TenantMemory:
+        """This tenant's long-term memory (:mod:`tether.context.tenant_memory`: its own
+        namespaces, invisible to other tenants); the app's whole memory for a view of
+        every tenant."""
+        if self.tenant is None:
+            return self.app.memory
+        return TenantMemory(self.app.memory, self.tenant)
 
     def session(self, session_id: str, **options: Any) -> Session:
         """Get or create this tenant's session ``session_id`` (see

@@ -215,3 +215,16 @@ def test_the_local_operator_scoped_to_a_tenant_names_who_decides(world: World) -
     assert world.app.get(world.waiting).steps[-1].output["by"] == "al"
     with pytest.raises(tether.NotFound):
         acme.approve(world.theirs, "ship", by="al")
+
+
+def test_a_tenants_memory_is_its_own(world: World) -> None:
+    acme, globex = world.app.for_tenant("acme").memory, world.app.for_tenant("globex").memory
+    acme.put(("user", "u1"), "prefs", {"theme": "dark"})
+    globex.put(("user", "u1"), "prefs", {"theme": "light"})
+    assert acme.get(("user", "u1"), "prefs").value == {"theme": "dark"}  # type: ignore[union-attr]
+    assert [i.value for i in globex.search(("user",), "theme")] == [{"theme": "light"}]
+    assert [i.namespace for i in globex.search()] == [("user", "u1")]
+    assert globex.list_namespaces() == [("user", "u1")]
+    assert globex.delete_namespace(()) == 1  # all of globex's, and nothing of acme's
+    assert acme.get(("user", "u1"), "prefs") is not None
+    assert world.app.memory.list_namespaces(("@tenant",)) == [("@tenant", "acme", "user", "u1")]
