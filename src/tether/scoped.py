@@ -98,7 +98,7 @@ class Tenancy:
             created_after=created_after,
             created_before=created_before,
         )
-        return listing.list_runs(self._app()._states, filters, limit=limit, cursor=cursor)
+        return self._app()._reader.list_runs(filters, limit=limit, cursor=cursor)
 
     def inbox(
         self,
@@ -109,7 +109,7 @@ class Tenancy:
     ) -> InboxPage:
         """A page of the runs waiting for a person (approvals, tool calls in doubt), oldest
         first, each with what is to be decided (see :mod:`tether.services.listing`)."""
-        return listing.inbox(self._app()._states, tenant=tenant, limit=limit, cursor=cursor)
+        return self._app()._reader.inbox(tenant=tenant, limit=limit, cursor=cursor)
 
     def _app(self) -> App:
         return self  # type: ignore[return-value]  # mixed into App alone
@@ -148,14 +148,7 @@ class ScopedApp:
         try:
             self.identity.require(action, f"run {run_id}")
         except Forbidden as e:
-            detail = {"action": action, "role": self.identity.role.label, "why": str(e)}
-            self.app.store.record_audit(
-                run_id,
-                "access.refused",
-                codec.encode(detail),
-                actor=self.identity.name,
-                now=self.app.clock.now(),
-            )
+            self._audit(run_id, action, e)
             raise
         return record
 
@@ -177,7 +170,21 @@ class ScopedApp:
         return self.identity.name
 
     def _require(self, action: str) -> None:
-        self.identity.require(action)  # no run to audit in (a list, a start)
+        """Raise Forbidden unless the role allows ``action``, which concerns no one run (a
+        list, a start): a refusal is kept in the audit log without a run."""
+        try:
+            self.identity.require(action)
+        except Forbidden as e:
+            self._audit(None, action, e)
+            raise
+
+    def _audit(self, run_id: str | None, action: str, refusal: Forbidden) -> None:
+        detail = {"action": action, "role": self.identity.role.label, "why": str(refusal)}
+        now = self.app.clock.now()
+        store = self.app.store
+        store.record_audit(
+            run_id, "access.refused", codec.encode(detail), actor=self.identity.name, now=now
+        )
 
     # -- reads ----------------------------------------------------------------
 

@@ -193,6 +193,8 @@ def test_forks_sessions_and_starts_keep_the_tenant(world: World) -> None:
         globex.start("echo", run_id=queued)
     with pytest.raises(tether.Forbidden):
         world.as_("v", Role.VIEWER, "acme").start("echo")
+    audited = "SELECT actor, action FROM audit WHERE run_id IS NULL"
+    assert world.backend.sql(audited) == [("v", "access.refused")]  # no run: kept all the same
 
 
 def test_the_inbox_shows_what_is_to_be_decided(world: World) -> None:
