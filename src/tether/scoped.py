@@ -257,11 +257,26 @@ class ScopedApp:
         return export.export_run(self.app.store, run_id, out)
 
     def runs(
-        self, *, status: str | None = None, agent: str | None = None, limit: int = 100
+        self,
+        *,
+        status: str | None = None,
+        agent: str | None = None,
+        limit: int = 100,
+        **filters: Any,
     ) -> list[RunRecord]:
-        """This tenant's runs, newest first (as :meth:`tether.App.runs`)."""
+        """This tenant's runs, newest first (as :meth:`tether.App.runs`: at most ``limit``,
+        read a page at a time; ``filters``: the others of :meth:`list_runs`)."""
         inputs.integer(limit, "limit", low=1)
-        return self.list_runs(status=status, agent=agent, limit=min(limit, listing.PAGE_MAX)).runs
+        out: list[RunRecord] = []
+        cursor = None
+        while len(out) < limit:
+            size = min(limit - len(out), listing.PAGE_MAX)
+            page = self.list_runs(status=status, agent=agent, limit=size, cursor=cursor, **filters)
+            out += page.runs
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return out
 
     def list_runs(self, *, tenant: str | None = None, **filters: Any) -> RunPage:
         """A page of this tenant's runs (as :meth:`tether.App.list_runs`; ``tenant`` only
