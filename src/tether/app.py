@@ -31,6 +31,7 @@ from tether.model.clock import Clock, SystemClock, process_owner
 from tether.model.durations import Duration
 from tether.model.events import Event
 from tether.model.state import RunState
+from tether.scoped import Tenancy
 from tether.services import control, export, retention, sessions, timetravel
 from tether.services.control import Control
 from tether.services.queues import QueueConfig, Queues
@@ -42,8 +43,11 @@ from tether.store import AuditRecord, Effect, RunRecord, Store
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class App:
-    """Agents registered on one store. Create with :func:`tether.open`."""
+class App(Tenancy):
+    """Agents registered on one store. Create with :func:`tether.open`.
+
+    Tokens, tenants and the paged run list and inbox (``tokens``, ``scoped``,
+    ``for_tenant``, ``list_runs``, ``inbox``) are in :class:`tether.scoped.Tenancy`."""
 
     def __init__(
         self,

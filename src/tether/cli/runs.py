@@ -9,6 +9,7 @@ from tether.cli import format as fmt
 from tether.cli.arguments import positive_int, whole_number
 from tether.cli.context import Command, Context
 from tether.model.status import STATUSES, RunStatus
+from tether.scoped import ScopedApp
 from tether.store import RunRecord
 
 # -- runs ---------------------------------------------------------------------------
@@ -17,6 +18,9 @@ from tether.store import RunRecord
 def _runs_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--status", choices=STATUSES, help="only runs with this status")
     parser.add_argument("--agent", help="only runs of this agent")
+    parser.add_argument("--queue", help="only runs started in this queue")
+    parser.add_argument("--session", help="only runs of this session")
+    parser.add_argument("--text", help="only runs whose id or agent starts with this text")
     parser.add_argument(
         "--limit", type=positive_int, default=20, help="at most this many (default 20)"
     )
@@ -24,20 +28,22 @@ def _runs_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _runs(args: argparse.Namespace, ctx: Context) -> int:
-    app = ctx.app()
-    records = app.runs(status=args.status, agent=args.agent, limit=args.limit)
+    app = ctx.view()
+    filters = {"queue": args.queue, "session": args.session, "text": args.text}
+    records = app.runs(status=args.status, agent=args.agent, limit=args.limit, **filters)
     expected = _Expected(app)
     rows = [_summary_of(app, r, expected) for r in records]
     if args.json:
         ctx.print(fmt.json_text(rows))
     elif not rows:
-        ctx.print("no runs" + (" match" if args.status or args.agent else " yet"))
+        narrowed = args.status or args.agent or any(filters.values())
+        ctx.print("no runs" + (" match" if narrowed else " yet"))
     else:
         ctx.print(fmt.runs_table(rows))
     return 0
 
 
-def _summary_of(app: tether.App, record: RunRecord, expected: _Expected) -> dict[str, object]:
+def _summary_of(app: ScopedApp, record: RunRecord, expected: _Expected) -> dict[str, object]:
     """``run_summary``, or for a damaged run what its row says (status ``damaged``)."""
     try:
         return fmt.run_summary(record, app.get(record.id), expected(record))
@@ -49,7 +55,7 @@ class _Expected:
     """How many positions the newest completed run of a run's agent and version had
     (looked up once per agent and version)."""
 
-    def __init__(self, app: tether.App) -> None:
+    def __init__(self, app: ScopedApp) -> None:
         self.app = app
         self.known: dict[tuple[str, str | None], int | None] = {}
 
@@ -81,7 +87,7 @@ def _show_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _show(args: argparse.Namespace, ctx: Context) -> int:
-    app = ctx.app()
+    app = ctx.view()
     record = app.record(args.run)
     try:
         state = app.get(args.run)
@@ -128,7 +134,7 @@ def _log_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _log(args: argparse.Namespace, ctx: Context) -> int:
-    events = ctx.app().events(args.run, after=args.after)
+    events = ctx.view().events(args.run, after=args.after)
     if args.json:
         for e in events:
             ctx.print(fmt.event_line(e))
@@ -145,7 +151,7 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _resume(args: argparse.Namespace, ctx: Context) -> int:
-    app = ctx.app()
+    app = ctx.view()
     before = app.get(args.run)
     handle = app.resume(args.run)
     if before.status in (RunStatus.COMPLETED, RunStatus.CANCELLED):
@@ -164,7 +170,7 @@ def _retry_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _retry(args: argparse.Namespace, ctx: Context) -> int:
-    app = ctx.app()
+    app = ctx.view()
     record = app.record(args.run)
     queue = record.queue
     if queue is None or args.here:

@@ -28,11 +28,14 @@ from tether.store.records import (
     Lease,
     Loaded,
     NewRun,
+    NewToken,
     QueueLimits,
+    RunFilter,
     RunRecord,
     Signal,
     SignalTake,
     Snapshot,
+    TokenRecord,
     Transition,
     WorkerRecord,
 )
@@ -70,6 +73,24 @@ class RunLog(Protocol):
         self, *, status: str | None = None, agent: str | None = None, limit: int = 100
     ) -> list[RunRecord]:
         """Runs newest first, filtered by status and agent."""
+        ...
+
+    def page_runs(
+        self, filters: RunFilter, *, limit: int, after: tuple[float, str] | None = None
+    ) -> list[RunRecord]:
+        """At most ``limit`` runs matching ``filters``, newest first (by ``(created_at,
+        id)``, descending), after the run ``after`` = ``(created_at, id)`` of the last run
+        of the previous page (keyset paging: a page costs the same at any depth, and runs
+        created meanwhile never shift a page). One read; an index fits each filter
+        (schema 11)."""
+        ...
+
+    def inbox_runs(
+        self, *, tenant: str | None, limit: int, after: tuple[float, str] | None = None
+    ) -> list[RunRecord]:
+        """At most ``limit`` runs waiting for a person (``waiting_for`` ``approval:NAME`` or
+        ``doubt:KEY``), of ``tenant`` (None: every tenant), oldest request first (by
+        ``(updated_at, id)``), after ``after`` = the last run of the previous page."""
         ...
 
     def load(self, run_id: str, *, upto: int | None = None) -> Loaded:
@@ -270,6 +291,34 @@ class Audit(Protocol):
         ...
 
 
+class Credentials(Protocol):
+    """API tokens (tether.services.identity): stored as a hash of the plaintext, never
+    the plaintext. The store does not check names, roles or tenants: the service does."""
+
+    def create_token(self, token: NewToken, *, now: float) -> TokenRecord:
+        """Store a new token row and return it. Raises Conflict when a token (revoked or
+        not) already has its name, or its id or hash (nothing is written)."""
+        ...
+
+    def get_token(self, token_id: str) -> TokenRecord | None:
+        """The token whose public id is ``token_id`` (revoked or not), or None."""
+        ...
+
+    def list_tokens(self) -> list[TokenRecord]:
+        """Every token row, revoked ones included, oldest first."""
+        ...
+
+    def revoke_token(self, name: str, *, now: float) -> bool:
+        """Revoke the token named ``name``: True when this call revoked it, False when it
+        was revoked already (its first revocation time is kept). Raises NotFound for a
+        name no token has."""
+        ...
+
+    def touch_token(self, token_id: str, *, now: float) -> None:
+        """Set the token's ``last_used_at`` to ``now`` (an unknown id: nothing)."""
+        ...
+
+
 class Blobs(Protocol):
     """Content-addressed pages of snapshots (tether.store.snapshots)."""
 
@@ -370,6 +419,16 @@ class Maintenance(Protocol):
 
 
 class Store(
-    RunLog, Leases, Queue, Inbox, Workers, Audit, Blobs, Maintenance, ContextData, Protocol
+    RunLog,
+    Leases,
+    Queue,
+    Inbox,
+    Workers,
+    Audit,
+    Credentials,
+    Blobs,
+    Maintenance,
+    ContextData,
+    Protocol,
 ):
     """What tether needs from a database: every role. Every method is one transaction."""

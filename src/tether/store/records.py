@@ -43,6 +43,22 @@ class RunRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class RunFilter:
+    """Which runs a page of the run list holds (RunLog.page_runs): each field given narrows
+    it (None: any). ``text``: the run id or the agent name starts with it; the times are
+    ``created_after <= created_at < created_before``; ``tenant`` is the runs' owner."""
+
+    status: str | None = None
+    agent: str | None = None
+    queue: str | None = None
+    session: str | None = None
+    tenant: str | None = None
+    text: str | None = None
+    created_after: float | None = None
+    created_before: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class NewRun:
     """A run about to be created."""
 
@@ -184,6 +200,32 @@ class AuditRecord:
     actor: str | None
     action: str
     detail: str  # JSON
+
+
+@dataclass(frozen=True, slots=True)
+class NewToken:
+    """An API token about to be stored: never its plaintext, only the hash of it."""
+
+    id: str  # the public part of ``tether_<id>_<secret>``
+    name: str  # the identity recorded for the token's decisions (unique)
+    role: str  # viewer | approver | operator | admin (tether.services.identity.Role)
+    tenant: str | None  # None: every tenant
+    hash: str = field(repr=False)  # hex SHA-256 of the whole plaintext token
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRecord:
+    """A stored API token (a row of the tokens table). Its ``hash`` is left out of its
+    repr, so that a log line or a traceback holding a record shows no hash either."""
+
+    id: str
+    name: str
+    role: str
+    tenant: str | None
+    hash: str = field(repr=False)
+    created_at: float = 0.0
+    revoked_at: float | None = None  # None: valid
+    last_used_at: float | None = None  # noted at most once a minute
 
 
 @dataclass(frozen=True, slots=True)
