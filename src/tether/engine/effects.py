@@ -52,9 +52,10 @@ from tether.engine.calls import Call, Core, Slot, in_agent_body, step_key
 from tether.engine.journal import Journal, error_info
 from tether.engine.retry import Retry, keyed_call
 from tether.engine.steps import attempts
-from tether.errors import InvalidState, StepTimeout
+from tether.errors import InvalidInput, InvalidState, StepTimeout
 from tether.model import codec, inputs
 from tether.model import events as ev
+from tether.model.secrets import Secret, reveal_all
 from tether.model.status import EffectStatus, StepStatus
 from tether.store import EffectWrite, Store
 
@@ -75,6 +76,7 @@ class ToolDef:
     code: dict[str, Any]
     takes_key: bool
     undo_takes_key: bool
+    secret: frozenset[str] = frozenset()  # parameters stored as secrets (see mark_secrets)
 
     @property
     def writes(self) -> bool:
@@ -90,6 +92,7 @@ def define_tool(
     compensate: Callable[..., Any] | None,
     on_doubt: str | None,
     retry: Retry | None,
+    secret: Sequence[str] = (),
 ) -> ToolDef:
     """Validate and build a ToolDef (what ``@app.tool`` does)."""
     if risk not in RISKS:
@@ -110,6 +113,7 @@ def define_tool(
     if source:
         code["file"] = os.path.abspath(source)
     takes_key = _takes_key(fn)
+    secret_params = _secret_params(fn, name, secret)
     return ToolDef(
         name,
         fn,
@@ -120,7 +124,63 @@ def define_tool(
         code,
         takes_key,
         compensate is not None and _takes_key(compensate),
+        secret_params,
     )
+
+
+def _secret_params(fn: Callable[..., Any], name: str, secret: Sequence[str]) -> frozenset[str]:
+    """``secret=`` checked: a list of the tool's parameter names."""
+    if isinstance(secret, str) or not isinstance(secret, Sequence | set | frozenset):
+        raise InvalidInput(
+            f"tool {name!r}: secret= is a list of parameter names (secret=['api_key']), "
+            f"not {secret!r}"
+        )
+    if not secret:
+        return frozenset()
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        params = None
+    takes_any = params is not None and any(p.kind == p.VAR_KEYWORD for p in params.values())
+    for p in secret:
+        if not isinstance(p, str) or (params is not None and p not in params and not takes_any):
+            known = ", ".join(params) if params is not None else "?"
+            raise InvalidInput(
+                f"tool {name!r}: secret= names {p!r}, which is not one of its parameters ({known})"
+            )
+    return frozenset(secret)
+
+
+def mark_secrets(
+    d: ToolDef, args: Sequence[Any], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``args`` and ``kwargs`` with the values of the tool's secret parameters wrapped in
+    :class:`~tether.model.secrets.Secret` (named after the parameter), so that they are
+    stored as markers and hashed as such; the call unwraps them again (reveal_all)."""
+    if not d.secret:
+        return tuple(args), kwargs
+    out_args = list(args)
+    if args:
+        try:
+            names = list(inspect.signature(d.fn).parameters)
+        except (TypeError, ValueError):
+            names = []
+        for i, pname in enumerate(names[: len(args)]):
+            if pname in d.secret:
+                out_args[i] = _as_secret(args[i], pname)
+    out_kwargs = {k: _as_secret(v, k) if k in d.secret else v for k, v in kwargs.items()}
+    return tuple(out_args), out_kwargs
+
+
+def _as_secret(value: Any, name: str) -> Any:
+    if isinstance(value, Secret) or value is None:
+        return value  # None: an optional key left out, nothing to hide
+    if not isinstance(value, str | bytes):
+        raise InvalidInput(
+            f"the secret parameter {name!r} takes a str (or bytes, or a tether.Secret), not "
+            f"{type(value).__name__}: secrets are stored as a marker, so only text can be one"
+        )
+    return Secret(value, name=name)
 
 
 def derived_doubt(risk: str, takes_key: bool) -> str:
@@ -204,10 +264,12 @@ def _tool_call(
         if rec is not None and rec.status == StepStatus.RUNNING and tool.on_doubt == "ask":
             data = {"pos": slot.pos, "name": tool.name, "key": key, "reason": "crash"}
             raise j.suspend([j.event(ev.TOOL_IN_DOUBT, data)], f"doubt:{key}", None)
+    shown = (args, kwargs)  # a failure's context shows the secrets as Secret('***')
+    args, kwargs = reveal_all(args), reveal_all(kwargs)  # the function gets the values
     call_kwargs = {**kwargs, "idempotency_key": key} if tool.takes_key else kwargs
     if not tool.writes:
         call = Call(tool.fn, args, call_kwargs, policy.timeout)
-        return (yield from attempts(j, slot, call, policy, digest, key))
+        return (yield from attempts(j, slot, call, policy, digest, key, shown=shown))
     call = Call(keyed_call(tool.fn, key, policy.timeout), args, call_kwargs, None)
 
     def intent(attempt: int) -> None:
@@ -242,7 +304,9 @@ def _tool_call(
 
     effect = EffectWrite(key, j.run_id, slot.pos, tool.name, EffectStatus.INTENT)
     return (
-        yield from attempts(j, slot, call, policy, digest, key, intent, effect, in_doubt=in_doubt)
+        yield from attempts(
+            j, slot, call, policy, digest, key, intent, effect, in_doubt=in_doubt, shown=shown
+        )
     )
 
 

@@ -7,6 +7,12 @@ returns exactly what the first execution returned::
 
     tuple, set, frozenset, bytes, dict with non-str keys, NaN/±inf,
     datetime, date, time, Decimal, UUID          -> {"$t": <tag>, "v": ...}
+    tether.Secret                                -> {"$t": "secret", "v": {"name": …}}
+
+A :class:`~tether.model.secrets.Secret` is stored as its marker, never its value; and
+every text :func:`encode` writes or :func:`digest` hashes is redacted first
+(:mod:`tether.model.redact`: credentials matched by the process's rules, and the
+values of the Secrets this process made).
 
 Subclasses of ``str``/``int``/``float`` (``StrEnum``, ``IntEnum``) are stored as
 their base value. Anything else (a socket, a client object, a dataclass) is
@@ -30,6 +36,8 @@ from typing import Any
 import orjson
 
 from tether.errors import CorruptRecord, EncodeError
+from tether.model import redact, secrets
+from tether.model.secrets import Secret
 
 TAG = "$t"
 
@@ -216,6 +224,7 @@ _SPECIAL: dict[type, Callable[[Any], Any]] = {
     dt.time: lambda x: _tag("time", x.isoformat()),
     decimal.Decimal: lambda x: _tag("decimal", str(x)),
     uuid.UUID: lambda x: _tag("uuid", str(x)),
+    Secret: lambda x: _tag(secrets.TAG, x.marker()),  # never the value: see model/secrets
 }
 
 
@@ -368,7 +377,7 @@ def encode(value: Any, *, what: str = "value") -> str:
     except RecursionError:  # a cycle: the walk says so
         plain = False
     try:
-        return _dumps(value if plain else to_json_value(value, what=what))
+        return redact.apply(_dumps(value if plain else to_json_value(value, what=what)))
     except _NotUnicode:
         raise _not_unicode(value, what) from None
 
@@ -402,6 +411,7 @@ _DECODERS: dict[str, Callable[[Any], Any]] = {
     "time": dt.time.fromisoformat,
     "decimal": decimal.Decimal,
     "uuid": uuid.UUID,
+    secrets.TAG: secrets.from_marker,
 }
 
 
@@ -437,6 +447,9 @@ def digest(value: Any) -> str:
         text = _canonical(_enc(_digestable(value)))
     except RecursionError:  # a cycle, or nesting past the stack: no digest describes it
         raise _shape_error(value, "the arguments") from None
+    # the redacted text: a credential is never hashed (a short one would be found again from
+    # its hash), and a rotated one leaves the digest, and so the idempotency key, as it was
+    text = redact.apply(text)
     # surrogatepass: the same bytes for any Unicode text, and a digest for text that is
     # not (an argument holding a lone surrogate), which never fails
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

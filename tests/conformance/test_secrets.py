@@ -1,0 +1,234 @@
+"""Secrets: a planted value is stored nowhere, shown nowhere, exported nowhere.
+
+Each test plants unique random values as secrets (``tether.Secret``, a tool's
+``secret=`` parameter, a credential that only the redaction rules recognise) in every
+place a run stores something, then searches the database itself (the SQLite file and
+its WAL, or every row of every tether table in the PostgreSQL schema, as text), the
+export, ``tether show``/``tether log`` (a real CLI process) and the audit log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _conformance import Backend
+
+import tether
+
+
+def _plant(what: str) -> str:
+    return f"plant{what}{secrets.token_hex(12)}"
+
+
+def _stored_text(backend: Backend) -> str:
+    """Everything the database holds, as text: the SQLite files' bytes (decoded loosely,
+    so that text inside pages is found), or each row of each table of the schema."""
+    if backend.name == "sqlite":
+        parts = []
+        for suffix in ("", "-wal", "-journal"):
+            path = Path(backend.url + suffix)
+            if path.exists():
+                parts.append(path.read_bytes().decode("utf-8", "replace"))
+        return "\n".join(parts)
+    tables = backend.sql(
+        f"SELECT table_name FROM information_schema.tables WHERE table_schema = "
+        f"'{backend.schema}' AND table_type = 'BASE TABLE'"
+    )
+    assert len(tables) >= 5, tables  # the test reads tether's tables, not an empty schema
+    rows = []
+    for (table,) in tables:
+        rows += [r[0] for r in backend.sql(f'SELECT t::text FROM "{table}" t')]
+    return "\n".join(rows)
+
+
+def _cli(backend: Backend, *args: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-m", "tether.cli", "--db", backend.url, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout + out.stderr
+
+
+def _absent(planted: dict[str, str], where: str, text: str) -> None:
+    found = {k: v for k, v in planted.items() if v in text}
+    if found:
+        k, v = next(iter(found.items()))
+        i = text.index(v)
+        pytest.fail(f"{where} holds the planted {sorted(found)}: …{text[max(0, i - 120) : i + 60]}…")
+
+
+def test_a_planted_secret_is_found_nowhere(backend: Backend) -> None:
+    planted = {
+        k: _plant(k)
+        for k in ("tool", "var", "approval", "signal", "llm", "error", "agent", "env", "reason")
+    }
+    # recognised by the default rules only (no Secret anywhere): an OpenAI key in free text,
+    # an AWS key id in a step's result, and a password under a credential-named key
+    openai_key = "sk-proj-" + secrets.token_hex(20)
+    aws_key = "AKIA" + secrets.token_hex(8).upper()
+    password = _plant("password")
+    patterns = {"openai": openai_key, "aws": aws_key, "password": password}
+    os.environ["TETHER_TEST_PLANTED"] = planted["env"]
+    received: list[Any] = []
+    app = tether.open(backend.url)
+    try:
+
+        @app.tool(risk="write", secret=["api_key"], retry=tether.Retry(2, backoff=0, jitter=0))
+        def call_api(prompt: str, api_key: str, *, idempotency_key: str) -> dict[str, Any]:
+            received.append(api_key)
+            if len(received) == 1:  # a client that quotes the key in its error
+                raise PermissionError(f"401 for key {api_key}: rejected")
+            return {"ok": True, "len": len(api_key)}
+
+        def model(messages: list[dict[str, Any]]) -> dict[str, Any]:
+            received.append(messages)
+            return {"text": "fine", "usage": {"input_tokens": 3, "output_tokens": 1}}
+
+        @app.agent
+        def agent(run: tether.Run, token: tether.Secret) -> Any:
+            run.vars["token"] = tether.Secret(planted["var"], name="var")
+            run.vars["note"] = f"user pasted {openai_key} in chat"
+            run.vars["login"] = {"user": "ann", "password": password}
+            run.tool(call_api, "hello", api_key=planted["tool"])
+            run.llm(
+                "plan",
+                model,
+                messages=[
+                    {"role": "system", "content": tether.Secret(planted["llm"], name="sys")},
+                    {"role": "user", "content": f"my key is {openai_key}"},
+                ],
+            )
+            run.step("aws", lambda: f"found {aws_key} in the config")
+            run.step("env", lambda t: len(t), token)
+            run.approve("send", payload={"to": "bob", "key": tether.Secret(planted["approval"])})
+            got = run.wait("creds")
+            assert isinstance(got["creds"], tether.Secret) and not got["creds"].revealable
+            return {"done": True}
+
+        handle = app.run(agent, token=tether.Secret.env("TETHER_TEST_PLANTED", name="tok"))
+        assert handle.status == "waiting"
+        app.approve(handle.id, "send", by="alice", reason=f"ok, rotated {openai_key}")
+        assert app.resume(handle.id).status == "waiting"
+        app.signal(handle.id, "creds", {"creds": tether.Secret(planted["signal"])})
+        assert app.resume(handle.id).status == "completed"
+
+        @app.agent
+        def leaky(run: tether.Run) -> None:
+            secret = tether.Secret(planted["agent"])
+            raise RuntimeError(f"could not log in with {secret.reveal()}")
+
+        with pytest.raises(tether.RunFailed):
+            app.run(leaky)
+        failed = app.runs(agent="leaky")[0].id
+
+        @app.agent
+        def failing_step(run: tether.Run) -> None:
+            key = tether.Secret(planted["error"])
+
+            def use(k: str) -> None:
+                raise ValueError(f"bad key {k}")
+
+            run.step("use", use, key)
+
+        with pytest.raises(tether.RunFailed):
+            app.run(failing_step)
+        step_failed = app.runs(agent="failing_step")[0].id
+
+        # the functions received the values
+        assert received[0] == received[1] == planted["tool"]
+        assert received[2][0]["content"] == planted["llm"]
+        assert received[2][1]["content"] == f"my key is {openai_key}"
+        assert app.get(handle.id).steps[5].output == len(planted["env"])
+
+        everything = {**planted, **patterns}
+        _absent(everything, f"{backend.name}: the database (open)", _stored_text(backend))
+        for rid in (handle.id, failed, step_failed):
+            audit = "\n".join(f"{r.type} {r.actor} {r.detail}" for r in app.audit(rid))
+            _absent(everything, f"the audit log of {rid}", audit)
+            _absent(everything, f"export {rid}", _cli(backend, "export", rid))
+            _absent(everything, f"show {rid}", _cli(backend, "show", rid, "--traceback"))
+            _absent(everything, f"log {rid}", _cli(backend, "log", rid))
+            _absent(everything, f"log --json {rid}", _cli(backend, "log", rid, "--json"))
+        # what was stored instead says what was hidden
+        log = _cli(backend, "log", handle.id, "--json")
+        assert '"$t":"secret"' in log.replace(" ", "") and "[redacted:openai-key]" in log
+        assert "[redacted:credential-key]" in log and "[redacted:aws-access-key-id]" in log
+        show = _cli(backend, "show", failed)
+        assert "could not log in with ***" in show
+    finally:
+        app.close()
+        os.environ.pop("TETHER_TEST_PLANTED", None)
+    _absent(everything, f"{backend.name}: the database (closed)", _stored_text(backend))
+
+
+AGENT = '''
+import json, os, signal, sys
+import tether
+
+app = tether.open(sys.argv[1])
+LOG = sys.argv[1] + ".calls"
+
+
+@app.tool(risk="write", on_doubt="retry")
+def charge(amount: int, token: str, *, idempotency_key: str) -> dict:
+    with open(LOG, "a") as f:
+        f.write(json.dumps({"key": idempotency_key, "token": token,
+                            "run": tether.current_step().run_id}) + "\\n")
+    if sys.argv[2] == "start":
+        os.kill(os.getpid(), signal.SIGKILL)  # a crash after the intent, during the call
+    return {"charged": amount}
+
+
+@app.agent
+def pay(run, amount: int, token: tether.Secret) -> dict:
+    run.step("prepare", lambda: "ready")
+    return run.tool(charge, amount, token)
+
+
+if sys.argv[2] == "start":
+    app.run(pay, 5, tether.Secret.env("PAY_TOKEN", name="pay"))
+else:
+    print(json.dumps({"status": app.resume(sys.argv[3]).status}))
+'''
+
+
+def test_a_rotated_secret_resumes_in_another_process_with_the_same_key(
+    backend: Backend, tmp_path: Path
+) -> None:
+    script = tmp_path / "pay_agent.py"
+    script.write_text(AGENT)
+    old, new = _plant("old"), _plant("new")
+
+    def agent(*args: str, token: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "PAY_TOKEN": token}
+        return subprocess.run(
+            [sys.executable, str(script), backend.url, *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+
+    first = agent("start", token=old)
+    assert first.returncode == -9, first.stderr
+    calls = [json.loads(line) for line in Path(backend.url + ".calls").read_text().splitlines()]
+    rid = calls[0]["run"]
+    second = agent("resume", rid, token=new)  # the key was rotated between crash and resume
+    assert second.returncode == 0, second.stderr
+    assert json.loads(second.stdout) == {"status": "completed"}
+    calls = [json.loads(line) for line in Path(backend.url + ".calls").read_text().splitlines()]
+    assert [c["token"] for c in calls] == [old, new]  # each process revealed its own value
+    assert calls[0]["key"] == calls[1]["key"]  # the same idempotency key: no nondeterminism
+    with tether.open(backend.url) as app:
+        assert app.get(rid).output == {"charged": 5}
+    _absent({"old": old, "new": new}, "the database", _stored_text(backend))
