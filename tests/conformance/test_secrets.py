@@ -148,7 +148,9 @@ def test_a_planted_secret_is_found_nowhere(backend: Backend) -> None:
         assert received[0] == received[1] == planted["tool"]
         assert received[2][0]["content"] == planted["llm"]
         assert received[2][1]["content"] == f"my key is {openai_key}"
-        assert app.get(handle.id).steps[5].output == len(planted["env"])
+        steps = {s.name: s for s in app.get(handle.id).steps}
+        assert steps["env"].output == len(planted["env"])
+        assert steps["aws"].output == "found [redacted:aws-access-key-id] in the config"
 
         everything = {**planted, **patterns}
         _absent(everything, f"{backend.name}: the database (open)", _stored_text(backend))
@@ -176,7 +178,7 @@ import json, os, signal, sys
 import tether
 
 app = tether.open(sys.argv[1])
-LOG = sys.argv[1] + ".calls"
+LOG = sys.argv[2]
 
 
 @app.tool(risk="write", on_doubt="retry")
@@ -184,7 +186,7 @@ def charge(amount: int, token: str, *, idempotency_key: str) -> dict:
     with open(LOG, "a") as f:
         f.write(json.dumps({"key": idempotency_key, "token": token,
                             "run": tether.current_step().run_id}) + "\\n")
-    if sys.argv[2] == "start":
+    if sys.argv[3] == "start":
         os.kill(os.getpid(), signal.SIGKILL)  # a crash after the intent, during the call
     return {"charged": amount}
 
@@ -195,10 +197,10 @@ def pay(run, amount: int, token: tether.Secret) -> dict:
     return run.tool(charge, amount, token)
 
 
-if sys.argv[2] == "start":
+if sys.argv[3] == "start":
     app.run(pay, 5, tether.Secret.env("PAY_TOKEN", name="pay"))
 else:
-    print(json.dumps({"status": app.resume(sys.argv[3]).status}))
+    print(json.dumps({"status": app.resume(sys.argv[4]).status}))
 '''
 
 
@@ -208,11 +210,12 @@ def test_a_rotated_secret_resumes_in_another_process_with_the_same_key(
     script = tmp_path / "pay_agent.py"
     script.write_text(AGENT)
     old, new = _plant("old"), _plant("new")
+    calls_log = tmp_path / "calls.jsonl"
 
     def agent(*args: str, token: str) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "PAY_TOKEN": token}
         return subprocess.run(
-            [sys.executable, str(script), backend.url, *args],
+            [sys.executable, str(script), backend.url, str(calls_log), *args],
             capture_output=True,
             text=True,
             timeout=120,
@@ -221,12 +224,12 @@ def test_a_rotated_secret_resumes_in_another_process_with_the_same_key(
 
     first = agent("start", token=old)
     assert first.returncode == -9, first.stderr
-    calls = [json.loads(line) for line in Path(backend.url + ".calls").read_text().splitlines()]
+    calls = [json.loads(line) for line in calls_log.read_text().splitlines()]
     rid = calls[0]["run"]
     second = agent("resume", rid, token=new)  # the key was rotated between crash and resume
     assert second.returncode == 0, second.stderr
     assert json.loads(second.stdout) == {"status": "completed"}
-    calls = [json.loads(line) for line in Path(backend.url + ".calls").read_text().splitlines()]
+    calls = [json.loads(line) for line in calls_log.read_text().splitlines()]
     assert [c["token"] for c in calls] == [old, new]  # each process revealed its own value
     assert calls[0]["key"] == calls[1]["key"]  # the same idempotency key: no nondeterminism
     with tether.open(backend.url) as app:

@@ -245,9 +245,11 @@ def reveal_all(value: Any) -> Any:
 
 
 def literal_at(value: Any, path: str = "$") -> str | None:
-    """The path of the first literal Secret (not a Secret.env) inside ``value``, or None."""
+    """The path of the first literal Secret holding its value inside ``value``, or None:
+    not a Secret.env (stored as the reference), nor a Secret read back from the store
+    (stored as it was read)."""
     if isinstance(value, Secret):
-        return None if value.var is not None else path
+        return path if value._value is not None else None
     if isinstance(value, dict):
         for k, v in value.items():
             where = f"{path}.{k}" if isinstance(k, str) and k.isidentifier() else f"{path}[{k!r}]"
