@@ -127,7 +127,7 @@ def open(
     inline_sleep_max: float = 60.0,
     embed: _Embedder | None = None,
     code: _Iterable[str] | None = None,
-    redact: _Any = True,
+    redact: _Any = None,
     **options: _Any,
 ) -> App:
     """Open (creating if needed) a tether store and return its App.
@@ -146,7 +146,9 @@ def open(
     ``redact``: the redaction rules applied to every text stored (see docs/secrets.md):
     True the defaults (:attr:`Redact.DEFAULTS`: API keys, tokens, private keys, values of
     credential-named keys), False none, or a list of :class:`Redact` rules and regular
-    expressions. The rules are this process's: the last ``open`` sets them.
+    expressions. The rules are this process's: an ``open`` that names them sets them
+    for every App of the process; None (the default) leaves them as they are (the
+    defaults, unless an ``open`` changed them).
     ``options`` go to the backend: ``busy_timeout`` for SQLite; ``schema``,
     ``min_size``, ``max_size``, ``timeout``, ``lanes`` and ``linger`` for PostgreSQL
     (another name is refused, listing these).
@@ -156,7 +158,7 @@ def open(
 
     _check_open(url, durability, lease_ttl, inline_sleep_max, snapshot_every)
     _check_config(clock, retry, policy, approver_groups)
-    rules = _redact.rules_of(redact)  # checked before anything is opened
+    rules = None if redact is None else _redact.rules_of(redact)  # checked before opening
     store: Store
     if url.startswith(("postgres://", "postgresql://")):
         from tether.store.postgres import PostgresStore
@@ -184,7 +186,8 @@ def open(
         raise
     if embed is not None:
         app.memory.embedder = embed
-    _redact.configure(rules)
+    if rules is not None:
+        _redact.configure(rules)
     return app
 
 

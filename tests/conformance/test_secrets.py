@@ -62,9 +62,11 @@ def _cli(backend: Backend, *args: str) -> str:
 def _absent(planted: dict[str, str], where: str, text: str) -> None:
     found = {k: v for k, v in planted.items() if v in text}
     if found:
-        k, v = next(iter(found.items()))
+        v = next(iter(found.values()))
         i = text.index(v)
-        pytest.fail(f"{where} holds the planted {sorted(found)}: …{text[max(0, i - 120) : i + 60]}…")
+        pytest.fail(
+            f"{where} holds the planted {sorted(found)}: …{text[max(0, i - 120) : i + 60]}…"
+        )
 
 
 def test_a_planted_secret_is_found_nowhere(backend: Backend) -> None:
@@ -173,7 +175,7 @@ def test_a_planted_secret_is_found_nowhere(backend: Backend) -> None:
     _absent(everything, f"{backend.name}: the database (closed)", _stored_text(backend))
 
 
-AGENT = '''
+AGENT = """
 import json, os, signal, sys
 import tether
 
@@ -201,7 +203,7 @@ if sys.argv[3] == "start":
     app.run(pay, 5, tether.Secret.env("PAY_TOKEN", name="pay"))
 else:
     print(json.dumps({"status": app.resume(sys.argv[4]).status}))
-'''
+"""
 
 
 def test_a_rotated_secret_resumes_in_another_process_with_the_same_key(

@@ -242,9 +242,23 @@ def tool_core(
     """One tool call: its position is taken now (in the order of the calls); the core
     returned replays it, dedups it by key, or executes it with a durable intent first."""
     inputs = {"args": list(args), "kwargs": kwargs}
-    digest = codec.digest(inputs)
+    digest = _recorded_digest(j, tool.name, inputs, codec.digest(inputs))
     slot = j.slot("tool", tool.name, digest)
     return _tool_call(j, slot, tool, inputs, digest, policy)
+
+
+def _recorded_digest(j: Journal, name: str, inputs: Any, digest: str) -> str:
+    """``digest``, or the digest of the unredacted arguments when that is what the log
+    recorded at this position: a call made by a tether before redaction (or with it
+    turned off), whose arguments held a credential, replays with its recorded digest and
+    so its idempotency key, not as nondeterminism."""
+    rec = j.peek()
+    if rec is None or rec.kind != "tool" or rec.name != name:
+        return digest
+    if rec.input_digest in (None, digest):
+        return digest
+    raw = codec.digest(inputs, redacted=False)
+    return raw if raw == rec.input_digest else digest
 
 
 def _tool_call(

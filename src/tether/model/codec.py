@@ -435,11 +435,12 @@ def decode(text: str | bytes, *, where: str = "a stored value") -> Any:
         ) from None
 
 
-def digest(value: Any) -> str:
-    """A stable SHA-256 of ``value``'s canonical encoding (sorted keys).
+def digest(value: Any, *, redacted: bool = True) -> str:
+    """A stable SHA-256 of ``value``'s canonical encoding (sorted keys), redacted.
 
     Values that cannot be encoded (a client object passed as an argument) are
-    digested by their type name, so a digest never fails.
+    digested by their type name, so a digest never fails. ``redacted=False``: the
+    digest a tether without redaction computed (a run recorded by one, resumed here).
     """
     try:
         text = _canonical(value if _plain(value) else _enc(value))
@@ -449,7 +450,8 @@ def digest(value: Any) -> str:
         raise _shape_error(value, "the arguments") from None
     # the redacted text: a credential is never hashed (a short one would be found again from
     # its hash), and a rotated one leaves the digest, and so the idempotency key, as it was
-    text = redact.apply(text)
+    if redacted:
+        text = redact.by_rules(text)
     # surrogatepass: the same bytes for any Unicode text, and a digest for text that is
     # not (an argument holding a lone surrogate), which never fails
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

@@ -2,7 +2,8 @@
 
 The codec passes every text it writes (events, audit records, effect results, signal
 payloads, snapshots: :func:`tether.model.codec.encode`) and every text it hashes
-(:func:`tether.model.codec.digest`) through :func:`apply`, which
+(:func:`tether.model.codec.digest`, rules only: :func:`by_rules`) through
+:func:`apply`, which
 
 * replaces what a rule's pattern matches (an OpenAI or Anthropic key, an AWS access
   key id, a GitHub or Slack token, ``Bearer <token>``, a PEM private key) by
@@ -16,8 +17,8 @@ payloads, snapshots: :func:`tether.model.codec.encode`) and every text it hashes
 Rules work on the JSON text the codec wrote (compact, ``":"`` between a key and its
 value), so a call whose text matches nothing pays a few substring searches and one
 regular-expression scan, and no copy. The rules are the process's: ``tether.open(url,
-redact=...)`` sets them (:func:`configure`); the defaults (:data:`DEFAULTS`) are on
-until then. Hashing the redacted text keeps a credential out of digests too, and makes
+redact=...)`` sets them (:func:`configure`); the defaults (``Redact.DEFAULTS``) are
+on until then. Hashing the redacted text keeps a credential out of digests too, and makes
 an idempotency key independent of a rotated credential.
 """
 
@@ -156,12 +157,19 @@ _active = Redactor(Redact.DEFAULTS)
 def configure(redact: Any) -> None:
     """Set the process's redaction rules (see :func:`rules_of`)."""
     global _active
-    _active = Redactor(rules_of(redact))
+    _active = Redactor(redact if isinstance(redact, tuple) else rules_of(redact))
 
 
 def active() -> tuple[Redact, ...]:
     """The process's redaction rules."""
     return _active.rules
+
+
+def by_rules(text: str) -> str:
+    """``text`` with the process's rules applied (what a digest hashes: the values of the
+    Secrets this process happens to know are left alone there, so a digest never depends
+    on what else the process did before)."""
+    return _active.apply(text)
 
 
 def apply(text: str) -> str:

@@ -1,0 +1,194 @@
+"""tether.Secret and the redaction rules, without a store: what is shown, stored, hashed."""
+
+from __future__ import annotations
+
+import copy
+import os
+import pickle
+import re
+import secrets as random
+from collections.abc import Iterator
+
+import pytest
+
+import tether
+from tether.errors import InvalidInput, InvalidState
+from tether.model import codec, redact
+from tether.model.redact import Redact
+from tether.model.secrets import Secret, literal_at, reveal_all
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(autouse=True)
+def default_rules() -> Iterator[None]:
+    before = redact.active()
+    yield
+    redact.configure(before)
+
+
+def _value() -> str:
+    return "v" + random.token_hex(12)
+
+
+def test_a_secret_never_shows_its_value() -> None:
+    v = _value()
+    s = Secret(v, name="openai")
+    shown = [repr(s), str(s), f"{s}", f"{s!r:>40}", format(s), repr([s]), repr({"k": s})]
+    assert all(v not in text for text in shown), shown
+    assert repr(s) == "Secret(name='openai')" and repr(Secret(v)) == "Secret('***')"
+    assert repr(Secret.env("HOME", name="home")) == "Secret.env('HOME', name='home')"
+    assert s.reveal() == v
+    assert copy.deepcopy({"k": s})["k"] is s  # never copied into a second place
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        pickle.dumps(s)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (None, "must be a str .or bytes., not NoneType"),
+        (42, "must be a str .or bytes., not int"),
+        ({"a": 1}, "must be a str .or bytes., not dict"),
+        (Secret("inner-value"), "already a Secret"),
+    ],
+)
+def test_what_is_not_a_secret_value_is_refused(value: object, message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        Secret(value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["", "x" * 101, "a\nb", 7])
+def test_a_bad_label_is_refused(name: object) -> None:
+    with pytest.raises(InvalidInput, match="name labels the stored marker"):
+        Secret("value", name=name)  # type: ignore[arg-type]
+
+
+def test_a_secret_is_not_a_dict_key() -> None:
+    with pytest.raises(TypeError, match="unhashable"):
+        {Secret("value"): 1}
+
+
+def test_it_is_stored_as_its_marker_and_read_back_unrevealable() -> None:
+    v = _value()
+    value = {"a": [Secret(v, name="k"), (Secret(v),)], "b": {"c": Secret.env("TETHER_X")}}
+    text = codec.encode(value)
+    assert v not in text
+    assert '{"$t":"secret","v":{"name":"k"}}' in text
+    assert '{"$t":"secret","v":{"env":"TETHER_X"}}' in text
+    back = codec.decode(text)
+    assert back == value  # equal markers: what the store can tell apart
+    stored = back["a"][0]
+    assert not stored.revealable
+    with pytest.raises(InvalidState, match=r"read back from the store.*Secret.env"):
+        stored.reveal()
+
+
+def test_an_env_secret_reveals_this_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = codec.decode(codec.encode(Secret.env("TETHER_TEST_SECRET")))
+    monkeypatch.delenv("TETHER_TEST_SECRET", raising=False)
+    with pytest.raises(InvalidInput, match="'TETHER_TEST_SECRET' is not set in this process"):
+        s.reveal()
+    monkeypatch.setenv("TETHER_TEST_SECRET", "first")
+    assert s.reveal() == "first"
+    monkeypatch.setenv("TETHER_TEST_SECRET", "rotated")
+    assert s.reveal() == "rotated"
+    for bad in ("", "A=B", 3):
+        with pytest.raises(InvalidInput, match="environment variable's name"):
+            Secret.env(bad)  # type: ignore[arg-type]
+
+
+def test_the_digest_holds_the_marker_so_a_rotated_value_keeps_it() -> None:
+    a, b = Secret(_value(), name="key"), Secret(_value(), name="key")
+    args = {"args": ["hi"], "kwargs": {"api_key": a}}
+    assert codec.digest(args) == codec.digest({"args": ["hi"], "kwargs": {"api_key": b}})
+    assert codec.digest(args) != codec.digest({"args": ["hi"], "kwargs": {"api_key": "x"}})
+    assert codec.digest(args) != codec.digest({"args": ["hi"], "kwargs": {"other": a}})
+
+
+def test_known_values_are_scrubbed_from_free_text() -> None:
+    v = _value()
+    Secret(v)
+    text = codec.encode({"error": f"401 for {v}!", "tb": f'line "{v}"'})
+    assert v not in text and "401 for ***!" in text
+    short = Secret("abc")  # too short to search for in free text: it would mangle it
+    assert "abc" in codec.encode("abcdef") and short.reveal() == "abc"
+
+
+def test_reveal_all_copies_only_what_holds_a_secret() -> None:
+    v = _value()
+    plain = {"a": [1, "x"], "b": (2,)}
+    assert reveal_all(plain) is plain
+    mixed = {"a": [1, Secret(v)], "b": plain}
+    out = reveal_all(mixed)
+    assert out == {"a": [1, v], "b": plain} and out["b"] is plain
+    assert literal_at(mixed) == "$.a[1]" and literal_at({"e": Secret.env("X")}) is None
+
+
+KEYS = {
+    "anthropic-key": "sk-ant-api03-" + "a1B2" * 10,
+    "openai-key": "sk-proj-" + "Z9y8" * 10,
+    "aws-access-key-id": "AKIA" + "ABCDEFGHIJ234567",
+    "github-token": "ghp_" + "aB3d" * 9,
+    "slack-token": "xoxb-1234567890-abcdefghij",
+    "bearer": "Bearer eyJhbGciOiJIUzI1NiJ9.payload.sig",
+    "private-key": "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\nabc==\n-----END RSA PRIVATE KEY-----",
+}
+
+
+@pytest.mark.parametrize("rule", sorted(KEYS))
+def test_each_default_rule_redacts_its_credential(rule: str) -> None:
+    text = codec.encode({"msg": f"the config says {KEYS[rule]} here"})
+    assert KEYS[rule] not in text
+    assert f"[redacted:{rule}]" in text and "here" in text
+
+
+@pytest.mark.parametrize(
+    "key", ["password", "API_KEY", "x-api-key", "client_secret", "Authorization", "access_token"]
+)
+def test_credential_named_keys_lose_their_string_values(key: str) -> None:
+    text = codec.encode({key: "hunter2", "tokens": "12", "input_tokens": 7, "user": "ann"})
+    assert "hunter2" not in text and f'"{key}":"[redacted:credential-key]"' in text
+    assert '"tokens":"12"' in text and '"user":"ann"' in text  # not credentials
+
+
+def test_text_without_credentials_is_stored_as_it_was() -> None:
+    value = {"msg": "sk- is a prefix, AKIA too", "n": [1, 2.5, None], "token_count": 3}
+    assert codec.decode(codec.encode(value)) == value
+
+
+def test_rules_are_configurable() -> None:
+    key = "acme_" + "0f" * 16
+    redact.configure([*Redact.DEFAULTS, Redact("acme", r"acme_[0-9a-f]{32}")])
+    assert "[redacted:acme]" in codec.encode(f"use {key}")
+    redact.configure([re.compile(r"acme_\w+")])
+    assert "[redacted:custom]" in codec.encode(key)
+    assert KEYS["openai-key"] in codec.encode(KEYS["openai-key"])  # defaults left out
+    redact.configure(False)
+    assert codec.encode({"password": "hunter2"}) == '{"password":"hunter2"}'
+
+
+@pytest.mark.parametrize(
+    ("rules", "message"),
+    [
+        ("sk-.*", "a list of rules"),
+        ([3], "a tether.Redact, a regular expression"),
+        (["("], "is not a regex"),
+        (["a*"], "matches the empty string"),
+        ([Redact("x", "")], "non-empty str pattern"),
+    ],
+)
+def test_bad_rules_are_refused(rules: object, message: str) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        redact.rules_of(rules)
+    with pytest.raises(InvalidInput, match=message):
+        tether.open(os.devnull + "/never.db", redact=rules)  # refused before opening
+
+
+def test_the_unredacted_digest_is_what_a_tether_without_redaction_computed() -> None:
+    args = {"kwargs": {"headers": {"Authorization": "Bearer abcdefghijkl"}}}
+    redacted = codec.digest(args)
+    raw = codec.digest(args, redacted=False)
+    assert redacted != raw
+    redact.configure(False)
+    assert codec.digest(args) == raw
