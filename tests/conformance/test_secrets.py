@@ -237,3 +237,117 @@ def test_a_rotated_secret_resumes_in_another_process_with_the_same_key(
     with tether.open(backend.url) as app:
         assert app.get(rid).output == {"charged": 5}
     _absent({"old": old, "new": new}, "the database", _stored_text(backend))
+
+
+@pytest.fixture
+def rules() -> Any:
+    from tether.model import redact
+
+    before = redact.active()
+    yield redact
+    redact.configure(before)
+
+
+def test_a_result_holding_a_secret_is_refused_and_a_reference_is_not(app: tether.App) -> None:
+    @app.agent
+    def leaks(run: tether.Run) -> Any:
+        return run.step("fetch", lambda: {"key": tether.Secret("value-of-the-key")})
+
+    with pytest.raises(tether.RunFailed, match=r"step 'fetch''s result holds a tether.Secret"):
+        app.run(leaks)
+    failed = app.get(app.runs(agent="leaks")[0].id)
+    assert "Secret.env('VAR')" in (failed.error or {})["message"]
+
+    @app.agent
+    def chooses(run: tether.Run) -> Any:
+        return run.decide("which", tether.Secret("value-of-the-key"), why="no")
+
+    with pytest.raises(tether.RunFailed, match=r"decide 'which': the choice holds"):
+        app.run(chooses)
+
+    @app.agent
+    def refers(run: tether.Run) -> Any:
+        ref = run.step("ref", lambda: tether.Secret.env("TETHER_REF", name="r"))
+        run.approve("go")
+        return repr(ref)
+
+    handle = app.run(refers)
+    app.approve(handle.id, "go", by="ann")
+    assert app.resume(handle.id).output == "Secret.env('TETHER_REF', name='r')"  # replayed
+
+
+def test_a_literal_secret_in_a_run_input_is_refused(app: tether.App) -> None:
+    @app.agent
+    def agent(run: tether.Run, key: Any) -> None:
+        return None
+
+    for start in (lambda: app.run(agent, key=[tether.Secret("abcdefgh")]),
+                  lambda: app.start(agent, key={"k": tether.Secret("abcdefgh")})):  # fmt: skip
+        with pytest.raises(tether.InvalidInput, match=r"input holds a tether.Secret.*Secret.env"):
+            start()
+    assert app.runs() == []  # no run was created
+
+
+def test_secret_parameters_are_wrapped_by_position_and_by_name(app: tether.App) -> None:
+    got: list[Any] = []
+
+    @app.tool(risk="read", secret=["token", "extra"])
+    def fetch(url: str, token: str | None = None, **extra: Any) -> int:
+        got.append((url, token, extra))
+        return 1
+
+    @app.agent
+    def agent(run: tether.Run) -> None:
+        run.tool(fetch, "https://x", "tok-positional")
+        run.tool(fetch, "https://x", token=None, extra="tok-keyword")
+        run.tool(fetch, "https://x", token=tether.Secret("tok-secret"))
+
+    handle = app.run(agent)
+    assert got == [
+        ("https://x", "tok-positional", {}),
+        ("https://x", None, {"extra": "tok-keyword"}),
+        ("https://x", "tok-secret", {}),
+    ]
+    log = "".join(e.data for e in app.events(handle.id))
+    assert "tok-" not in log
+
+    with pytest.raises(tether.InvalidInput, match=r"secret= names 'nope'"):
+        app.tool(secret=["nope"])(lambda url: url)
+
+    @app.agent
+    def number(run: tether.Run) -> None:
+        run.tool(fetch, "https://x", token=12345)
+
+    with pytest.raises(tether.RunFailed, match=r"tool 'fetch': the secret parameter 'token' takes"):
+        app.run(number)
+
+
+def test_redaction_can_be_turned_off_and_a_run_recorded_so_replays(
+    backend: Backend, rules: Any
+) -> None:
+    header = {"Authorization": "Bearer " + secrets.token_hex(16)}
+    calls: list[str] = []
+    with tether.open(backend.url, redact=False) as app:
+
+        @app.tool(risk="write")
+        def post(headers: dict[str, str], *, idempotency_key: str) -> str:
+            calls.append(idempotency_key)
+            return "sent"
+
+        @app.agent
+        def agent(run: tether.Run) -> str:
+            run.tool(post, header)
+            run.approve("more")
+            return run.tool(post, header)
+
+        handle = app.run(agent)
+        assert header["Authorization"] in "".join(e.data for e in app.events(handle.id))
+    with tether.open(backend.url, redact=True) as app:  # the defaults, as after an upgrade
+        app.tool(risk="write")(post)
+        app.agent(agent)
+        app.approve(handle.id, "more", by="ann")
+        assert app.resume(handle.id).status == "completed"  # no nondeterminism
+        log = "".join(e.data for e in app.events(handle.id))
+        assert log.count(header["Authorization"]) == 1  # the first call's intent, from before
+        assert '"Authorization":"[redacted:credential-key]"' in log  # the second call's
+    assert len(calls) == 2 and calls[0] != calls[1]

@@ -167,18 +167,18 @@ def mark_secrets(
             names = []
         for i, pname in enumerate(names[: len(args)]):
             if pname in d.secret:
-                out_args[i] = _as_secret(args[i], pname)
-    out_kwargs = {k: _as_secret(v, k) if k in d.secret else v for k, v in kwargs.items()}
+                out_args[i] = _as_secret(args[i], pname, d.name)
+    out_kwargs = {k: _as_secret(v, k, d.name) if k in d.secret else v for k, v in kwargs.items()}
     return tuple(out_args), out_kwargs
 
 
-def _as_secret(value: Any, name: str) -> Any:
+def _as_secret(value: Any, name: str, tool: str) -> Any:
     if isinstance(value, Secret) or value is None:
         return value  # None: an optional key left out, nothing to hide
     if not isinstance(value, str | bytes):
         raise InvalidInput(
-            f"the secret parameter {name!r} takes a str (or bytes, or a tether.Secret), not "
-            f"{type(value).__name__}: secrets are stored as a marker, so only text can be one"
+            f"tool {tool!r}: the secret parameter {name!r} takes a str (or bytes, or a "
+            f"tether.Secret), not {type(value).__name__}: a secret is text (convert it first)"
         )
     return Secret(value, name=name)
 
