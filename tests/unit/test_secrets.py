@@ -131,15 +131,15 @@ KEYS = {
     "aws-access-key-id": "AKIA" + "ABCDEFGHIJ234567",
     "github-token": "ghp_" + "aB3d" * 9,
     "slack-token": "xoxb-1234567890-abcdefghij",
-    "bearer": "Bearer eyJhbGciOiJIUzI1NiJ9.payload.sig",
+    "bearer": "Bearer eyJhbGciOiJIUzI1NiJ9.payload.signature",
     "private-key": "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\nabc==\n-----END RSA PRIVATE KEY-----",
 }
 
 
 @pytest.mark.parametrize("rule", sorted(KEYS))
 def test_each_default_rule_redacts_its_credential(rule: str) -> None:
-    text = codec.encode({"msg": f"the config says {KEYS[rule]} here"})
-    assert KEYS[rule] not in text
+    text = codec.encode({"msg": f"the config says {KEYS[rule]} here", "m": f"x\n{KEYS[rule]}"})
+    assert KEYS[rule] not in text and text.count(f"[redacted:{rule}]") == 2
     assert f"[redacted:{rule}]" in text and "here" in text
 
 
@@ -152,8 +152,18 @@ def test_credential_named_keys_lose_their_string_values(key: str) -> None:
     assert '"tokens":"12"' in text and '"user":"ann"' in text  # not credentials
 
 
-def test_text_without_credentials_is_stored_as_it_was() -> None:
-    value = {"msg": "sk- is a prefix, AKIA too", "n": [1, 2.5, None], "token_count": 3}
+@pytest.mark.parametrize(
+    "text",
+    [
+        "sk- is a prefix, AKIA too",
+        "a risk-assessment-for-the-whole-customer-base",
+        "the bearer of bad news, the bearer incomprehensibilities",
+        "ghost_protocol_enabled_for_every_single_user_here",
+        "PRIVATE KEY----- without its block",
+    ],
+)
+def test_text_without_credentials_is_stored_as_it_was(text: str) -> None:
+    value = {"msg": text, "n": [1, 2.5, None], "token_count": 3, "tokens": "many"}
     assert codec.decode(codec.encode(value)) == value
 
 

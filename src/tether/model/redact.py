@@ -32,11 +32,6 @@ from typing import Any, ClassVar
 from tether.errors import InvalidInput
 from tether.model import secrets
 
-_KEY_WORDS = (
-    r"password|passwd|passphrase|secret|token|api[_-]?key|apikey|authorization|"
-    r"private[_-]?key|access[_-]?key|credentials?|cookie"
-)
-
 
 @dataclass(frozen=True, slots=True)
 class Redact:
@@ -45,68 +40,172 @@ class Redact:
     ``keys=False``: what the pattern matches in any stored text is replaced by
     ``[redacted:<name>]``. ``keys=True``: the pattern matches dict *key names* (the
     whole name, case-insensitive), and each such key's string value is replaced whole.
-    :attr:`DEFAULTS` is the default set; ``tether.open(url, redact=[*Redact.DEFAULTS,
-    Redact("acme", r"acme_[0-9a-f]{32}")])`` adds one.
+
+    ``hints``, optional, make the rule cheap on text it cannot match (almost every
+    text): for a value rule, substrings one of which the text holds wherever the pattern
+    matches (the pattern runs only on such text); for a key rule, lowercase endings one
+    of which a matching key name has. Without hints the pattern runs on every text.
+    :attr:`DEFAULTS` is the default set; ``tether.open(url, redact=[*tether.Redact.DEFAULTS,
+    tether.Redact("acme", r"acme_[0-9a-f]{32}", hints=("acme_",))])`` adds one.
     """
 
     name: str
     pattern: str
     keys: bool = False
+    hints: tuple[str, ...] = ()
 
     DEFAULTS: ClassVar[tuple[Redact, ...]] = ()  # the default rules, set below
 
 
+# how a credential's key name ends (the whole name, or after _ - . or a space)
+_WORDS = [
+    "password",
+    "passwd",
+    "passphrase",
+    "secret",
+    "token",
+    "api_key",
+    "api-key",
+    "apikey",
+    "authorization",
+    "private_key",
+    "private-key",
+    "privatekey",
+    "access_key",
+    "access-key",
+    "accesskey",
+    "credential",
+    "credentials",
+    "cookie",
+]
+_KEY_WORDS = "|".join(re.escape(w) for w in _WORDS)
+
+# where a credential may start: not inside a word (risk-…), but after a JSON escape (\n)
+_START = r"(?:(?<![A-Za-z0-9])|(?<=\\[nrt]))"
+
 Redact.DEFAULTS = (
-    Redact("anthropic-key", r"sk-ant-[A-Za-z0-9_\-]{20,}"),
-    Redact("openai-key", r"sk-(?!ant-)[A-Za-z0-9_\-]{20,}"),
-    Redact("aws-access-key-id", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
-    Redact("github-token", r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,})"),
-    Redact("slack-token", r"\bxox[abposr]-[A-Za-z0-9\-]{10,}"),
-    Redact("bearer", r"(?i:bearer)\s+[A-Za-z0-9._~+/=\-]{8,}"),
+    Redact("anthropic-key", _START + r"sk-ant-[A-Za-z0-9_\-]{20,}", hints=("sk-",)),
+    Redact("openai-key", _START + r"sk-(?!ant-)[A-Za-z0-9_\-]{20,}", hints=("sk-",)),
+    Redact(
+        "aws-access-key-id",
+        _START + r"(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Za-z0-9])",
+        hints=("AKIA", "ASIA"),
+    ),
+    Redact(
+        "github-token",
+        _START + r"gh(?:[pousr]_[A-Za-z0-9]{30,}|ithub_pat_[A-Za-z0-9_]{40,})",
+        hints=("gh",),
+    ),
+    Redact("slack-token", _START + r"xox[abposr]-[A-Za-z0-9\-]{10,}", hints=("xox",)),
+    Redact(
+        "bearer",
+        r"(?:[Bb]earer|BEARER)\s+(?=[A-Za-z._~+/=\-]*[0-9])[A-Za-z0-9._~+/=\-]{20,}",
+        hints=("earer", "EARER"),
+    ),
     Redact(
         "private-key",
         r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----",
+        hints=("PRIVATE KEY-----",),
     ),
-    Redact("credential-key", rf"(?:[^\"\\]*[_\-. ])?(?:{_KEY_WORDS})", keys=True),
+    Redact(
+        "credential-key", rf"(?:[^\"\\]*[_\-. ])?(?:{_KEY_WORDS})", keys=True, hints=tuple(_WORDS)
+    ),
 )
 
-# a JSON string's inside (no quote, escapes kept): what a value rule may replace
+# a JSON string, quotes and escapes included: the value a key rule replaces
 _JSON_STR = r'"(?:[^"\\]|\\.)*"'
 
 
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    hints: tuple[str, ...]
+    find: re.Pattern[str]  # what is replaced
+    by: Any  # its replacement (a str, or a function of the match)
+    key: re.Pattern[str] | None = None  # a key rule: matches a key's name
+
+
 class Redactor:
-    """Compiled rules: :meth:`apply` on JSON text."""
+    """Compiled rules: :meth:`apply` on JSON text.
+
+    A value rule with hints runs only when the text holds one (each distinct hint is
+    searched once). A key rule with hints runs only when a string-valued key's name ends
+    with one of them and matches its pattern (see :meth:`_key_rules_in`)."""
 
     def __init__(self, rules: Iterable[Redact]) -> None:
         self.rules = tuple(rules)
-        values = [r for r in self.rules if not r.keys]
-        keys = [r for r in self.rules if r.keys]
-        self._values = [(re.compile(r.pattern, re.DOTALL), f"[redacted:{r.name}]") for r in values]
-        self._any = (
-            re.compile("|".join(f"(?:{r.pattern})" for r in values), re.DOTALL) if values else None
-        )
-        self._keys = [
-            (
-                re.compile(rf'"(?P<tether_key>(?i:{r.pattern}))":{_JSON_STR}'),
-                f'"\\g<tether_key>":"[redacted:{r.name}]"',
-            )
-            for r in keys
-        ]
+        self._values: dict[str, list[_Rule]] = {}  # hint -> the rules it gates
+        self._keys: list[_Rule] = []
+        self._always: list[_Rule] = []
+        for r in self.rules:
+            if r.keys:
+                find = re.compile(rf'"(?P<tether_key>(?i:{r.pattern}))":{_JSON_STR}')
+                by = _keep_key(f'"\\g<tether_key>":"[redacted:{r.name}]"')
+                rule = _Rule(r.hints, find, by, re.compile(r.pattern, re.IGNORECASE))
+                if r.hints:
+                    self._keys.append(rule)
+                else:
+                    self._always.append(rule)
+                continue
+            rule = _Rule(r.hints, re.compile(r.pattern, re.DOTALL), f"[redacted:{r.name}]")
+            if not r.hints:
+                self._always.append(rule)
+            for h in r.hints:
+                self._values.setdefault(h, []).append(rule)
+        self._names: dict[str, tuple[_Rule, ...]] = {}  # key name -> the key rules it matches
 
     def apply(self, text: str) -> str:
         """``text`` (JSON written by the codec) with what the rules match replaced."""
-        if self._any is not None and self._any.search(text) is not None:
-            for pattern, by in self._values:
-                text = pattern.sub(by, text)
-        for pattern, by in self._keys:
-            if pattern.search(text) is not None:
-                text = pattern.sub(_keep_marker(by), text)
+        done: set[int] = set()
+        for hint, rules in self._values.items():
+            if hint in text:
+                for rule in rules:
+                    if id(rule) not in done:
+                        done.add(id(rule))
+                        text = rule.find.sub(rule.by, text)
+        if self._keys and '":"' in text:
+            for rule in self._key_rules_in(text):
+                text = rule.find.sub(rule.by, text)
+        for rule in self._always:
+            if rule.find.search(text) is not None:
+                text = rule.find.sub(rule.by, text)
         return text
 
+    def _key_rules_in(self, text: str) -> list[_Rule]:
+        """The key rules that match a string-valued key of ``text``. In JSON text ``":"``
+        is only ever the end of a key whose value is a string (a quote inside a string is
+        escaped), so the names are what precedes each ``":"`` back to its quote; what each
+        name matches is remembered (the same few names come back in every event)."""
+        pieces = text.split('":"')
+        pieces.pop()  # what follows the last one
+        found: list[_Rule] = []
+        cache = self._names
+        for piece in pieces:
+            name = piece[piece.rfind('"') + 1 :]
+            hit = cache.get(name)
+            if hit is None:
+                low = name.lower()
+                hit = tuple(
+                    r
+                    for r in self._keys
+                    if low.endswith(r.hints) and r.key is not None and r.key.fullmatch(name)
+                )
+                if len(cache) >= _NAMES_MAX:
+                    cache.clear()
+                cache[name] = hit
+            for rule in hit:
+                if rule not in found:
+                    found.append(rule)
+        return found
 
-def _keep_marker(by: str) -> Any:
+
+_NAMES_MAX = 4096  # key names remembered by a Redactor
+
+
+def _keep_key(template: str) -> Any:
+    """The replacement of a key rule's match: the key as it was, its value redacted."""
+
     def sub(m: re.Match[str]) -> str:
-        return m.expand(by)
+        return m.expand(template)
 
     return sub
 
@@ -124,6 +223,13 @@ def _check(rule: object) -> Redact:
         )
     if not isinstance(pattern, str) or not pattern:
         raise InvalidInput(f"redact: rule {rule.name!r} needs a non-empty str pattern")
+    if isinstance(rule.hints, str) or not all(
+        isinstance(h, str) and h and (h == h.lower() or not rule.keys) for h in rule.hints
+    ):
+        raise InvalidInput(
+            f"redact: rule {rule.name!r}: hints is a tuple of non-empty str (lowercase for a "
+            f"key rule), not {rule.hints!r}"
+        )
     try:
         compiled = re.compile(pattern)
     except re.error as e:

@@ -32,7 +32,7 @@ from tether.errors import InvalidInput, InvalidState
 
 TAG = "secret"  # the codec's tag: {"$t": "secret", "v": {...}}
 MIN_SCRUB = 4  # shorter values are not searched for in free text (they would mangle it)
-MAX_KNOWN = 4096  # the most values remembered for scrub (the oldest are forgotten)
+MAX_KNOWN = 256  # the most values remembered for scrub (the oldest are forgotten)
 NAME_MAX = 100
 HIDDEN = "***"  # what replaces a known secret's value in free text
 
