@@ -129,8 +129,9 @@ def test_a_planted_secret_is_found_nowhere(backend: Backend) -> None:
             secret = tether.Secret(planted["agent"])
             raise RuntimeError(f"could not log in with {secret.reveal()}")
 
-        with pytest.raises(tether.RunFailed):
+        with pytest.raises(tether.RunFailed) as raised:
             app.run(leaky)
+        assert planted["agent"] not in str(raised.value) + repr(raised.value)
         failed = app.runs(agent="leaky")[0].id
 
         @app.agent
@@ -142,8 +143,9 @@ def test_a_planted_secret_is_found_nowhere(backend: Backend) -> None:
 
             run.step("use", use, key)
 
-        with pytest.raises(tether.RunFailed):
+        with pytest.raises(tether.RunFailed) as raised:
             app.run(failing_step)
+        assert planted["error"] not in str(raised.value) + repr(raised.value)
         step_failed = app.runs(agent="failing_step")[0].id
 
         # the functions received the values

@@ -44,7 +44,7 @@ from tether.errors import (
     NondeterminismError,
     StoreUnavailable,
 )
-from tether.model import codec, inputs, secrets
+from tether.model import codec, inputs, redact, secrets
 from tether.model import events as ev
 from tether.model.clock import Clock
 from tether.model.events import NewEvent
@@ -529,10 +529,11 @@ def error_info(exc: BaseException, at: float) -> dict[str, Any]:
     """An exception as plain data: type, message, traceback, time."""
     t = type(exc)
     name = t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+    # redacted here, not only when stored: RunFailed's message is built from this
     return {
         "type": name,
-        "message": _storable(str(exc)),
-        "traceback": _storable("".join(traceback.format_exception(exc))),
+        "message": _storable(redact.apply(str(exc))),
+        "traceback": _storable(redact.apply("".join(traceback.format_exception(exc)))),
         "at": at,
     }
 
