@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import os
 import pickle
 import re
@@ -106,13 +107,23 @@ def test_the_digest_holds_the_marker_so_a_rotated_value_keeps_it() -> None:
     assert codec.digest(args) != codec.digest({"args": ["hi"], "kwargs": {"other": a}})
 
 
-def test_known_values_are_scrubbed_from_free_text() -> None:
+def test_known_values_are_scrubbed_from_string_values() -> None:
     v = _value()
     Secret(v)
-    text = codec.encode({"error": f"401 for {v}!", "tb": f'line "{v}"'})
-    assert v not in text and "401 for ***!" in text
-    short = Secret("abc")  # too short to search for in free text: it would mangle it
-    assert "abc" in codec.encode("abcdef") and short.reveal() == "abc"
+    value = {"error": f"401 for {v}!", "tb": f'line "{v}"', v: [f"{v}{v}", 1]}
+    text = codec.encode(value)
+    assert codec.decode(text) == {"error": "401 for ***!", "tb": 'line "***"', v: ["******", 1]}
+    short = Secret("abcde")  # too short to search for in free text: it would mangle it
+    assert "abcde" in codec.encode("abcdef") and short.reveal() == "abcde"
+
+
+@pytest.mark.parametrize("value", ["null12", "123456", "true:1", 'a"b:cd', "n12345"])
+def test_a_known_value_never_breaks_the_json_around_it(value: str) -> None:
+    Secret(value)
+    data = {"n": 123456, "flag": True, "x": None, "s": f"a\n12345{value}", value: 'a"b:cd'}
+    back = codec.decode(codec.encode(data))  # still JSON, the same shape
+    assert set(back) == set(data) and back["n"] == 123456 and back["flag"] is True
+    assert value not in json.dumps([back["s"], back[value]])
 
 
 def test_reveal_all_copies_only_what_holds_a_secret() -> None:

@@ -532,8 +532,8 @@ def error_info(exc: BaseException, at: float) -> dict[str, Any]:
     # redacted here, not only when stored: RunFailed's message is built from this
     return {
         "type": name,
-        "message": _storable(redact.apply(str(exc))),
-        "traceback": _storable(redact.apply("".join(traceback.format_exception(exc)))),
+        "message": _storable(redact.plain(str(exc))),
+        "traceback": _storable(redact.plain("".join(traceback.format_exception(exc)))),
         "at": at,
     }
 

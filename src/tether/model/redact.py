@@ -104,7 +104,8 @@ Redact.DEFAULTS = (
     ),
     Redact(
         "private-key",
-        r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----",
+        # within one JSON string: never across a quote, so the text stays JSON
+        r'-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[^"\\]|\\.)*?-----END [A-Z ]*PRIVATE KEY-----',
         hints=("PRIVATE KEY-----",),
     ),
     Redact(
@@ -279,8 +280,18 @@ def by_rules(text: str) -> str:
 
 
 def apply(text: str) -> str:
-    """``text`` as it may be stored: the process's rules applied, then every secret value
-    this process knows (see :func:`tether.model.secrets.scrub`) hidden."""
+    """JSON ``text`` (as the codec writes it) as it may be stored: the process's rules
+    applied, then every secret value this process knows hidden in its string values (see
+    :func:`tether.model.secrets.scrub_json`)."""
+    text = _active.apply(text)
+    if secrets.known():
+        text = secrets.scrub_json(text)
+    return text
+
+
+def plain(text: str) -> str:
+    """Plain ``text`` (an error message, a traceback) as it may be stored: the value rules
+    applied, then every secret value this process knows hidden."""
     text = _active.apply(text)
     if secrets.known():
         text = secrets.scrub(text)

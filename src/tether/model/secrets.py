@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from typing import Any, NoReturn
 
 from tether.errors import InvalidInput, InvalidState
 
 TAG = "secret"  # the codec's tag: {"$t": "secret", "v": {...}}
-MIN_SCRUB = 4  # shorter values are not searched for in free text (they would mangle it)
+MIN_SCRUB = 6  # shorter values are not searched for in free text (they would mangle it)
 MAX_KNOWN = 256  # the most values remembered for scrub (the oldest are forgotten)
 NAME_MAX = 100
 HIDDEN = "***"  # what replaces a known secret's value in free text
@@ -180,8 +181,12 @@ def from_marker(v: Any) -> Secret:
 # -- values this process knows are secret, removed from free text before it is stored ----
 
 _lock = threading.Lock()
-_known: dict[str, None] = {}  # JSON-escaped forms (as they appear in stored text), in order
-_snapshot: tuple[str, ...] = ()  # read without the lock: replaced whole on every change
+_known: dict[str, str] = {}  # value -> its JSON-escaped form (as in stored text), in order
+# (value, escaped), longest first: read without the lock, replaced whole on every change
+_snapshot: tuple[tuple[str, str], ...] = ()
+# every JSON string, in order (so that the scan never starts inside one), and whether it is
+# a key (followed by a colon in the codec's compact text)
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"(:?)')
 
 
 def _remember(value: str | bytes) -> None:
@@ -193,29 +198,56 @@ def _remember(value: str | bytes) -> None:
             return  # not text: it cannot appear in an error message as it is
     if len(value) < MIN_SCRUB:
         return
-    escaped = json.dumps(value, ensure_ascii=False)[1:-1]
     with _lock:
-        if escaped in _known:
+        if value in _known:
             return
-        _known[escaped] = None
+        _known[value] = json.dumps(value, ensure_ascii=False)[1:-1]
         if len(_known) > MAX_KNOWN:
             del _known[next(iter(_known))]
         # longest first: a secret that contains another is hidden whole
-        _snapshot = tuple(sorted(_known, key=len, reverse=True))
+        _snapshot = tuple(sorted(_known.items(), key=lambda kv: len(kv[0]), reverse=True))
 
 
-def known() -> tuple[str, ...]:
-    """The secret values this process knows (JSON-escaped), longest first."""
-    return _snapshot
+def known() -> bool:
+    """Whether this process knows any secret value (see :func:`scrub`)."""
+    return bool(_snapshot)
 
 
 def scrub(text: str) -> str:
-    """``text`` with every known secret value replaced by ``***`` (JSON-escaped text or
-    plain text alike: the escaped form of most values is the value)."""
-    for value in _snapshot:
+    """Plain ``text`` (an error message) with every known secret value replaced by
+    ``***``."""
+    for value, _ in _snapshot:
         if value in text:
             text = text.replace(value, HIDDEN)
     return text
+
+
+def scrub_json(text: str) -> str:
+    """JSON ``text`` (as the codec writes it) with every known secret value replaced by
+    ``***`` inside the string values that hold it. Keys and the structure are left as
+    they are, so the text stays the JSON it was; a string whose replacement would not be
+    valid JSON (the value began inside an escape, ``\\n…``) is replaced whole."""
+    hits = [escaped for _, escaped in _snapshot if escaped in text]
+    if not hits:
+        return text
+
+    def sub(m: re.Match[str]) -> str:
+        found = m.group(0)
+        if m.group(1):  # a key: left as it is
+            return found
+        out = found
+        for escaped in hits:
+            if escaped in out:
+                out = out.replace(escaped, HIDDEN)
+        if out is found:
+            return found
+        try:
+            json.loads(out)
+        except ValueError:
+            return f'"{HIDDEN}"'
+        return out
+
+    return _JSON_STRING.sub(sub, text)
 
 
 # -- walks ------------------------------------------------------------------------------
