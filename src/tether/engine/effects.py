@@ -77,6 +77,7 @@ class ToolDef:
     takes_key: bool
     undo_takes_key: bool
     secret: frozenset[str] = frozenset()  # parameters stored as secrets (see mark_secrets)
+    secret_at: tuple[tuple[int, str], ...] = ()  # (position, name) of those passed by position
 
     @property
     def writes(self) -> bool:
@@ -113,7 +114,7 @@ def define_tool(
     if source:
         code["file"] = os.path.abspath(source)
     takes_key = _takes_key(fn)
-    secret_params = _secret_params(fn, name, secret)
+    secret_params, secret_at = _secret_params(fn, name, secret)
     return ToolDef(
         name,
         fn,
@@ -125,30 +126,39 @@ def define_tool(
         takes_key,
         compensate is not None and _takes_key(compensate),
         secret_params,
+        secret_at,
     )
 
 
-def _secret_params(fn: Callable[..., Any], name: str, secret: Sequence[str]) -> frozenset[str]:
-    """``secret=`` checked: a list of the tool's parameter names."""
+def _secret_params(
+    fn: Callable[..., Any], name: str, secret: Sequence[str]
+) -> tuple[frozenset[str], tuple[tuple[int, str], ...]]:
+    """``secret=`` checked (a list of the tool's parameter names): the names, and their
+    positions among the parameters that may be passed positionally."""
     if isinstance(secret, str) or not isinstance(secret, Sequence | set | frozenset):
         raise InvalidInput(
             f"tool {name!r}: secret= is a list of parameter names (secret=['api_key']), "
             f"not {secret!r}"
         )
     if not secret:
-        return frozenset()
+        return frozenset(), ()
     try:
-        params = inspect.signature(fn).parameters
+        params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
         params = None
-    takes_any = params is not None and any(p.kind == p.VAR_KEYWORD for p in params.values())
-    for p in secret:
-        if not isinstance(p, str) or (params is not None and p not in params and not takes_any):
-            known = ", ".join(params) if params is not None else "?"
+    names = [p.name for p in params] if params is not None else []
+    takes_any = params is not None and any(p.kind == p.VAR_KEYWORD for p in params)
+    for s in secret:
+        if not isinstance(s, str) or (params is not None and s not in names and not takes_any):
             raise InvalidInput(
-                f"tool {name!r}: secret= names {p!r}, which is not one of its parameters ({known})"
+                f"tool {name!r}: secret= names {s!r}, which is not one of its parameters "
+                f"({', '.join(names) if params is not None else '?'})"
             )
-    return frozenset(secret)
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    at = tuple(
+        (i, p.name) for i, p in enumerate(params or []) if p.kind in positional and p.name in secret
+    )
+    return frozenset(secret), at
 
 
 def mark_secrets(
@@ -160,14 +170,9 @@ def mark_secrets(
     if not d.secret:
         return tuple(args), kwargs
     out_args = list(args)
-    if args:
-        try:
-            names = list(inspect.signature(d.fn).parameters)
-        except (TypeError, ValueError):
-            names = []
-        for i, pname in enumerate(names[: len(args)]):
-            if pname in d.secret:
-                out_args[i] = _as_secret(args[i], pname, d.name)
+    for i, pname in d.secret_at:
+        if i < len(args):
+            out_args[i] = _as_secret(args[i], pname, d.name)
     out_kwargs = {k: _as_secret(v, k, d.name) if k in d.secret else v for k, v in kwargs.items()}
     return tuple(out_args), out_kwargs
 

@@ -21,7 +21,7 @@ from tether.context.conversation import Session
 from tether.engine import compensation, gates
 from tether.engine.calls import Cancelling, Core, Stopping, Suspended, agent_body
 from tether.engine.deps import Deps
-from tether.engine.journal import Journal, no_literal_secret
+from tether.engine.journal import SECRET_TYPE, Journal, no_literal_secret
 from tether.engine.leases import Active, Leases
 from tether.engine.policy import Policy
 from tether.engine.registry import AgentDef, Registry
@@ -388,11 +388,15 @@ class Executor:
             event = journal.event(ev.RUN_COMPLETED, {"output": output})
             no_literal_secret(event, output, f"run {journal.run_id}: the agent's return value")
         except EncodeError as e:
-            err = EncodeError(
-                f"run {journal.run_id}: the agent's return value cannot be "
-                f"stored: {e.type_name} at {e.path.replace('$.output', '$', 1)}",
-                path=e.path,
-                type_name=e.type_name,
+            err = (
+                e
+                if e.type_name == SECRET_TYPE
+                else EncodeError(
+                    f"run {journal.run_id}: the agent's return value cannot be "
+                    f"stored: {e.type_name} at {e.path.replace('$.output', '$', 1)}",
+                    path=e.path,
+                    type_name=e.type_name,
+                )
             )
             core = self._stopped(journal, err, err)
             assert core is not None
