@@ -353,3 +353,28 @@ def test_redaction_can_be_turned_off_and_a_run_recorded_so_replays(
         assert log.count(header["Authorization"]) == 1  # the first call's intent, from before
         assert '"Authorization":"[redacted:credential-key]"' in log  # the second call's
     assert len(calls) == 2 and calls[0] != calls[1]
+
+
+def test_an_export_with_secrets_imports_and_resumes_with_the_reference(
+    app: tether.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    monkeypatch.setenv("TETHER_IMPORTED", "value-in-this-process")
+    seen: list[Any] = []
+
+    @app.agent
+    def agent(run: tether.Run, key: tether.Secret) -> int:
+        run.vars["literal"] = tether.Secret("not-exported-value")
+        run.approve("go", payload={"key": key})
+        return run.step("use", lambda k: seen.append(k) or len(k), key)
+
+    handle = app.run(agent, key=tether.Secret.env("TETHER_IMPORTED"))
+    out = io.StringIO()
+    app.export_run(handle.id, out)
+    assert "not-exported-value" not in out.getvalue()
+    copy = app.import_run(out.getvalue().splitlines(), new_id=True)
+    assert app.get(copy).vars["literal"] == tether.Secret._stored(None)
+    app.approve(copy, "go", by="ann")
+    assert app.resume(copy).output == len("value-in-this-process")
+    assert seen == ["value-in-this-process"]  # the imported reference, revealed here
