@@ -247,9 +247,10 @@ def tool_core(
     """One tool call: its position is taken now (in the order of the calls); the core
     returned replays it, dedups it by key, or executes it with a durable intent first."""
     inputs = {"args": list(args), "kwargs": kwargs}
-    digest = _recorded_digest(j, tool.name, inputs, codec.digest(inputs))
+    plain = codec.is_plain(inputs)  # the common case: nothing to reveal, one walk for both
+    digest = _recorded_digest(j, tool.name, inputs, codec.digest(inputs, plain=plain))
     slot = j.slot("tool", tool.name, digest)
-    return _tool_call(j, slot, tool, inputs, digest, policy)
+    return _tool_call(j, slot, tool, inputs, digest, policy, plain)
 
 
 def _recorded_digest(j: Journal, name: str, inputs: Any, digest: str) -> str:
@@ -267,7 +268,13 @@ def _recorded_digest(j: Journal, name: str, inputs: Any, digest: str) -> str:
 
 
 def _tool_call(
-    j: Journal, slot: Slot, tool: ToolDef, inputs: dict[str, Any], digest: str, policy: Retry
+    j: Journal,
+    slot: Slot,
+    tool: ToolDef,
+    inputs: dict[str, Any],
+    digest: str,
+    policy: Retry,
+    plain: bool,
 ) -> Core:
     args, kwargs = inputs["args"], inputs["kwargs"]
     rec = slot.recorded
@@ -283,8 +290,9 @@ def _tool_call(
         if rec is not None and rec.status == StepStatus.RUNNING and tool.on_doubt == "ask":
             data = {"pos": slot.pos, "name": tool.name, "key": key, "reason": "crash"}
             raise j.suspend([j.event(ev.TOOL_IN_DOUBT, data)], f"doubt:{key}", None)
-    shown = (args, kwargs)  # a failure's context shows the secrets as Secret('***')
-    args, kwargs = reveal_all(args), reveal_all(kwargs)  # the function gets the values
+    shown = None if plain else (args, kwargs)  # a failure's context shows Secret('***')
+    if not plain:
+        args, kwargs = reveal_all(args), reveal_all(kwargs)  # the function gets the values
     call_kwargs = {**kwargs, "idempotency_key": key} if tool.takes_key else kwargs
     if not tool.writes:
         call = Call(tool.fn, args, call_kwargs, policy.timeout)

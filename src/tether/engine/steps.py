@@ -61,12 +61,16 @@ def _step(
     policy: Retry,
     note: Callable[[], Mapping[str, Any]] | None,
 ) -> Core:
-    digest = codec.digest([list(args), kwargs])
+    packed = [list(args), kwargs]
+    plain = codec.is_plain(packed)  # the common case: nothing to reveal, one walk for both
+    digest = codec.digest(packed, plain=plain)
     key = step_key(j.run_id, slot.pos, slot.name, digest)
-    # the function gets the secrets' values; the failure context shows them as Secret('***')
-    call = Call(fn, reveal_all(args), reveal_all(kwargs), policy.timeout)
+    if plain:
+        call, shown = Call(fn, args, kwargs, policy.timeout), None
+    else:  # the function gets the secrets' values; a failure's context shows Secret('***')
+        call = Call(fn, reveal_all(args), reveal_all(kwargs), policy.timeout)
+        shown = (args, kwargs)
     extra = note() if note is not None else None
-    shown = (args, kwargs)
     return (yield from attempts(j, slot, call, policy, digest, key, extra=extra, shown=shown))
 
 

@@ -435,15 +435,26 @@ def decode(text: str | bytes, *, where: str = "a stored value") -> Any:
         ) from None
 
 
-def digest(value: Any, *, redacted: bool = True) -> str:
+def is_plain(value: Any) -> bool:
+    """Whether ``value`` is JSON as it is: dicts with str keys, lists, str, int, bool,
+    None and finite floats only (so no tuple, no set, no Secret inside). False for a
+    value that contains itself."""
+    try:
+        return _plain(value)
+    except RecursionError:
+        return False
+
+
+def digest(value: Any, *, redacted: bool = True, plain: bool | None = None) -> str:
     """A stable SHA-256 of ``value``'s canonical encoding (sorted keys), redacted.
 
     Values that cannot be encoded (a client object passed as an argument) are
     digested by their type name, so a digest never fails. ``redacted=False``: the
     digest a tether without redaction computed (a run recorded by one, resumed here).
+    ``plain``: what :func:`is_plain` said of ``value``, when the caller asked already.
     """
     try:
-        text = _canonical(value if _plain(value) else _enc(value))
+        text = _canonical(value if (_plain(value) if plain is None else plain) else _enc(value))
     except _Unencodable:
         text = _canonical(_enc(_digestable(value)))
     except RecursionError:  # a cycle, or nesting past the stack: no digest describes it
