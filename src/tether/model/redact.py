@@ -12,11 +12,11 @@ payloads, snapshots: :func:`tether.model.codec.encode`) and every text it hashes
   (``password``, ``api_key``, ``client_secret``, ``Authorization``, ``x-api-key``…) by
   ``[redacted:<rule>]``;
 * replaces every value of a :class:`~tether.model.secrets.Secret` made in this
-  process by ``***`` (an exception message that quoted the key).
+  process by ``***`` inside string values (an exception message that quoted the key).
 
 Rules work on the JSON text the codec wrote (compact, ``":"`` between a key and its
-value), so a call whose text matches nothing pays a few substring searches and one
-regular-expression scan, and no copy. The rules are the process's: ``tether.open(url,
+value), so a text that matches nothing pays a substring search per distinct hint and
+one split at ``":"`` (see :class:`Redactor`), and no copy. The rules are the process's: ``tether.open(url,
 redact=...)`` sets them (:func:`configure`); the defaults (``Redact.DEFAULTS``) are
 on until then. Hashing the redacted text keeps a credential out of digests too, and makes
 an idempotency key independent of a rotated credential.

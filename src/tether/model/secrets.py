@@ -16,9 +16,10 @@ one kind of Secret that survives storage; a literal Secret read back from the st
 (a signal's payload, a fork's variables) is a Secret whose :meth:`reveal` raises
 InvalidState saying its value was never stored.
 
-Every literal Secret made in this process is remembered (its value, at most
-:data:`MAX_KNOWN`), so that :func:`scrub` can remove it from free text about to be
-stored: an exception message, a traceback, a log line that quoted the key.
+Every literal Secret made in this process, and every value a Secret.env revealed, is
+remembered (the last :data:`MAX_KNOWN`, of :data:`MIN_SCRUB` characters or more), so
+that :func:`scrub` and :func:`scrub_json` can remove it from text about to be stored:
+an exception message, a traceback, a model's answer that quoted the key.
 """
 
 from __future__ import annotations
