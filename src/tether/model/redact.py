@@ -16,10 +16,11 @@ payloads, snapshots: :func:`tether.model.codec.encode`) and every text it hashes
 
 Rules work on the JSON text the codec wrote (compact, ``":"`` between a key and its
 value), so a text that matches nothing pays a substring search per distinct hint and
-one split at ``":"`` (see :class:`Redactor`), and no copy. The rules are the process's: ``tether.open(url,
-redact=...)`` sets them (:func:`configure`); the defaults (``Redact.DEFAULTS``) are
-on until then. Hashing the redacted text keeps a credential out of digests too, and makes
-an idempotency key independent of a rotated credential.
+one split at ``":"`` (see :class:`Redactor`), and no copy. The rules are the
+process's: ``tether.open(url, redact=...)`` sets them (:func:`configure`); the
+defaults (``Redact.DEFAULTS``) are on until then. Hashing the redacted text keeps a
+credential out of digests too, and makes an idempotency key independent of a rotated
+credential.
 """
 
 from __future__ import annotations
