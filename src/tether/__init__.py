@@ -53,9 +53,12 @@ from tether.errors import (
     TetherError,
     WaitTimeout,
 )
+from tether.model import redact as _redact
 from tether.model.clock import Clock, FakeClock, SystemClock
 from tether.model.codec import decode, encode
 from tether.model.events import Event
+from tether.model.redact import Redact
+from tether.model.secrets import Secret
 from tether.model.state import RunState, fold
 from tether.model.steps import StepState, Usage
 from tether.services.identity import Identity, Role
@@ -85,6 +88,7 @@ __all__ = [
     "NotFound",
     "Policy",
     "QueueFull",
+    "Redact",
     "Retry",
     "Role",
     "Run",
@@ -93,6 +97,7 @@ __all__ = [
     "RunHandle",
     "RunState",
     "SchemaTooNew",
+    "Secret",
     "StepInfo",
     "StepState",
     "StepTimeout",
@@ -127,6 +132,7 @@ def open(
     inline_sleep_max: float = 60.0,
     embed: _Embedder | None = None,
     code: _Iterable[str] | None = None,
+    redact: _Any = None,
     **options: _Any,
 ) -> App:
     """Open (creating if needed) a tether store and return its App.
@@ -142,6 +148,12 @@ def open(
     ``code``: modules (and packages) that a run this App did not register may name
     for its agent or tool code; nothing else a database names is imported (see
     :mod:`tether.engine.registry`).
+    ``redact``: the redaction rules applied to every text stored (see docs/secrets.md):
+    True the defaults (:attr:`Redact.DEFAULTS`: API keys, tokens, private keys, values of
+    credential-named keys), False none, or a list of :class:`Redact` rules and regular
+    expressions. The rules are this process's: an ``open`` that names them sets them
+    for every App of the process; None (the default) leaves them as they are (the
+    defaults, unless an ``open`` changed them).
     ``options`` go to the backend: ``busy_timeout`` for SQLite; ``schema``,
     ``min_size``, ``max_size``, ``timeout``, ``lanes`` and ``linger`` for PostgreSQL
     (another name is refused, listing these).
@@ -151,6 +163,7 @@ def open(
 
     _check_open(url, durability, lease_ttl, inline_sleep_max, snapshot_every)
     _check_config(clock, retry, policy, approver_groups)
+    rules = None if redact is None else _redact.rules_of(redact)  # checked before opening
     store: Store
     if url.startswith(("postgres://", "postgresql://")):
         from tether.store.postgres import PostgresStore
@@ -178,6 +191,8 @@ def open(
         raise
     if embed is not None:
         app.memory.embedder = embed
+    if rules is not None:
+        _redact.configure(rules)
     return app
 
 

@@ -166,6 +166,7 @@ class App(Tenancy):
         on_doubt: str | None = None,
         retry: Retry | None = None,
         name: str | None = None,
+        secret: Sequence[str] = (),
     ) -> F | Callable[[F], F]:
         """Register a tool: ``risk`` is ``read``, ``write`` (default) or ``irreversible``.
 
@@ -174,12 +175,19 @@ class App(Tenancy):
         with the same idempotency key) or ``ask`` (pause for a human) after a crash or
         a timeout that hid whether the call happened. Left out, it is ``retry`` for a
         ``write`` tool that takes ``idempotency_key`` and ``ask`` otherwise (see
-        :mod:`tether.engine.effects` and docs/guarantees.md).
+        :mod:`tether.engine.effects` and docs/guarantees.md). ``secret``: parameters
+        whose values are stored as secrets (``tether.Secret``), the function receiving
+        the plain values (see docs/secrets.md).
         """
 
         def register(f: F) -> F:
             declared = tool(
-                risk=risk, compensate=compensate, on_doubt=on_doubt, retry=retry, name=name
+                risk=risk,
+                compensate=compensate,
+                on_doubt=on_doubt,
+                retry=retry,
+                name=name,
+                secret=secret,
             )(f)
             d: ToolDef = declared.__tether_tool__  # type: ignore[attr-defined]
             self._registry.add(d)

@@ -31,6 +31,7 @@ from tether.engine.retry import Retry
 from tether.engine.steps import attempts
 from tether.model import codec
 from tether.model import events as ev
+from tether.model.secrets import reveal_all
 from tether.model.state import RunState
 from tether.model.status import EffectStatus, StepStatus
 from tether.model.steps import StepState
@@ -99,7 +100,10 @@ def _undo(j: Journal, target: StepState, tool: ToolDef, default_retry: Retry) ->
     if tool.undo_takes_key:
         kwargs["idempotency_key"] = key
     assert tool.compensate is not None
-    call = Call(tool.compensate, [target.output, *inputs.get("args", [])], kwargs, None)
+    # the recorded arguments: a Secret.env is revealed here; a literal Secret was stored as
+    # its marker only, and its reveal fails this undo with an error saying so
+    args = reveal_all([target.output, *inputs.get("args", [])])
+    call = Call(tool.compensate, args, reveal_all(kwargs), None)
     effect = EffectWrite(key, j.run_id, slot.pos, name, EffectStatus.INTENT)
     undone_key = target.key
     assert undone_key is not None  # compensable() keeps keyed calls only

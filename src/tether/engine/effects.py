@@ -52,9 +52,10 @@ from tether.engine.calls import Call, Core, Slot, in_agent_body, step_key
 from tether.engine.journal import Journal, error_info
 from tether.engine.retry import Retry, keyed_call
 from tether.engine.steps import attempts
-from tether.errors import InvalidState, StepTimeout
+from tether.errors import InvalidInput, InvalidState, StepTimeout
 from tether.model import codec, inputs
 from tether.model import events as ev
+from tether.model.secrets import Secret, reveal_all
 from tether.model.status import EffectStatus, StepStatus
 from tether.store import EffectWrite, Store
 
@@ -75,6 +76,8 @@ class ToolDef:
     code: dict[str, Any]
     takes_key: bool
     undo_takes_key: bool
+    secret: frozenset[str] = frozenset()  # parameters stored as secrets (see mark_secrets)
+    secret_at: tuple[tuple[int, str], ...] = ()  # (position, name) of those passed by position
 
     @property
     def writes(self) -> bool:
@@ -90,6 +93,7 @@ def define_tool(
     compensate: Callable[..., Any] | None,
     on_doubt: str | None,
     retry: Retry | None,
+    secret: Sequence[str] = (),
 ) -> ToolDef:
     """Validate and build a ToolDef (what ``@app.tool`` does)."""
     if risk not in RISKS:
@@ -110,6 +114,7 @@ def define_tool(
     if source:
         code["file"] = os.path.abspath(source)
     takes_key = _takes_key(fn)
+    secret_params, secret_at = _secret_params(fn, name, secret)
     return ToolDef(
         name,
         fn,
@@ -120,7 +125,67 @@ def define_tool(
         code,
         takes_key,
         compensate is not None and _takes_key(compensate),
+        secret_params,
+        secret_at,
     )
+
+
+def _secret_params(
+    fn: Callable[..., Any], name: str, secret: Sequence[str]
+) -> tuple[frozenset[str], tuple[tuple[int, str], ...]]:
+    """``secret=`` checked (a list of the tool's parameter names): the names, and their
+    positions among the parameters that may be passed positionally."""
+    if isinstance(secret, str) or not isinstance(secret, Sequence | set | frozenset):
+        raise InvalidInput(
+            f"tool {name!r}: secret= is a list of parameter names (secret=['api_key']), "
+            f"not {secret!r}"
+        )
+    if not secret:
+        return frozenset(), ()
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = None
+    names = [p.name for p in params] if params is not None else []
+    takes_any = params is not None and any(p.kind == p.VAR_KEYWORD for p in params)
+    for s in secret:
+        if not isinstance(s, str) or (params is not None and s not in names and not takes_any):
+            raise InvalidInput(
+                f"tool {name!r}: secret= names {s!r}, which is not one of its parameters "
+                f"({', '.join(names) if params is not None else '?'})"
+            )
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    at = tuple(
+        (i, p.name) for i, p in enumerate(params or []) if p.kind in positional and p.name in secret
+    )
+    return frozenset(secret), at
+
+
+def mark_secrets(
+    d: ToolDef, args: Sequence[Any], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``args`` and ``kwargs`` with the values of the tool's secret parameters wrapped in
+    :class:`~tether.model.secrets.Secret` (named after the parameter), so that they are
+    stored as markers and hashed as such; the call unwraps them again (reveal_all)."""
+    if not d.secret:
+        return tuple(args), kwargs
+    out_args = list(args)
+    for i, pname in d.secret_at:
+        if i < len(args):
+            out_args[i] = _as_secret(args[i], pname, d.name)
+    out_kwargs = {k: _as_secret(v, k, d.name) if k in d.secret else v for k, v in kwargs.items()}
+    return tuple(out_args), out_kwargs
+
+
+def _as_secret(value: Any, name: str, tool: str) -> Any:
+    if isinstance(value, Secret) or value is None:
+        return value  # None: an optional key left out, nothing to hide
+    if not isinstance(value, str | bytes):
+        raise InvalidInput(
+            f"tool {tool!r}: the secret parameter {name!r} takes a str (or bytes, or a "
+            f"tether.Secret), not {type(value).__name__}: a secret is text (convert it first)"
+        )
+    return Secret(value, name=name)
 
 
 def derived_doubt(risk: str, takes_key: bool) -> str:
@@ -182,13 +247,34 @@ def tool_core(
     """One tool call: its position is taken now (in the order of the calls); the core
     returned replays it, dedups it by key, or executes it with a durable intent first."""
     inputs = {"args": list(args), "kwargs": kwargs}
-    digest = codec.digest(inputs)
+    plain = codec.is_plain(inputs)  # the common case: nothing to reveal, one walk for both
+    digest = _recorded_digest(j, tool.name, inputs, codec.digest(inputs, plain=plain))
     slot = j.slot("tool", tool.name, digest)
-    return _tool_call(j, slot, tool, inputs, digest, policy)
+    return _tool_call(j, slot, tool, inputs, digest, policy, plain)
+
+
+def _recorded_digest(j: Journal, name: str, inputs: Any, digest: str) -> str:
+    """``digest``, or the digest of the unredacted arguments when that is what the log
+    recorded at this position: a call made by a tether before redaction (or with it
+    turned off), whose arguments held a credential, replays with its recorded digest and
+    so its idempotency key, not as nondeterminism."""
+    rec = j.peek()
+    if rec is None or rec.kind != "tool" or rec.name != name:
+        return digest
+    if rec.input_digest in (None, digest):
+        return digest
+    raw = codec.digest(inputs, redacted=False)
+    return raw if raw == rec.input_digest else digest
 
 
 def _tool_call(
-    j: Journal, slot: Slot, tool: ToolDef, inputs: dict[str, Any], digest: str, policy: Retry
+    j: Journal,
+    slot: Slot,
+    tool: ToolDef,
+    inputs: dict[str, Any],
+    digest: str,
+    policy: Retry,
+    plain: bool,
 ) -> Core:
     args, kwargs = inputs["args"], inputs["kwargs"]
     rec = slot.recorded
@@ -204,10 +290,13 @@ def _tool_call(
         if rec is not None and rec.status == StepStatus.RUNNING and tool.on_doubt == "ask":
             data = {"pos": slot.pos, "name": tool.name, "key": key, "reason": "crash"}
             raise j.suspend([j.event(ev.TOOL_IN_DOUBT, data)], f"doubt:{key}", None)
+    shown = None if plain else (args, kwargs)  # a failure's context shows Secret('***')
+    if not plain:
+        args, kwargs = reveal_all(args), reveal_all(kwargs)  # the function gets the values
     call_kwargs = {**kwargs, "idempotency_key": key} if tool.takes_key else kwargs
     if not tool.writes:
         call = Call(tool.fn, args, call_kwargs, policy.timeout)
-        return (yield from attempts(j, slot, call, policy, digest, key))
+        return (yield from attempts(j, slot, call, policy, digest, key, shown=shown))
     call = Call(keyed_call(tool.fn, key, policy.timeout), args, call_kwargs, None)
 
     def intent(attempt: int) -> None:
@@ -242,7 +331,9 @@ def _tool_call(
 
     effect = EffectWrite(key, j.run_id, slot.pos, tool.name, EffectStatus.INTENT)
     return (
-        yield from attempts(j, slot, call, policy, digest, key, intent, effect, in_doubt=in_doubt)
+        yield from attempts(
+            j, slot, call, policy, digest, key, intent, effect, in_doubt=in_doubt, shown=shown
+        )
     )
 
 

@@ -21,7 +21,7 @@ from tether.context.conversation import Session
 from tether.engine import compensation, gates
 from tether.engine.calls import Cancelling, Core, Stopping, Suspended, agent_body
 from tether.engine.deps import Deps
-from tether.engine.journal import Journal
+from tether.engine.journal import SECRET_TYPE, Journal, no_literal_secret
 from tether.engine.leases import Active, Leases
 from tether.engine.policy import Policy
 from tether.engine.registry import AgentDef, Registry
@@ -30,6 +30,7 @@ from tether.engine.runtime import AsyncRun, Run, adrive, drive
 from tether.engine.states import States
 from tether.errors import (
     EncodeError,
+    InvalidInput,
     InvalidState,
     LeaseLost,
     NondeterminismError,
@@ -37,7 +38,7 @@ from tether.errors import (
     StoreUnavailable,
     TetherError,
 )
-from tether.model import codec
+from tether.model import codec, secrets
 from tether.model import events as ev
 from tether.model.clock import new_run_id
 from tether.model.events import Event
@@ -147,6 +148,15 @@ class Executor:
 
     def check_input(self, d: AgentDef, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         payload = {"args": list(args), "kwargs": kwargs}
+        literal = secrets.literal_at(payload)
+        if literal is not None:  # a resume elsewhere re-reads the input: the value is not there
+            where = literal.replace("$.args", "args", 1).replace("$.kwargs", "kwargs", 1)
+            raise InvalidInput(
+                f"agent {d.name!r}: its input holds a tether.Secret at {where}, whose value "
+                f"is never stored, so a resume (in another process, or after a crash) could "
+                f"not read it back. Pass Secret.env('VAR') (a reference to an environment "
+                f"variable, read where the run executes) instead. No run was created."
+            )
         try:
             codec.encode(payload)
         except EncodeError as e:
@@ -379,12 +389,17 @@ class Executor:
     def _complete(self, journal: Journal, output: Any) -> RunHandle:
         try:
             event = journal.event(ev.RUN_COMPLETED, {"output": output})
+            no_literal_secret(event, output, f"run {journal.run_id}: the agent's return value")
         except EncodeError as e:
-            err = EncodeError(
-                f"run {journal.run_id}: the agent's return value cannot be "
-                f"stored: {e.type_name} at {e.path.replace('$.output', '$', 1)}",
-                path=e.path,
-                type_name=e.type_name,
+            err = (
+                e
+                if e.type_name == SECRET_TYPE
+                else EncodeError(
+                    f"run {journal.run_id}: the agent's return value cannot be "
+                    f"stored: {e.type_name} at {e.path.replace('$.output', '$', 1)}",
+                    path=e.path,
+                    type_name=e.type_name,
+                )
             )
             core = self._stopped(journal, err, err)
             assert core is not None

@@ -44,7 +44,7 @@ from tether.errors import (
     NondeterminismError,
     StoreUnavailable,
 )
-from tether.model import codec, inputs
+from tether.model import codec, inputs, redact, secrets
 from tether.model import events as ev
 from tether.model.clock import Clock
 from tether.model.events import NewEvent
@@ -413,6 +413,9 @@ class Journal:
             data.update(extra)
         try:
             event = self.event(ev.STEP_COMPLETED, data)
+            no_literal_secret(
+                event, output, f"run {self.run_id}: {slot.kind} {slot.name!r}'s result"
+            )
             side = [_with_result(effect, output)] if effect is not None else []
         except EncodeError as e:
             raise self._encode_error(slot, e) from None
@@ -424,6 +427,9 @@ class Journal:
 
     def _encode_error(self, slot: Slot, e: EncodeError) -> EncodeError:
         path = e.path.replace("$.output", "$", 1) if e.path.startswith("$.output") else e.path
+        if e.type_name == SECRET_TYPE:  # its own message says what to do
+            self.last_failure = (e, self.failure_context(e, slot, None, None))
+            return e
         err = EncodeError(
             f"run {self.run_id}: {slot.kind} {slot.name!r} (position {slot.pos}) returned a "
             f"value that cannot be stored: {e.type_name} at {path}. Return plain data "
@@ -484,6 +490,30 @@ class Journal:
         return self.failure_context(exc, None, None, None)
 
 
+SECRET_TYPE = "tether.Secret"  # EncodeError.type_name of a result holding a literal Secret
+_SECRET_MARK = f'"{codec.TAG}":"{secrets.TAG}"'  # in the text of an event holding a Secret
+
+
+def no_literal_secret(event: NewEvent, value: Any, what: str) -> None:
+    """Refuse ``value`` (a result, a decision's choice) when it holds a literal Secret: it
+    is replayed from the log, which holds only the secret's marker, so a replay could not
+    give what the first execution gave. A Secret.env reference replays as itself. Costs a
+    substring search unless the event holds a secret's marker."""
+    if _SECRET_MARK not in event.data:
+        return
+    path = secrets.literal_at(value)
+    if path is None:
+        return
+    raise EncodeError(
+        f"{what} holds a tether.Secret at {path}: a result is replayed from the log, which "
+        f"stores only the secret's marker, never its value, so a replay could not return "
+        f"it. Keep the secret out of results (reveal it inside the step or tool that uses "
+        f"it), or return a Secret.env('VAR') reference, which is stored as such.",
+        path=path,
+        type_name=SECRET_TYPE,
+    )
+
+
 def _with_result(effect: EffectWrite, output: Any) -> EffectWrite:
     return EffectWrite(
         effect.key,
@@ -499,10 +529,11 @@ def error_info(exc: BaseException, at: float) -> dict[str, Any]:
     """An exception as plain data: type, message, traceback, time."""
     t = type(exc)
     name = t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+    # redacted here, not only when stored: RunFailed's message is built from this
     return {
         "type": name,
-        "message": _storable(str(exc)),
-        "traceback": _storable("".join(traceback.format_exception(exc))),
+        "message": _storable(redact.plain(str(exc))),
+        "traceback": _storable(redact.plain("".join(traceback.format_exception(exc)))),
         "at": at,
     }
 

@@ -28,7 +28,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, TypeVar, cast, overload
@@ -281,6 +281,7 @@ def tool(
     on_doubt: str | None = None,
     retry: Retry | None = None,
     name: str | None = None,
+    secret: Sequence[str] = (),
 ) -> Callable[[F], F]: ...
 
 
@@ -292,12 +293,19 @@ def tool(
     on_doubt: str | None = None,
     retry: Retry | None = None,
     name: str | None = None,
+    secret: Sequence[str] = (),
 ) -> F | Callable[[F], F]:
     """Declare a tool without an App (``@tether.tool(risk=…)``); see :meth:`App.tool`."""
 
     def declare(f: F) -> F:
         d = define_tool(
-            f, name=name, risk=risk, compensate=compensate, on_doubt=on_doubt, retry=retry
+            f,
+            name=name,
+            risk=risk,
+            compensate=compensate,
+            on_doubt=on_doubt,
+            retry=retry,
+            secret=secret,
         )
         # the function is the tool too (app.tool(send) without rebinding send); what the
         # decorator returns also refuses a direct call in an agent (effects.guarded)

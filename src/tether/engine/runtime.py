@@ -19,9 +19,9 @@ from typing import Any
 from tether.context.conversation import Session, session_of_run
 from tether.engine import fanout
 from tether.engine.calls import Call, Core, Sleep
-from tether.engine.effects import ToolDef, tool_core
+from tether.engine.effects import ToolDef, mark_secrets, tool_core
 from tether.engine.gates import approve_core, sleep_core, wait_core
-from tether.engine.journal import Journal
+from tether.engine.journal import Journal, no_literal_secret
 from tether.engine.policy import Policy
 from tether.engine.retry import Retry, call_with_timeout
 from tether.engine.steps import step_core
@@ -240,6 +240,7 @@ class _RunBase:
                 f"run {self.id}: {getattr(tool, '__qualname__', tool)!r} is not a "
                 f"tether tool; decorate it with @app.tool(risk=...)"
             )
+        args, kwargs = mark_secrets(d, args, kwargs)  # stored and hashed as markers
         gate = f"approve:{d.name}"
         recorded = self._j.peek()
         # The log wins over the policy: a recorded gate is replayed, a recorded call is not
@@ -258,7 +259,9 @@ class _RunBase:
             assert slot.recorded is not None
             return slot.recorded.output
         data = {"pos": slot.pos, "name": name, "choice": choice, "why": why, "details": details}
-        self._j.append([self._j.event(ev.DECISION, data)])
+        event = self._j.event(ev.DECISION, data)
+        no_literal_secret(event, choice, f"run {self.id}: decide {name!r}: the choice")
+        self._j.append([event])
         self._j.executed.append((slot.pos, name))
         return choice
 

@@ -17,6 +17,7 @@ from tether.engine.journal import Journal
 from tether.engine.retry import Retry
 from tether.errors import LeaseLost
 from tether.model import codec
+from tether.model.secrets import reveal_all
 from tether.store import EffectWrite
 
 
@@ -60,11 +61,17 @@ def _step(
     policy: Retry,
     note: Callable[[], Mapping[str, Any]] | None,
 ) -> Core:
-    digest = codec.digest([list(args), kwargs])
+    packed = [list(args), kwargs]
+    plain = codec.is_plain(packed)  # the common case: nothing to reveal, one walk for both
+    digest = codec.digest(packed, plain=plain)
     key = step_key(j.run_id, slot.pos, slot.name, digest)
-    call = Call(fn, args, kwargs, policy.timeout)
+    if plain:
+        call, shown = Call(fn, args, kwargs, policy.timeout), None
+    else:  # the function gets the secrets' values; a failure's context shows Secret('***')
+        call = Call(fn, reveal_all(args), reveal_all(kwargs), policy.timeout)
+        shown = (args, kwargs)
     extra = note() if note is not None else None
-    return (yield from attempts(j, slot, call, policy, digest, key, extra=extra))
+    return (yield from attempts(j, slot, call, policy, digest, key, extra=extra, shown=shown))
 
 
 def attempts(
@@ -79,6 +86,7 @@ def attempts(
     extra: Mapping[str, Any] | None = None,
     also: Sequence[EffectWrite] = (),
     in_doubt: Callable[[BaseException, int], None] | None = None,
+    shown: Any = None,
 ) -> Core:
     """Call until success or the policy gives up, recording every attempt.
 
@@ -86,14 +94,15 @@ def attempts(
     ``effect`` is completed in the effects table with the result, and the writes
     ``also`` made, in the same transaction. ``in_doubt(error, attempt)`` sees a
     failed attempt before it is recorded and raises to record it otherwise (a write
-    tool's call in doubt makes the run wait for a human).
+    tool's call in doubt makes the run wait for a human). ``shown``: the arguments as a
+    failure's context shows them (with their Secrets), when the call's are revealed.
     """
     attempt = slot.recorded.attempts + 1 if slot.recorded else 1
     if slot.recorded is not None and slot.recorded.next_retry_at is not None:
         wait = slot.recorded.next_retry_at - j.clock.now()
         if wait > 0:
             yield Sleep(wait)
-    inputs = (call.args, call.kwargs)
+    inputs = shown if shown is not None else (call.args, call.kwargs)
     while True:
         if before is not None:
             before(attempt)

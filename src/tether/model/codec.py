@@ -7,6 +7,12 @@ returns exactly what the first execution returned::
 
     tuple, set, frozenset, bytes, dict with non-str keys, NaN/±inf,
     datetime, date, time, Decimal, UUID          -> {"$t": <tag>, "v": ...}
+    tether.Secret                                -> {"$t": "secret", "v": {"name": …}}
+
+A :class:`~tether.model.secrets.Secret` is stored as its marker, never its value; and
+every text :func:`encode` writes or :func:`digest` hashes is redacted first
+(:mod:`tether.model.redact`: credentials matched by the process's rules, and the
+values of the Secrets this process made).
 
 Subclasses of ``str``/``int``/``float`` (``StrEnum``, ``IntEnum``) are stored as
 their base value. Anything else (a socket, a client object, a dataclass) is
@@ -30,6 +36,8 @@ from typing import Any
 import orjson
 
 from tether.errors import CorruptRecord, EncodeError
+from tether.model import redact, secrets
+from tether.model.secrets import Secret
 
 TAG = "$t"
 
@@ -216,6 +224,7 @@ _SPECIAL: dict[type, Callable[[Any], Any]] = {
     dt.time: lambda x: _tag("time", x.isoformat()),
     decimal.Decimal: lambda x: _tag("decimal", str(x)),
     uuid.UUID: lambda x: _tag("uuid", str(x)),
+    Secret: lambda x: _tag(secrets.TAG, x.marker()),  # never the value: see model/secrets
 }
 
 
@@ -368,7 +377,7 @@ def encode(value: Any, *, what: str = "value") -> str:
     except RecursionError:  # a cycle: the walk says so
         plain = False
     try:
-        return _dumps(value if plain else to_json_value(value, what=what))
+        return redact.apply(_dumps(value if plain else to_json_value(value, what=what)))
     except _NotUnicode:
         raise _not_unicode(value, what) from None
 
@@ -402,6 +411,7 @@ _DECODERS: dict[str, Callable[[Any], Any]] = {
     "time": dt.time.fromisoformat,
     "decimal": decimal.Decimal,
     "uuid": uuid.UUID,
+    secrets.TAG: secrets.from_marker,
 }
 
 
@@ -425,18 +435,34 @@ def decode(text: str | bytes, *, where: str = "a stored value") -> Any:
         ) from None
 
 
-def digest(value: Any) -> str:
-    """A stable SHA-256 of ``value``'s canonical encoding (sorted keys).
+def is_plain(value: Any) -> bool:
+    """Whether ``value`` is JSON as it is: dicts with str keys, lists, str, int, bool,
+    None and finite floats only (so no tuple, no set, no Secret inside). False for a
+    value that contains itself."""
+    try:
+        return _plain(value)
+    except RecursionError:
+        return False
+
+
+def digest(value: Any, *, redacted: bool = True, plain: bool | None = None) -> str:
+    """A stable SHA-256 of ``value``'s canonical encoding (sorted keys), redacted.
 
     Values that cannot be encoded (a client object passed as an argument) are
-    digested by their type name, so a digest never fails.
+    digested by their type name, so a digest never fails. ``redacted=False``: the
+    digest a tether without redaction computed (a run recorded by one, resumed here).
+    ``plain``: what :func:`is_plain` said of ``value``, when the caller asked already.
     """
     try:
-        text = _canonical(value if _plain(value) else _enc(value))
+        text = _canonical(value if (_plain(value) if plain is None else plain) else _enc(value))
     except _Unencodable:
         text = _canonical(_enc(_digestable(value)))
     except RecursionError:  # a cycle, or nesting past the stack: no digest describes it
         raise _shape_error(value, "the arguments") from None
+    # the redacted text: a credential is never hashed (a short one would be found again from
+    # its hash), and a rotated one leaves the digest, and so the idempotency key, as it was
+    if redacted:
+        text = redact.by_rules(text)
     # surrogatepass: the same bytes for any Unicode text, and a digest for text that is
     # not (an argument holding a lone surrogate), which never fails
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
