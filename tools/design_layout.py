@@ -28,6 +28,7 @@ ORDER = [
     "engine",
     "services",
     "app",
+    "scoped",
     "__init__",
     "cli",
 ]

@@ -31,9 +31,9 @@ from tether.model.clock import Clock, SystemClock, process_owner
 from tether.model.durations import Duration
 from tether.model.events import Event
 from tether.model.state import RunState
+from tether.scoped import Tenancy
 from tether.services import control, export, retention, sessions, timetravel
 from tether.services.control import Control
-from tether.services.identity import Tokens
 from tether.services.queues import QueueConfig, Queues
 from tether.services.reader import Reader
 from tether.services.worker import MAX_CONCURRENCY as MAX_CONCURRENCY
@@ -43,8 +43,11 @@ from tether.store import AuditRecord, Effect, RunRecord, Store
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class App:
-    """Agents registered on one store. Create with :func:`tether.open`."""
+class App(Tenancy):
+    """Agents registered on one store. Create with :func:`tether.open`.
+
+    Tokens, tenants and the paged run list and inbox (``tokens``, ``scoped``,
+    ``for_tenant``, ``list_runs``, ``inbox``) are in :class:`tether.scoped.Tenancy`."""
 
     def __init__(
         self,
@@ -572,15 +575,6 @@ class App:
         if mem is None:
             mem = self._memory = Memory(self.store, self.clock)
         return mem
-
-    @property
-    def tokens(self) -> Tokens:
-        """The API tokens of this store (see :mod:`tether.services.identity`)."""
-        found: Tokens | None = getattr(self, "_tokens", None)
-        if found is None:
-            groups = self.approver_groups
-            found = self._tokens = Tokens(self.store, self.store, self.clock, groups)
-        return found
 
     @property
     def artifacts(self) -> Artifacts:

@@ -15,6 +15,7 @@ of its agents and tools) or ``--code MODULE`` / ``$TETHER_CODE`` (see
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import importlib.util
 import os
@@ -29,11 +30,15 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import tether
 from tether.cli.arguments import code_modules
 from tether.engine.registry import CODE_ENV, parse_modules
+from tether.scoped import ScopedApp
+from tether.services.identity import Role
 from tether.store.sqlite import sqlite_path
 from tether.store.urls import redact
 
 DEFAULT_DB = "tether.db"
 DB_ENV = "TETHER_DB"
+TENANT_ENV = "TETHER_TENANT"
+TOKEN_ENV = "TETHER_TOKEN"
 
 if TYPE_CHECKING:  # the type of `parser.add_subparsers()` (generic only in typeshed)
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -75,7 +80,63 @@ class Context:
         self.app_ref = app_ref
         self.out = out or sys.stdout  # looked up now: a test may have replaced it
         self.code = frozenset(code)  # --code / $TETHER_CODE: modules runs may name
+        self.given_tenant: str | None = None  # --tenant as given
+        self.given_token: str | None = None  # --token as given
         self._app: tether.App | None = None
+        self._view: ScopedApp | None = None
+
+    @property
+    def tenant(self) -> str | None:
+        """The tenant named by --tenant or $TETHER_TENANT (None: neither)."""
+        return self.given_tenant or os.environ.get(TENANT_ENV) or None
+
+    @property
+    def token(self) -> str | None:
+        """The API token given by --token or $TETHER_TOKEN (None: neither)."""
+        return self.given_token or os.environ.get(TOKEN_ENV) or None
+
+    def view(self) -> ScopedApp:
+        """The App as this command may see it: with a token, as the token's identity (its
+        tenant, its role; a --tenant can only narrow an all-tenant token); without one, as
+        the local operator, limited to --tenant if given (see :mod:`tether.scoped`)."""
+        if self._view is None:
+            app = self.app()
+            if self.token is None:
+                self._view = app.for_tenant(self.tenant)
+            else:
+                self._view = app.scoped(self._identity(app))
+        return self._view
+
+    def _identity(self, app: tether.App) -> tether.Identity:
+        identity = app.tokens.verify(self.token)
+        if identity is None:
+            raise CommandError(
+                f"the token (--token or ${TOKEN_ENV}) is not valid: unknown, revoked or "
+                f"malformed; `tether token list` shows the tokens, an admin creates one"
+            )
+        tenant = self.tenant
+        if tenant is not None and identity.tenant not in (None, tenant):
+            raise CommandError(
+                f"--tenant {tenant!r} (or ${TENANT_ENV}) is not the token's tenant "
+                f"({identity.tenant!r}): a token sees its own tenant alone",
+                2,
+            )
+        return dataclasses.replace(identity, tenant=identity.tenant or tenant)
+
+    def require_admin(self, what: str) -> tether.App:
+        """The App, for a command that spans tenants (``what``): refused with --tenant;
+        with a token, only an admin's."""
+        if self.tenant is not None:
+            raise CommandError(
+                f"{what} spans every tenant: it cannot be limited to one (drop --tenant, "
+                f"unset ${TENANT_ENV})",
+                2,
+            )
+        if self.token is not None:
+            identity = self._identity(self.app())
+            if identity.role < Role.ADMIN:
+                identity.require("workers" if what == "workers" else "maintain", f"`tether {what}`")
+        return self.app()
 
     @property
     def db(self) -> str | None:
@@ -141,6 +202,21 @@ def global_options(default: Any) -> argparse.ArgumentParser:
         default=default,
         help="the App to use as configured (agents, tools, policy, queues): pkg.module:app "
         "or path/to/file.py:app; --db, if given, must name its database",
+    )
+    p.add_argument(
+        "--tenant",
+        metavar="TENANT",
+        default=default,
+        help=f"see and act on this tenant's runs alone (a run's owner; default: "
+        f"${TENANT_ENV}); another tenant's run is 'not found'",
+    )
+    p.add_argument(
+        "--token",
+        metavar="TOKEN",
+        default=default,
+        help=f"act as this API token's identity (default: ${TOKEN_ENV}): its name is "
+        f"recorded as who decided, its tenant scopes the command, its role must allow it. "
+        f"Without one, the command acts as the local operator (see docs/auth.md)",
     )
     p.add_argument(
         "--code",

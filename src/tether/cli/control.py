@@ -7,11 +7,11 @@ import argparse
 import json
 from typing import Any
 
-import tether
 from tether.cli import format as fmt
 from tether.cli.context import Command, CommandError, Context
 from tether.model import codec
 from tether.model.status import RunStatus
+from tether.scoped import ScopedApp
 from tether.services.control import NO_RESULT
 from tether.services.worker import CANCEL_POLL
 
@@ -20,12 +20,14 @@ def _decision_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", help="the run id")
     parser.add_argument("name", help="the approval's name (as in run.approve(NAME, …))")
     parser.add_argument(
-        "--by", required=True, help="who decides: a person among the approvers, never a group"
+        "--by",
+        help="who decides: a person among the approvers, never a group (required without "
+        "--token; with one, the token's name is recorded and a differing --by is refused)",
     )
     parser.add_argument("--reason", help="why, kept in the run's log")
 
 
-def _goes_on(app: tether.App, run_id: str) -> str:
+def _goes_on(app: ScopedApp, run_id: str) -> str:
     """Who resumes a run a decision woke: a worker of its queue, or `tether resume`."""
     record = app.record(run_id)
     if record.status != RunStatus.QUEUED:
@@ -36,14 +38,14 @@ def _goes_on(app: tether.App, run_id: str) -> str:
 
 
 def _approve(args: argparse.Namespace, ctx: Context) -> int:
-    app = ctx.app()
+    app = ctx.view()
     app.approve(args.run, args.name, by=args.by, reason=args.reason)
     ctx.print(f"approved {args.name!r} on run {args.run}; {_goes_on(app, args.run)}")
     return 0
 
 
 def _deny(args: argparse.Namespace, ctx: Context) -> int:
-    app = ctx.app()
+    app = ctx.view()
     app.deny(args.run, args.name, by=args.by, reason=args.reason)
     ctx.print(
         f"denied {args.name!r} on run {args.run}; {_goes_on(app, args.run)}, and "
@@ -69,7 +71,7 @@ def _signal_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _signal(args: argparse.Namespace, ctx: Context) -> int:
-    app = ctx.app()
+    app = ctx.view()
     woke = app.signal(args.run, args.name, _payload(args.payload), sender=args.sender)
     state = "kept for its wait"
     if woke:
@@ -94,11 +96,13 @@ def _resolve_arguments(parser: argparse.ArgumentParser) -> None:
         help="the call's result as JSON, as the service reports it (with --happened; "
         "'null' if it returned nothing); the run goes on with it",
     )
-    parser.add_argument("--by", required=True, help="who settles it")
+    parser.add_argument(
+        "--by", help="who settles it (required without --token; with one: the token's name)"
+    )
 
 
 def _resolve(args: argparse.Namespace, ctx: Context) -> int:
-    app = ctx.app()
+    app = ctx.view()
     if args.not_happened and args.result is not None:
         raise CommandError("--result goes with --happened: a call that did not happen has none")
     result = NO_RESULT if args.result is None else _payload(args.result, "--result")
@@ -120,7 +124,7 @@ def _cancel_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _cancel(args: argparse.Namespace, ctx: Context) -> int:
-    app = ctx.app()
+    app = ctx.view()
     handle = app.cancel(args.run, compensate=args.compensate, by=args.by, reason=args.reason)
     if handle.status == RunStatus.RUNNING:  # executing in another process: a request
         holder = app.record(args.run).lease_owner or "another process"
@@ -141,7 +145,7 @@ def _audit_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _audit(args: argparse.Namespace, ctx: Context) -> int:
-    records = ctx.app().audit(args.run)
+    records = ctx.view().audit(args.run)
     for r in records:
         detail = codec.decode(r.detail)
         if args.json:

@@ -22,7 +22,7 @@ def _export_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _export(args: argparse.Namespace, ctx: Context) -> int:
-    app = ctx.app()
+    app = ctx.view()
     if args.output is None:
         app.export_run(args.run, ctx.out)
         return 0
@@ -74,6 +74,7 @@ def _opened(path: str) -> Iterator[TextIO]:
 
 def _app_creating(ctx: Context) -> tether.App:
     """``import`` may be the first thing a new database receives: create it if needed."""
+    ctx.require_admin("import")
     return ctx.app(create=True)
 
 

@@ -563,3 +563,17 @@ def _runs_cell(runs: list[str]) -> str:
         return "0"
     more = " …" if len(runs) > 4 else ""
     return f"{len(runs)}: {' '.join(runs[:4])}{more}"
+
+
+def tokens_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """``tether token list``: name, role, tenant (``*``: every one), id, created, state."""
+    lines = [f"{'NAME':<20} {'ROLE':<9} {'TENANT':<12} {'ID':<16}  {'CREATED':<19}  STATE"]
+    for t in rows:
+        state = "valid" if t["revoked_at"] is None else f"revoked {when(t['revoked_at'])}"
+        if t["revoked_at"] is None and t["last_used_at"] is not None:
+            state += f", last used {when(t['last_used_at'])}"
+        lines.append(
+            f"{t['name']:<20} {t['role']:<9} {t['tenant'] or '*':<12} {t['id']:<16}  "
+            f"{when(t['created_at']):<19}  {state}"
+        )
+    return "\n".join(lines)

@@ -14,6 +14,7 @@ Commands by module:
 - :mod:`tether.cli.export`: export, import
 - :mod:`tether.cli.retention`: gc
 - :mod:`tether.cli.worker`: worker, workers
+- :mod:`tether.cli.tokens`: token
 - :mod:`tether.cli.serve`: serve (imports :mod:`tether.server` when it runs)
 
 What they share (:class:`~tether.cli.context.Command`, :class:`~tether.cli.context.Context`,
@@ -25,7 +26,7 @@ group is adding its module to :data:`MODULES` (the order there is the order of
 
 A failure the user can fix is raised as a :class:`tether.TetherError` (or
 ``CommandError``) and printed as one line, ``tether: error: …``, exit code 1 (2 for
-usage errors); never as a traceback.
+usage errors, 3 for an action the token's role does not allow); never as a traceback.
 """
 
 from __future__ import annotations
@@ -36,7 +37,17 @@ import sys
 from collections.abc import Sequence
 
 import tether
-from tether.cli import control, demo, export, retention, runs, serve, timetravel, worker
+from tether.cli import (
+    control,
+    demo,
+    export,
+    retention,
+    runs,
+    serve,
+    timetravel,
+    tokens,
+    worker,
+)
 from tether.cli.context import (
     Command,
     CommandError,
@@ -47,7 +58,7 @@ from tether.cli.context import (
 )
 from tether.cli.format import error_line
 
-MODULES = (demo, runs, control, timetravel, export, retention, worker, serve)
+MODULES = (demo, runs, control, timetravel, export, retention, worker, tokens, serve)
 COMMANDS: tuple[Command, ...] = tuple(c for m in MODULES for c in m.COMMANDS)
 
 
@@ -74,6 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     ctx = Context(args.db, args.app)
+    ctx.given_tenant, ctx.given_token = args.tenant, args.token
     try:
         ctx.code = code_option(args.code)
         return command.run(args, ctx)
@@ -81,6 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(e), e.code)
     except tether.InvalidInput as e:  # a value given on the command line: a usage error
         return _fail(str(e), 2)
+    except tether.Forbidden as e:  # the token's role: exit 3, as a refusal, not an error
+        return _fail(str(e), 3)
     except tether.TetherError as e:
         return _fail(str(e), 1)
     except KeyboardInterrupt:

@@ -52,7 +52,7 @@ def _gc_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _gc(args: argparse.Namespace, ctx: Context) -> int:
     with user_errors():
-        result = ctx.app().gc(
+        result = ctx.require_admin("gc").gc(
             older_than=args.older_than,
             status=args.status,
             keep_last=args.keep_last,

@@ -9,6 +9,7 @@ from tether.cli import format as fmt
 from tether.cli.arguments import positive_int, whole_number
 from tether.cli.context import Command, Context
 from tether.model.status import STATUSES, RunStatus
+from tether.scoped import ScopedApp
 from tether.store import RunRecord
 
 # -- runs ---------------------------------------------------------------------------
@@ -24,7 +25,7 @@ def _runs_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _runs(args: argparse.Namespace, ctx: Context) -> int:
-    app = ctx.app()
+    app = ctx.view()
     records = app.runs(status=args.status, agent=args.agent, limit=args.limit)
     expected = _Expected(app)
     rows = [_summary_of(app, r, expected) for r in records]
@@ -37,7 +38,7 @@ def _runs(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
-def _summary_of(app: tether.App, record: RunRecord, expected: _Expected) -> dict[str, object]:
+def _summary_of(app: ScopedApp, record: RunRecord, expected: _Expected) -> dict[str, object]:
     """``run_summary``, or for a damaged run what its row says (status ``damaged``)."""
     try:
         return fmt.run_summary(record, app.get(record.id), expected(record))
@@ -49,7 +50,7 @@ class _Expected:
     """How many positions the newest completed run of a run's agent and version had
     (looked up once per agent and version)."""
 
-    def __init__(self, app: tether.App) -> None:
+    def __init__(self, app: ScopedApp) -> None:
         self.app = app
         self.known: dict[tuple[str, str | None], int | None] = {}
 
@@ -81,7 +82,7 @@ def _show_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _show(args: argparse.Namespace, ctx: Context) -> int:
-    app = ctx.app()
+    app = ctx.view()
     record = app.record(args.run)
     try:
         state = app.get(args.run)
@@ -128,7 +129,7 @@ def _log_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _log(args: argparse.Namespace, ctx: Context) -> int:
-    events = ctx.app().events(args.run, after=args.after)
+    events = ctx.view().events(args.run, after=args.after)
     if args.json:
         for e in events:
             ctx.print(fmt.event_line(e))
@@ -145,7 +146,7 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _resume(args: argparse.Namespace, ctx: Context) -> int:
-    app = ctx.app()
+    app = ctx.view()
     before = app.get(args.run)
     handle = app.resume(args.run)
     if before.status in (RunStatus.COMPLETED, RunStatus.CANCELLED):
@@ -164,7 +165,7 @@ def _retry_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _retry(args: argparse.Namespace, ctx: Context) -> int:
-    app = ctx.app()
+    app = ctx.view()
     record = app.record(args.run)
     queue = record.queue
     if queue is None or args.here:

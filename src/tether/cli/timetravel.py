@@ -13,15 +13,15 @@ import json
 import sys
 from typing import Any
 
-import tether
 from tether.cli import format as fmt
 from tether.cli.arguments import whole_number
 from tether.cli.context import Command, CommandError, Context, user_errors
 from tether.model.state import RunState, to_data
+from tether.scoped import ScopedApp
 from tether.services.timetravel import StepRef
 
 
-def _step_arg(app: tether.App, run_id: str, text: str) -> StepRef:
+def _step_arg(app: ScopedApp, run_id: str, text: str) -> StepRef:
     """A --step value: digits are a position, unless a step is also named so (ambiguous)."""
     if not text.isdigit():
         return text
@@ -58,7 +58,7 @@ def _point_arguments(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
-def _state_of(app: tether.App, run_id: str, args: argparse.Namespace) -> RunState:
+def _state_of(app: ScopedApp, run_id: str, args: argparse.Namespace) -> RunState:
     step = _step_arg(app, run_id, args.step) if args.step is not None else None
     with user_errors():
         return app.state(run_id, at=args.at, step=step, when=args.when)
@@ -73,7 +73,7 @@ def _history_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _history(args: argparse.Namespace, ctx: Context) -> int:
-    h = ctx.app().history(args.run)
+    h = ctx.view().history(args.run)
     if args.json:
         ctx.print(fmt.codec_json_text(fmt.history_data(h)))
         return 0
@@ -95,7 +95,7 @@ def _state_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _state(args: argparse.Namespace, ctx: Context) -> int:
-    state = _state_of(ctx.app(), args.run, args)
+    state = _state_of(ctx.view(), args.run, args)
     if args.json:
         ctx.print(fmt.codec_json_text(to_data(state)))
         return 0
@@ -126,7 +126,7 @@ def _diff_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _diff(args: argparse.Namespace, ctx: Context) -> int:
-    app = ctx.app()
+    app = ctx.view()
     d = app.diff(point_state(app, args.a), point_state(app, args.b), bookkeeping=args.all)
     if args.json:
         ctx.print(fmt.codec_json_text(d.to_data()))
@@ -135,7 +135,7 @@ def _diff(args: argparse.Namespace, ctx: Context) -> int:
     return 1 if args.exit_code and d else 0
 
 
-def point_state(app: tether.App, point: str) -> RunState:
+def point_state(app: ScopedApp, point: str) -> RunState:
     """The state ``RUN``, ``RUN@SEQ``, ``RUN:STEP`` or ``RUN:STEP:before`` names."""
     run_id, sep, seq = point.partition("@")
     if sep:
@@ -178,7 +178,7 @@ def _fork_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _fork(args: argparse.Namespace, ctx: Context) -> int:
-    app = ctx.app()
+    app = ctx.view()
     step = _step_arg(app, args.run, args.step) if args.step is not None else None
     with user_errors():
         new_id = app.fork(

@@ -87,6 +87,7 @@ def _worker(args: argparse.Namespace, ctx: Context) -> int:
             cpus.allowed()  # Linux only: say so before opening anything
     except (ValueError, OSError) as e:
         raise CommandError(f"--cpu: {e}", 2) from None
+    ctx.require_admin("worker")
     app = ctx.app(create=True)
     worker = app.worker(
         queues=args.queues or ["default"],
@@ -121,7 +122,7 @@ def _workers_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _workers(args: argparse.Namespace, ctx: Context) -> int:
-    app = ctx.app()
+    app = ctx.require_admin("workers")
     left = reap_dead_workers(app)  # the workers still registered, as list_workers gives them
     now = app.clock.now()
     leases: dict[str, list[str]] = {}

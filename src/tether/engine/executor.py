@@ -102,9 +102,12 @@ class Executor:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         session: Session | None = None,
+        *,
+        tenant: str | None = None,
     ) -> Prepared:
         """Create a run of ``d`` (in ``session``, when given) under this process's lease,
-        ready to execute here: nothing runs yet (see :meth:`continue_run`)."""
+        ready to execute here: nothing runs yet (see :meth:`continue_run`). Its owner (its
+        tenant) is the session's, else ``tenant``."""
         self.leases.check_clock()
         now = self.deps.clock.now()
         run_id = new_run_id(now)
@@ -114,7 +117,7 @@ class Executor:
             data["session"] = session.id
         created = ev.new(ev.RUN_CREATED, data, now)
         started = ev.new(ev.RUN_STARTED, {"by": self.deps.owner, "epoch": 1}, now, self.deps.owner)
-        sid, owner = (session.id, session.owner) if session is not None else (None, None)
+        sid, owner = (session.id, session.owner) if session is not None else (None, tenant)
         lease = self.deps.store.create_run(
             NewRun(
                 run_id,

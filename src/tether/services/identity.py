@@ -19,7 +19,7 @@ Roles are ordered; each includes the ones before it:
 viewer    read: runs, their state, events, history, diffs, audit, the inbox
 approver  + decide: approve, deny, resolve an effect in doubt, send a signal
 operator  + act on runs: cancel, retry, resume, fork, start
-admin     + manage tokens; see queues and workers (they span tenants)
+admin     + manage tokens; see queues and workers; gc, import, worker (span tenants)
 ========  =================================================================
 
 A token's **tenant** scopes everything it does to the runs of that tenant (a run's
@@ -90,6 +90,15 @@ ACTIONS: dict[str, Role] = {
     "queues": Role.ADMIN,
     "workers": Role.ADMIN,
     "tokens": Role.ADMIN,
+    "maintain": Role.ADMIN,  # gc, import, worker: commands that span tenants
+}
+
+
+_VERBS = {
+    "tokens": "manage tokens",
+    "queues": "see the queues",
+    "workers": "see the workers",
+    "maintain": "run commands that span tenants",
 }
 
 
@@ -111,9 +120,10 @@ class Identity:
         if not self.may(action):
             need = ACTIONS[action].label
             at = f" on {where}" if where else ""
+            verb = _VERBS.get(action, action)
             raise Forbidden(
-                f"{self.name} ({self.role.label}) may not {action}{at}: that needs the "
-                f"{need} role or higher; ask an admin for a token with it"
+                f"{self.name} ({self.role.label}) may not {verb}{at}: that needs the {need} "
+                f"role or higher; ask an admin for a token with it"
             )
 
 

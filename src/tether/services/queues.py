@@ -112,42 +112,69 @@ class Queues:
     ) -> str:
         """Enqueue a run of ``agent`` (in ``session``, when given) and return its id; see
         :meth:`tether.App.start` for the arguments."""
+        options = Start(queue, priority, run_id, dedup_key, delay, concurrency_key)
+        return self.enqueue(session, agent, args, kwargs, options)
+
+    def enqueue(
+        self,
+        session: Session | str | None,
+        agent: Callable[..., Any] | str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        o: Start,
+        *,
+        tenant: str | None = None,
+    ) -> str:
+        """:meth:`start` with the options as a Start; the run's owner (its tenant) is the
+        session's, else ``tenant``."""
         d = self.registry.resolve(agent)
         now = self.deps.clock.now()
-        _check_start(queue, priority, run_id, dedup_key, concurrency_key)
-        seconds = parse_duration(delay, what="delay") or 0.0
+        _check_start(o.queue, o.priority, o.run_id, o.dedup_key, o.concurrency_key)
+        seconds = parse_duration(o.delay, what="delay") or 0.0
         payload = self.executor.check_input(d, args, kwargs)
         if session is not None:  # after the checks: bad input creates no session either
             session = sessions.of(self.deps, session)
-        sid, owner = (session.id, session.owner) if session is not None else (None, None)
+        sid, owner = (session.id, session.owner) if session is not None else (None, tenant)
         new = NewRun(
-            run_id or new_run_id(now),
+            o.run_id or new_run_id(now),
             d.name,
             d.version,
             RunStatus.QUEUED,
             code=d.code,
             session_id=sid,
             owner=owner,
-            queue=queue,
-            priority=priority,
+            queue=o.queue,
+            priority=o.priority,
             available_at=now + seconds,
-            dedup_key=dedup_key,
-            concurrency_key=concurrency_key,
+            dedup_key=o.dedup_key,
+            concurrency_key=o.concurrency_key,
         )
         data = {
             "agent": d.name,
             "version": d.version,
             "input": payload,
             "code": d.code,
-            "queue": queue,
+            "queue": o.queue,
         }
         if session is not None:
             data["session"] = session.id
         created = ev.new(ev.RUN_CREATED, data, now)
         rid, _ = self.deps.store.enqueue(
-            new, [created], now=now, max_depth=self.config(queue).max_depth
+            new, [created], now=now, max_depth=self.config(o.queue).max_depth
         )
         return rid  # the store told waiting workers (PostgreSQL: NOTIFY in the same commit)
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """The options of a start (see :meth:`tether.App.start`), apart from the agent's."""
+
+    queue: str = "default"
+    priority: int = 0
+    run_id: str | None = None
+    dedup_key: str | None = None
+    delay: Duration | None = None
+    concurrency_key: str | None = None
 
 
 def _check_rate(queue: str, rate: Any) -> None:

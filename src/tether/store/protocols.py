@@ -30,6 +30,7 @@ from tether.store.records import (
     NewRun,
     NewToken,
     QueueLimits,
+    RunFilter,
     RunRecord,
     Signal,
     SignalTake,
@@ -72,6 +73,24 @@ class RunLog(Protocol):
         self, *, status: str | None = None, agent: str | None = None, limit: int = 100
     ) -> list[RunRecord]:
         """Runs newest first, filtered by status and agent."""
+        ...
+
+    def page_runs(
+        self, filters: RunFilter, *, limit: int, after: tuple[float, str] | None = None
+    ) -> list[RunRecord]:
+        """At most ``limit`` runs matching ``filters``, newest first (by ``(created_at,
+        id)``, descending), after the run ``after`` = ``(created_at, id)`` of the last run
+        of the previous page (keyset paging: a page costs the same at any depth, and runs
+        created meanwhile never shift a page). One read; an index fits each filter
+        (schema 11)."""
+        ...
+
+    def inbox_runs(
+        self, *, tenant: str | None, limit: int, after: tuple[float, str] | None = None
+    ) -> list[RunRecord]:
+        """At most ``limit`` runs waiting for a person (``waiting_for`` ``approval:NAME`` or
+        ``doubt:KEY``), of ``tenant`` (None: every tenant), oldest request first (by
+        ``(updated_at, id)``), after ``after`` = the last run of the previous page."""
         ...
 
     def load(self, run_id: str, *, upto: int | None = None) -> Loaded:

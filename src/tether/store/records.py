@@ -43,6 +43,22 @@ class RunRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class RunFilter:
+    """Which runs a page of the run list holds (RunLog.page_runs): each field given narrows
+    it (None: any). ``text``: the run id or the agent name starts with it; the times are
+    ``created_after <= created_at < created_before``; ``tenant`` is the runs' owner."""
+
+    status: str | None = None
+    agent: str | None = None
+    queue: str | None = None
+    session: str | None = None
+    tenant: str | None = None
+    text: str | None = None
+    created_after: float | None = None
+    created_before: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class NewRun:
     """A run about to be created."""
 

@@ -40,6 +40,7 @@ from tether.store.records import (
     Effect,
     Lease,
     NewToken,
+    RunFilter,
     RunRecord,
     Signal,
     Snapshot,
@@ -47,6 +48,8 @@ from tether.store.records import (
     Transition,
     WorkerRecord,
 )
+
+PAST_TEXT = "\U0010ffff"  # text + this: past every text that starts with it (byte order)
 
 
 def check_reused_pages(touch: Sequence[str], found: int) -> None:
@@ -104,8 +107,11 @@ class SqlStore:
         """The run's row as a record, or None (on ``conn``)."""
         raise NotImplementedError
 
-    def _run_rows(self, conn: Any, name: str, params: Mapping[str, Any]) -> list[RunRecord]:
-        """The run rows that query ``name`` returns, as records."""
+    def _run_rows(
+        self, conn: Any, name: str, params: Mapping[str, Any], *, sql: str | None = None
+    ) -> list[RunRecord]:
+        """The run rows that query ``name`` (or the statement ``sql``, composed of named
+        queries) returns, as records."""
         raise NotImplementedError
 
     def _range(self, run_id: str, after: int, upto: int | None) -> Any:
@@ -138,6 +144,48 @@ class SqlStore:
         params = {"status": status, "agent": agent, "limit": self._limit(limit)}
         with self._for_read() as conn:
             return self._run_rows(conn, "list_runs", params)
+
+    def page_runs(
+        self, filters: RunFilter, *, limit: int, after: tuple[float, str] | None = None
+    ) -> list[RunRecord]:
+        params: dict[str, Any] = {"limit": limit}
+        parts = []
+        for name in ("status", "agent", "queue", "session", "tenant"):
+            value = getattr(filters, name)
+            if value is not None:
+                parts.append(self._Q[f"page_runs_{name}"])
+                params[name] = value
+        if filters.text is not None:
+            parts.append(self._Q["page_runs_text"])
+            params.update(lo=filters.text, hi=filters.text + PAST_TEXT)
+        for bound, name in (("created_after", "after"), ("created_before", "before")):
+            if getattr(filters, bound) is not None:
+                parts.append(self._Q[f"page_runs_{name}"])
+                params[bound] = getattr(filters, bound)
+        if after is not None:
+            parts.append(self._Q["page_runs_cursor"])
+            params.update(cursor_at=after[0], cursor_id=after[1])
+        return self._composed("page_runs", parts, params)
+
+    def inbox_runs(
+        self, *, tenant: str | None, limit: int, after: tuple[float, str] | None = None
+    ) -> list[RunRecord]:
+        params: dict[str, Any] = {"limit": limit}
+        parts = []
+        if tenant is not None:
+            parts.append(self._Q["page_runs_tenant"])
+            params["tenant"] = tenant
+        if after is not None:
+            parts.append(self._Q["inbox_runs_cursor"])
+            params.update(cursor_at=after[0], cursor_id=after[1])
+        return self._composed("inbox_runs", parts, params)
+
+    def _composed(self, name: str, parts: list[str], params: dict[str, Any]) -> list[RunRecord]:
+        """Query ``name`` with its ``/*filters*/`` mark replaced by ``parts`` (named
+        conditions, never a caller's text: the caller's values are parameters)."""
+        sql = self._Q[name].replace("/*filters*/", " ".join(parts))
+        with self._for_read() as conn:
+            return self._run_rows(conn, name, params, sql=sql)
 
     def read_events(self, run_id: str, *, after: int = 0, upto: int | None = None) -> list[Event]:
         with self._for_read() as conn:

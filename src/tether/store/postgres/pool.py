@@ -393,8 +393,11 @@ class PgConnections(SqlStore):
         row = conn.cursor(row_factory=dict_row).execute(self._Q["get_run"], (run_id,)).fetchone()
         return _record(row) if row is not None else None
 
-    def _run_rows(self, conn: Conn, name: str, params: Mapping[str, Any]) -> list[RunRecord]:
-        rows = conn.cursor(row_factory=dict_row).execute(self._Q[name], params).fetchall()
+    def _run_rows(
+        self, conn: Conn, name: str, params: Mapping[str, Any], *, sql: str | None = None
+    ) -> list[RunRecord]:
+        statement = sql or self._Q[name]
+        rows = conn.cursor(row_factory=dict_row).execute(statement, params).fetchall()
         return [_record(r) for r in rows]
 
     def _range(self, run_id: str, after: int, upto: int | None) -> tuple[str, int, int]:

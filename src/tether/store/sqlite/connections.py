@@ -313,9 +313,14 @@ class SQLiteConnections(SqlStore):
         return _record(row) if row is not None else None
 
     def _run_rows(
-        self, conn: sqlite3.Connection, name: str, params: Mapping[str, Any]
+        self,
+        conn: sqlite3.Connection,
+        name: str,
+        params: Mapping[str, Any],
+        *,
+        sql: str | None = None,
     ) -> list[RunRecord]:
-        return [_record(r) for r in conn.execute(_Q[name], params)]
+        return [_record(r) for r in conn.execute(sql or _Q[name], params)]
 
     def _range(self, run_id: str, after: int, upto: int | None) -> dict[str, Any]:
         return _range(run_id, after, upto if upto is not None else _MAX_SEQ)

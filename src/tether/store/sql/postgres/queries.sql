@@ -611,3 +611,65 @@ SELECT id FROM tokens WHERE name = %(name)s::text;
 -- name: touch_token
 -- Note a token's use (the caller does it at most once a minute per token).
 UPDATE tokens SET last_used_at = %(now)s::float8 WHERE id = %(id)s::text;
+
+-- == the run list and the inbox (schema 11: their indexes) ==
+-- page_runs and inbox_runs hold a /*filters*/ mark where the store puts the conditions of
+-- the filters given (the page_runs_* and inbox_runs_* blocks, each "AND …"), so that every
+-- statement the database plans has only the conditions it uses, and an index fits it.
+
+-- name: page_runs
+-- A page of runs, newest first (the caller asks one row more: is there a next page).
+SELECT id, agent, version, status, code, created_at, updated_at, epoch, lease_owner,
+       lease_expires, parent_id, fork_seq, session_id, owner, queue, priority, available_at,
+       waiting_for, cancel_requested, dedup_key, concurrency_key, claimed_at
+FROM runs WHERE TRUE /*filters*/ ORDER BY created_at DESC, id DESC LIMIT %(limit)s::bigint;
+
+-- name: page_runs_status
+-- Filter of page_runs: one status.
+AND status = %(status)s::text
+
+-- name: page_runs_agent
+-- Filter of page_runs: one agent.
+AND agent = %(agent)s::text
+
+-- name: page_runs_queue
+-- Filter of page_runs: one queue.
+AND queue = %(queue)s::text
+
+-- name: page_runs_session
+-- Filter of page_runs: the runs of one session.
+AND session_id = %(session)s::text
+
+-- name: page_runs_tenant
+-- Filter of page_runs and inbox_runs: one tenant's runs (runs.owner).
+AND owner = %(tenant)s::text
+
+-- name: page_runs_text
+-- Filter of page_runs: the run id or the agent starts with the text (two index ranges).
+AND ((id >= %(lo)s::text AND id < %(hi)s::text) OR (agent >= %(lo)s::text AND agent < %(hi)s::text))
+
+-- name: page_runs_after
+-- Filter of page_runs: created at or after a time.
+AND created_at >= %(created_after)s::float8
+
+-- name: page_runs_before
+-- Filter of page_runs: created before a time.
+AND created_at < %(created_before)s::float8
+
+-- name: page_runs_cursor
+-- Keyset: the runs after the last one of the previous page (newest first).
+AND (created_at, id) < (%(cursor_at)s::float8, %(cursor_id)s::text)
+
+-- name: inbox_runs
+-- A page of runs waiting for a person (an approval, a tool call in doubt), oldest first.
+SELECT id, agent, version, status, code, created_at, updated_at, epoch, lease_owner,
+       lease_expires, parent_id, fork_seq, session_id, owner, queue, priority, available_at,
+       waiting_for, cancel_requested, dedup_key, concurrency_key, claimed_at
+FROM runs
+WHERE status = 'waiting' AND (waiting_for LIKE 'approval:%%' OR waiting_for LIKE 'doubt:%%')
+  /*filters*/
+ORDER BY updated_at, id LIMIT %(limit)s::bigint;
+
+-- name: inbox_runs_cursor
+-- Keyset: the inbox's runs after the last one of the previous page (oldest first).
+AND (updated_at, id) > (%(cursor_at)s::float8, %(cursor_id)s::text)

@@ -311,3 +311,59 @@ SELECT id FROM tokens WHERE name = :name;
 -- name: touch_token
 -- Note a token's use (the caller does it at most once a minute per token).
 UPDATE tokens SET last_used_at = :now WHERE id = :id;
+
+-- == the run list and the inbox (schema 11: their indexes) ==
+-- page_runs and inbox_runs hold a /*filters*/ mark where the store puts the conditions of
+-- the filters given (the page_runs_* and inbox_runs_* blocks, each "AND …"), so that every
+-- statement the database plans has only the conditions it uses, and an index fits it.
+
+-- name: page_runs
+-- A page of runs, newest first (the caller asks one row more: is there a next page).
+SELECT * FROM runs WHERE 1 = 1 /*filters*/ ORDER BY created_at DESC, id DESC LIMIT :limit;
+
+-- name: page_runs_status
+-- Filter of page_runs: one status.
+AND status = :status
+
+-- name: page_runs_agent
+-- Filter of page_runs: one agent.
+AND agent = :agent
+
+-- name: page_runs_queue
+-- Filter of page_runs: one queue.
+AND queue = :queue
+
+-- name: page_runs_session
+-- Filter of page_runs: the runs of one session.
+AND session_id = :session
+
+-- name: page_runs_tenant
+-- Filter of page_runs and inbox_runs: one tenant's runs (runs.owner).
+AND owner = :tenant
+
+-- name: page_runs_text
+-- Filter of page_runs: the run id or the agent starts with the text (two index ranges).
+AND ((id >= :lo AND id < :hi) OR (agent >= :lo AND agent < :hi))
+
+-- name: page_runs_after
+-- Filter of page_runs: created at or after a time.
+AND created_at >= :created_after
+
+-- name: page_runs_before
+-- Filter of page_runs: created before a time.
+AND created_at < :created_before
+
+-- name: page_runs_cursor
+-- Keyset: the runs after the last one of the previous page (newest first).
+AND (created_at, id) < (:cursor_at, :cursor_id)
+
+-- name: inbox_runs
+-- A page of runs waiting for a person (an approval, a tool call in doubt), oldest first.
+SELECT * FROM runs
+WHERE status = 'waiting' AND (waiting_for LIKE 'approval:%' OR waiting_for LIKE 'doubt:%')
+  /*filters*/
+ORDER BY updated_at, id LIMIT :limit;
+
+-- name: inbox_runs_cursor
+-- Keyset: the inbox's runs after the last one of the previous page (oldest first).
+AND (updated_at, id) > (:cursor_at, :cursor_id)

@@ -1,0 +1,193 @@
+"""The paged run list and inbox on both backends: keyset pages that add up to the whole
+list, filters combined, a cursor that was not returned refused, and the database's plan
+reading an index (PostgreSQL's EXPLAIN, SQLite's EXPLAIN QUERY PLAN)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from _conformance import PG_URL, Backend
+
+import tether
+from tether.services.listing import encode_cursor
+
+pytestmark = pytest.mark.conformance
+
+
+@pytest.fixture
+def app(backend: Backend) -> Iterator[tether.App]:
+    clock = tether.FakeClock(1_000.0)
+    a = tether.open(backend.url, clock=clock)
+
+    @a.agent
+    def alpha(run: tether.Run) -> int:
+        return 1
+
+    @a.agent
+    def beta(run: tether.Run) -> int:
+        return 2
+
+    @a.agent
+    def gate(run: tether.Run, n: int) -> Any:
+        return run.approve("ok", payload={"n": n})
+
+    yield a
+    a.close()
+
+
+def _make(app: tether.App) -> list[tuple[str, str, str | None, float]]:
+    """Runs of two tenants and none, two agents, some queued, one second apart (and two
+    in the same second: the id breaks the tie). Returns (id, agent, tenant, created_at)."""
+    clock = app.clock
+    assert isinstance(clock, tether.FakeClock)
+    made = []
+    for i in range(11):
+        tenant = ["acme", "globex", None][i % 3]
+        agent = ["alpha", "beta"][i % 2]
+        if i != 5:  # run 5 is created in the same second as run 4
+            clock.advance(1)
+        scope = app.for_tenant(tenant) if tenant else None
+        if i % 4 == 3:
+            rid = scope.start(agent) if scope else app.start(agent)
+        else:
+            rid = (scope.run(agent) if scope else app.run(agent)).id
+        made.append((rid, agent, tenant, clock.now()))
+    return made
+
+
+def _newest_first(rows: list[tuple[str, str, str | None, float]]) -> list[str]:
+    return [r[0] for r in sorted(rows, key=lambda r: (r[3], r[0]), reverse=True)]
+
+
+def _all_pages(app: tether.App, size: int, **filters: Any) -> list[str]:
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page = app.list_runs(limit=size, cursor=cursor, **filters)
+        assert len(page.runs) <= size
+        seen += [r.id for r in page.runs]
+        cursor = page.next_cursor
+        if cursor is None:
+            return seen
+        assert len(page.runs) == size  # only the last page is short
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 11, 50])
+def test_pages_add_up_to_the_whole_list_newest_first(app: tether.App, size: int) -> None:
+    made = _make(app)
+    assert _all_pages(app, size) == _newest_first(made)
+
+
+def test_a_page_boundary_between_two_runs_of_the_same_second(app: tether.App) -> None:
+    made = _make(app)
+    order = _newest_first(made)
+    tie = [r[0] for r in made if r[3] == made[4][3]]
+    assert len(tie) == 2
+    at = order.index(max(tie))  # the first of the two (newest first: the greater id)
+    first = app.list_runs(limit=at + 1)
+    assert first.runs[-1].id == max(tie)
+    assert app.list_runs(limit=5, cursor=first.next_cursor).runs[0].id == min(tie)
+
+
+def test_filters_combine(app: tether.App) -> None:
+    made = _make(app)
+    app.start("alpha", queue="slow")
+    acme_alpha = [r for r in made if r[2] == "acme" and r[1] == "alpha"]
+    assert _all_pages(app, 1, tenant="acme", agent="alpha") == _newest_first(acme_alpha)
+    queued = {r.id for r in app.runs(status="queued")}
+    acme_queued = [r for r in made if r[2] == "acme" and r[0] in queued]
+    assert acme_queued and _all_pages(app, 2, tenant="acme", status="queued") == _newest_first(
+        acme_queued
+    )
+    assert [r.queue for r in app.list_runs(queue="slow").runs] == ["slow"]
+    window = [r for r in made if 1003.0 <= r[3] < 1006.0]
+    assert _all_pages(app, 2, created_after=1003.0, created_before=1006.0) == _newest_first(window)
+    assert app.list_runs(status="completed", agent="nobody").runs == []
+
+
+def test_text_is_a_prefix_of_the_run_id_or_the_agent(app: tether.App) -> None:
+    made = _make(app)
+    one = made[7][0]
+    assert [r.id for r in app.list_runs(text=one).runs] == [one]
+    betas = [r for r in made if r[1] == "beta"]
+    assert _all_pages(app, 3, text="be") == _newest_first(betas)
+    assert app.list_runs(text="eta").runs == []  # a prefix, not a substring
+
+
+def test_session_filter(app: tether.App) -> None:
+    s = app.session("chat", owner="acme")
+    rid = app.run_in(s, "alpha").id
+    app.run("alpha")
+    assert [r.id for r in app.list_runs(session="chat").runs] == [rid]
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        "garbage",
+        "",
+        "x" * 5000,
+        encode_cursor("inbox", 1.0, "abc"),  # another listing's
+        encode_cursor("runs", float("inf"), "abc"),
+        "WyJydW5zIiwxLCJhIl0",  # ["runs",1,"a"] with its padding cut: accepted below
+        42,
+    ],
+)
+def test_a_cursor_that_was_not_returned_is_a_clear_error(app: tether.App, cursor: Any) -> None:
+    _make(app)
+    if cursor == "WyJydW5zIiwxLCJhIl0":
+        assert app.list_runs(cursor=cursor).runs == []  # a well-formed cursor: past the end
+        return
+    with pytest.raises(tether.InvalidInput, match="is not one the run list returned"):
+        app.list_runs(cursor=cursor)
+
+
+@pytest.mark.parametrize("limit", [0, -1, 1001, True, "10"])
+def test_a_bad_page_size_is_a_clear_error(app: tether.App, limit: Any) -> None:
+    with pytest.raises(tether.InvalidInput, match="limit"):
+        app.list_runs(limit=limit)
+
+
+def test_the_inbox_pages_oldest_first(app: tether.App) -> None:
+    clock = app.clock
+    assert isinstance(clock, tether.FakeClock)
+    ids = []
+    for n in range(5):
+        clock.advance(1)
+        ids.append(app.for_tenant("acme" if n % 2 else "globex").run("gate", n=n).id)
+    seen, cursor = [], None
+    while True:
+        page = app.inbox(limit=2, cursor=cursor)
+        seen += [(i.run_id, i.payload) for i in page.items]
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert seen == [(rid, {"n": n}) for n, rid in enumerate(ids)]
+    assert [i.run_id for i in app.inbox(tenant="acme").items] == [ids[1], ids[3]]
+    with pytest.raises(tether.InvalidInput, match="is not one the inbox returned"):
+        app.inbox(cursor=app.list_runs(limit=1).next_cursor)
+
+
+def test_the_status_filter_reads_an_index(app: tether.App, backend: Backend) -> None:
+    _make(app)
+    if backend.name == "sqlite":
+        plan = backend.sql(
+            "EXPLAIN QUERY PLAN SELECT * FROM runs WHERE 1 = 1 AND status = 'queued' "
+            "ORDER BY created_at DESC, id DESC LIMIT 51"
+        )
+        text = " ".join(str(r[-1]) for r in plan)
+        assert "runs_status_created" in text and "TEMP B-TREE" not in text, text
+        return
+    import psycopg
+
+    # a table of 11 rows is read whole whatever its indexes: planned as for a big one
+    options = f"-c search_path={backend.schema} -c enable_seqscan=off"
+    with psycopg.connect(PG_URL, autocommit=True, options=options) as conn:
+        plan = conn.execute(
+            "EXPLAIN SELECT * FROM runs WHERE TRUE AND status = 'queued' "
+            "ORDER BY created_at DESC, id DESC LIMIT 51"
+        ).fetchall()
+    text = " ".join(r[0] for r in plan)
+    assert "Index Scan Backward using runs_status_created" in text, text
