@@ -25,9 +25,9 @@ def test_an_approval_round_trip_over_http(app: tether.App, world: dict[str, Any]
     app.worker(poll=0.01).run(until_idle=True)  # executes it until it waits
     assert app.record(run).status == "waiting"
     inbox = api.get("/api/approvals", headers=approver).json()["items"]
-    [item] = [i for i in inbox if i["run"]["id"] == run]
-    assert item["waiting"]["kind"] == "approval"
-    assert item["waiting"]["payload"] == {"order": "O-1", "amount": 30}  # what is approved
+    [item] = [i for i in inbox if i["run_id"] == run]
+    assert item["kind"] == "approval" and item["name"] == "send"
+    assert item["payload"] == {"order": "O-1", "amount": 30}  # what is approved
 
     answer = api.post(
         f"/api/runs/{run}/approvals/send",

@@ -121,7 +121,7 @@ def test_a_forbidden_act_is_audited_and_changes_nothing(
     )
     assert answer.status_code == 403
     assert app.get(run).seq == before
-    refused = [a for a in app.audit(run) if a.action == "approve.forbidden"]
+    refused = [a for a in app.audit(run) if a.action == "access.refused"]
     assert [a.actor for a in refused] == ["viewer-1"]
 
 
@@ -131,7 +131,7 @@ def test_a_tenant_lists_its_runs_alone(app: tether.App, world: dict[str, Any]) -
         listed = world["api"].get("/api/runs", headers=bearer(world["tokens"][role])).json()
         assert {r["id"] for r in listed["runs"]} == {own}
         inbox = world["api"].get("/api/approvals", headers=bearer(world["tokens"][role])).json()
-        assert {i["run"]["id"] for i in inbox["items"]} == {own}
+        assert {i["run_id"] for i in inbox["items"]} == {own}
     listed = world["api"].get("/api/runs", headers=bearer(world["tokens"]["admin"])).json()
     assert {r["id"] for r in listed["runs"]} == {own, other}
 

@@ -49,8 +49,7 @@ STATUS: tuple[tuple[type[BaseException], int], ...] = (  # first match wins
     (errors.InvalidInput, 422),
     (errors.EncodeError, 422),
     (ValueError, 422),
-    (TypeError, 422),
-)
+)  # a bare TypeError is a bug of ours, not bad input: 500 (logged)
 
 
 class Unauthorized(Exception):
@@ -120,7 +119,6 @@ def install(api: FastAPI) -> None:
     api.add_exception_handler(CsrfFailed, _csrf)
     api.add_exception_handler(errors.TetherError, _tether)
     api.add_exception_handler(ValueError, _tether)
-    api.add_exception_handler(TypeError, _tether)
     api.add_exception_handler(Exception, _internal)
 
 

@@ -20,7 +20,6 @@ from fastapi.responses import StreamingResponse
 from tether.model.status import RunStatus
 from tether.server import views
 from tether.server.deps import Caller, Server, server
-from tether.server.listing import RunQuery, runs_page
 
 router = APIRouter(prefix="/api")
 BATCH = 500  # events per read of a run's stream
@@ -95,16 +94,13 @@ async def run_list(
     """The first page of the run list (these filters) as it changes: ``event: run`` with
     a run's summary when it appears or its status changes."""
     s = server(request)
-    store, tenant = caller.app.store, caller.who.tenant
-    query = RunQuery(status=status and status.value, agent=agent)
-    await anyio.to_thread.run_sync(lambda: runs_page(store, query, tenant, limit=1, cursor=None))
+    filters = {"status": status and status.value, "agent": agent}
+    await anyio.to_thread.run_sync(lambda: caller.runs(**filters, limit=1))  # 4xx before
 
     async def body() -> AsyncIterator[bytes]:
         seen: dict[str, tuple[str, float]] = {}
         while True:
-            page = await anyio.to_thread.run_sync(
-                lambda: runs_page(store, query, tenant, limit=limit, cursor=None)
-            )
+            page = await anyio.to_thread.run_sync(lambda: caller.runs(**filters, limit=limit))
             for r in page.runs:
                 if seen.get(r.id) != (r.status, r.updated_at):
                     yield _frame("run", views.summary(r).model_dump())

@@ -10,7 +10,6 @@ from fastapi import APIRouter, Query
 from tether.model.status import RunStatus
 from tether.server import schemas, views
 from tether.server.deps import Caller
-from tether.server.listing import RunQuery, inbox_page, runs_page
 from tether.services.workers import describe
 
 router = APIRouter(prefix="/api", responses={401: {"model": schemas.ErrorBody}})
@@ -41,8 +40,17 @@ def runs(
 ) -> schemas.RunList:
     """Runs newest first, filtered, a page at a time (``cursor``: the previous page's
     ``next_cursor``). A tenant's token sees its tenant's runs alone."""
-    q = RunQuery(status and status.value, agent, queue, session, text, created_after, created_before)
-    page = runs_page(caller.app.store, q, caller.who.tenant, limit=limit, cursor=cursor)
+    page = caller.runs(
+        status=status and status.value,
+        agent=agent,
+        queue=queue,
+        session=session,
+        text=text,
+        created_after=created_after,
+        created_before=created_before,
+        limit=limit,
+        cursor=cursor,
+    )
     return schemas.RunList(runs=[views.summary(r) for r in page.runs], next_cursor=page.next_cursor)
 
 
@@ -116,13 +124,8 @@ def approvals(
 ) -> schemas.Inbox:
     """The inbox: runs waiting for an approval or for a tool call in doubt to be
     resolved, oldest first, each with what it waits for (payload, approvers)."""
-    page = inbox_page(caller.app.store, caller.who.tenant, limit=limit, cursor=cursor)
-    items = []
-    for r in page.runs:
-        s = caller.app.get(r.id)
-        waiting = views.codec_json(dict(s.waiting)) if s.waiting else None
-        items.append(schemas.InboxItem(run=views.summary(r), waiting=waiting))
-    return schemas.Inbox(items=items, next_cursor=page.next_cursor)
+    page = caller.inbox(limit=limit, cursor=cursor)
+    return schemas.Inbox(items=[views.inbox_item(i) for i in page.items], next_cursor=page.next_cursor)
 
 
 @router.get("/queues", response_model=list[schemas.QueueOut])

@@ -146,10 +146,23 @@ class Done(BaseModel):
 
 
 class InboxItem(BaseModel):
-    """A run waiting for a person, and exactly what it waits for (payload, approvers)."""
+    """A run waiting for a person, and exactly what is to be decided: ``kind`` approval
+    (``name``, ``payload``: what is approved, ``approvers``: None for anyone, ``until``)
+    or doubt (``name``: the tool, ``payload``: its input and why, ``key``). ``problem``:
+    why the run's state could not be read (payload then None)."""
 
-    run: RunSummary
-    waiting: JsonObject | None
+    run_id: str
+    agent: str
+    tenant: str | None
+    kind: str
+    name: str | None
+    position: int | None
+    since: float | None
+    payload: Any
+    approvers: list[str] | None
+    key: str | None
+    until: float | None
+    problem: str | None
 
 
 class Inbox(BaseModel):

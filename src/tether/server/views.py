@@ -13,6 +13,7 @@ from tether.model.events import Event
 from tether.model.state import RunState, head_data
 from tether.model.steps import StepState, step_data
 from tether.server import schemas
+from tether.services.listing import InboxItem
 from tether.store import RunRecord
 
 
@@ -80,3 +81,21 @@ def codec_json(value: dict[str, Any]) -> dict[str, Any]:
     """A mapping of stored values as JSON values."""
     out: dict[str, Any] = codec.to_json_value(value)
     return out
+
+
+def inbox_item(i: InboxItem) -> schemas.InboxItem:
+    """One request of the inbox (its payload as JSON values)."""
+    return schemas.InboxItem(
+        run_id=i.run_id,
+        agent=i.agent,
+        tenant=i.tenant,
+        kind=i.kind,
+        name=i.name,
+        position=i.position,
+        since=i.since,
+        payload=codec.to_json_value(i.payload),
+        approvers=i.approvers,
+        key=i.key,
+        until=i.until,
+        problem=i.problem,
+    )
