@@ -10,9 +10,9 @@ import tether
 
 pytest.importorskip("fastapi", reason="the server extra: pip install 'tether[server]'")
 
-from fastapi.testclient import TestClient  # noqa: E402
+from fastapi.testclient import TestClient
 
-from tether.server import create_app  # noqa: E402
+from tether.server import create_app
 
 ROLES = ("viewer", "approver", "operator", "admin")
 OWN, OTHER = "acme", "globex"

@@ -40,7 +40,7 @@ def test_an_approval_round_trip_over_http(app: tether.App, world: dict[str, Any]
     state = app.get(run)
     assert state.status == "completed"
     assert state.output == {"sent": "O-1", "by": "approver-1"}  # the token's name
-    decided = [s for s in state.steps if s.kind == "approve"][0].output
+    decided = next(s for s in state.steps if s.kind == "approve").output
     assert decided == {"approved": True, "by": "approver-1", "reason": "checked the order"}
     assert "approve" in {a.action for a in app.audit(run)}
 
@@ -79,7 +79,8 @@ def test_a_cookie_session_needs_its_csrf_token_to_act(
     assert "httponly" in cookie and "samesite=strict" in cookie
     assert world["tokens"]["approver"].lower() not in cookie  # the cookie holds no token
     csrf = login.json()["csrf_token"]
-    assert api.get("/api/me").json()["name"] == "approver-1"  # reads: the cookie alone
+    me = api.get("/api/me").json()  # reads: the cookie alone
+    assert me["name"] == "approver-1" and me["csrf_token"] == csrf
     url = f"/api/runs/{run}/approvals/send"
     refused = api.post(url, json={"decision": "approve"})
     assert refused.status_code == 403
@@ -128,9 +129,11 @@ def test_events_come_a_bounded_page_at_a_time(app: tether.App, world: dict[str, 
     everything = [e.seq for e in app.events(run)]
     first = world["api"].get(f"/api/runs/{run}/events?limit=2", headers=viewer).json()
     assert [e["seq"] for e in first["events"]] == everything[:2]
-    rest = world["api"].get(
-        f"/api/runs/{run}/events?after={first['next_after']}", headers=viewer
-    ).json()
+    rest = (
+        world["api"]
+        .get(f"/api/runs/{run}/events?after={first['next_after']}", headers=viewer)
+        .json()
+    )
     assert [e["seq"] for e in rest["events"]] == everything[2:]
     assert rest["next_after"] is None
 

@@ -15,11 +15,11 @@ import tether
 
 pytest.importorskip("fastapi", reason="the server extra: pip install 'tether[server]'")
 
-import httpx  # noqa: E402
-import uvicorn  # noqa: E402
-from fastapi import FastAPI  # noqa: E402
+import httpx
+import uvicorn
+from fastapi import FastAPI
 
-from tether.server import create_app  # noqa: E402
+from tether.server import create_app
 
 pytestmark = pytest.mark.integration
 
@@ -100,13 +100,17 @@ def test_a_live_stream_ends_when_the_server_stops(app: tether.App) -> None:
     _, token = app.tokens.create("root", "admin")
     headers = {"Authorization": f"Bearer {token}"}
     served = Served(create_app(app, poll=0.02))
-    with served, httpx.Client(base_url=served.url) as http:
-        with http.stream("GET", f"/api/runs/{run}/live", headers=headers, timeout=30) as s:
-            lines = s.iter_lines()
-            first = _next_frame(lines)  # the run's first event: the stream is up
-            assert first["id"] == "1"
-            served.api.state.tether.stopping.set()
-            rest = list(lines)  # ends (else this blocks and the read timeout fails it)
+    live = f"/api/runs/{run}/live"
+    with (
+        served,
+        httpx.Client(base_url=served.url) as http,
+        http.stream("GET", live, headers=headers, timeout=30) as s,
+    ):
+        lines = s.iter_lines()
+        first = _next_frame(lines)  # the run's first event: the stream is up
+        assert first["id"] == "1"
+        served.api.state.tether.stopping.set()
+        rest = list(lines)  # ends (else this blocks and the read timeout fails it)
     ids = [int(line[4:]) for line in rest if line.startswith("id: ")]
     assert ids == list(range(2, app.get(run).seq + 1))  # the rest of the log, then the end
 

@@ -19,8 +19,7 @@ try:
     import uvicorn  # noqa: F401
 except ModuleNotFoundError as e:  # pragma: no cover (the test env has the extra)
     raise ImportError(
-        f"tether's server needs {e.name!r}, which is not installed: "
-        f"pip install 'tether[server]'"
+        f"tether's server needs {e.name!r}, which is not installed: pip install 'tether[server]'"
     ) from None
 
 from tether.server.app import create_app

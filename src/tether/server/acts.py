@@ -41,7 +41,9 @@ def fork(caller: Caller, run_id: str, body: schemas.ForkIn) -> schemas.Forked:
     when neither), with new ``input`` and edited ``vars``; completed effects are reused.
     Operator."""
     step = int(body.step) if isinstance(body.step, str) and body.step.isdigit() else body.step
-    new = caller.fork(run_id, step=step, at=body.at, when=body.when, input=body.input, vars=body.vars)
+    new = caller.fork(
+        run_id, step=step, at=body.at, when=body.when, input=body.input, vars=body.vars
+    )
     return schemas.Forked(id=new, parent_id=run_id)
 
 
@@ -98,7 +100,9 @@ def login(s: ServerOf, body: schemas.Login, request: Request, response: Response
         secure=request.url.scheme == "https",
         path="/",
     )
-    return schemas.Me(name=who.name, role=who.role.label, tenant=who.tenant, csrf_token=session.csrf)
+    return schemas.Me(
+        name=who.name, role=who.role.label, tenant=who.tenant, csrf_token=session.csrf
+    )
 
 
 @router.post("/logout", status_code=204)

@@ -9,7 +9,7 @@ costs nothing between reads. A stream ends when the client goes away or the serv
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 import anyio.to_thread
@@ -64,7 +64,10 @@ async def run_events(
 
     async def body() -> AsyncIterator[bytes]:
         nonlocal seq
-        read: Callable[[], list[Any]] = lambda: caller.events(run_id, after=seq, limit=BATCH)
+
+        def read() -> list[Any]:
+            return caller.events(run_id, after=seq, limit=BATCH)
+
         quiet = 0.0
         while True:
             found = await anyio.to_thread.run_sync(read)

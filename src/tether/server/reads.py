@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 
 from tether.model.status import RunStatus
 from tether.server import schemas, views
-from tether.server.deps import Caller
+from tether.server.auth import COOKIE
+from tether.server.deps import Caller, server
 from tether.services.workers import describe
 
 router = APIRouter(prefix="/api", responses={401: {"model": schemas.ErrorBody}})
@@ -19,10 +20,14 @@ Name = Annotated[str, Query(min_length=1, max_length=200)]
 
 
 @router.get("/me", response_model=schemas.Me)
-def me(caller: Caller) -> schemas.Me:
-    """The caller's identity: its token's name, role and tenant."""
-    who = caller.who
-    return schemas.Me(name=who.name, role=who.role.label, tenant=who.tenant)
+def me(caller: Caller, request: Request) -> schemas.Me:
+    """The caller's identity: its token's name, role and tenant; with a session cookie,
+    its CSRF token too (a reloaded page gets it back here)."""
+    who, csrf = caller.who, None
+    cookie = request.cookies.get(COOKIE)
+    if cookie is not None and "authorization" not in request.headers:
+        csrf = server(request).auth.sessions.csrf_of(cookie)
+    return schemas.Me(name=who.name, role=who.role.label, tenant=who.tenant, csrf_token=csrf)
 
 
 @router.get("/runs", response_model=schemas.RunList)
@@ -125,7 +130,9 @@ def approvals(
     """The inbox: runs waiting for an approval or for a tool call in doubt to be
     resolved, oldest first, each with what it waits for (payload, approvers)."""
     page = caller.inbox(limit=limit, cursor=cursor)
-    return schemas.Inbox(items=[views.inbox_item(i) for i in page.items], next_cursor=page.next_cursor)
+    return schemas.Inbox(
+        items=[views.inbox_item(i) for i in page.items], next_cursor=page.next_cursor
+    )
 
 
 @router.get("/queues", response_model=list[schemas.QueueOut])
@@ -142,8 +149,7 @@ def queues(caller: Caller) -> list[schemas.QueueOut]:
             claimed.setdefault(q, []).append(w.id)
     names = sorted(set(depth) | set(claimed))
     return [
-        schemas.QueueOut(name=n, queued=depth.get(n, 0), workers=claimed.get(n, []))
-        for n in names
+        schemas.QueueOut(name=n, queued=depth.get(n, 0), workers=claimed.get(n, [])) for n in names
     ]
 
 

@@ -66,7 +66,11 @@ def event(e: Event) -> schemas.EventOut:
     """One event; its data is already JSON (the codec's), parsed once."""
     data = orjson.loads(e.data)
     return schemas.EventOut(
-        seq=e.seq, type=e.type, at=e.at, actor=e.actor, data=data if isinstance(data, dict) else {"value": data}
+        seq=e.seq,
+        type=e.type,
+        at=e.at,
+        actor=e.actor,
+        data=data if isinstance(data, dict) else {"value": data},
     )
 
 
