@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
+from collections.abc import Iterator
 from typing import Any
 
 from tether.cli.arguments import whole_number
 from tether.cli.context import Command, CommandError, Context
 from tether.store.urls import redact
+
+_STOP = (signal.SIGINT, signal.SIGTERM)
 
 
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,12 +40,23 @@ def _serve(args: argparse.Namespace, ctx: Context) -> int:
             stopping.set()  # live streams end, so shutting down waits for none of them
             super().handle_exit(sig, frame)
 
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            # uvicorn's own raises the signal again once shut down (exit -15); a stop
+            # asked for is a clean exit here, as for `tether worker`
+            old = {sig: signal.signal(sig, self.handle_exit) for sig in _STOP}
+            try:
+                yield
+            finally:
+                for sig, handler in old.items():
+                    signal.signal(sig, handler)
+
     config = uvicorn.Config(
         api, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=5
     )
     ctx.print(
         f"tether serve: http://{args.host}:{args.port}/ on {redact(app.url or '')} (the API "
-        f"under /api, its schema at /openapi.json; every request needs a token); Ctrl-C stops"
+        f"under /api, its schema at /openapi.json; every request needs a token); Ctrl-C or SIGTERM stops it"
     )
     Server(config).run()
     return 0
