@@ -173,3 +173,28 @@ def test_bad_input_is_a_json_4xx(
     answer = world["api"].request(method, path.replace("{run}", run), headers=headers, **kwargs)
     assert answer.status_code == status, answer.text
     assert set(answer.json()["error"]) >= {"type", "message"}
+
+
+def test_a_streamed_body_over_the_limit_is_413(app: tether.App, world: dict[str, Any]) -> None:
+    run = waiting_run(app, OWN)
+
+    def chunks() -> Any:  # no Content-Length: the limit counts the bytes as they come
+        for _ in range(40):
+            yield b"x" * 1024
+
+    small = client(app, max_body=16 * 1024)
+    answer = small.post(
+        f"/api/runs/{run}/signals/go",
+        headers={**bearer(world["tokens"]["admin"]), "Content-Type": "application/json"},
+        content=chunks(),
+    )
+    assert answer.status_code == 413, answer.text
+    assert answer.json()["error"]["type"] == "TooLarge"
+
+
+def test_queues_and_workers_for_an_admin(app: tether.App, world: dict[str, Any]) -> None:
+    waiting_run(app, OWN, queue=True)
+    admin = bearer(world["tokens"]["admin"])
+    queues = world["api"].get("/api/queues", headers=admin).json()
+    assert queues == [{"name": "default", "queued": 1, "queued_at_least": False, "workers": []}]
+    assert world["api"].get("/api/workers", headers=admin).json() == []

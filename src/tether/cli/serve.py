@@ -56,7 +56,8 @@ def _serve(args: argparse.Namespace, ctx: Context) -> int:
     )
     ctx.print(
         f"tether serve: http://{args.host}:{args.port}/ on {redact(app.url or '')} (the API "
-        f"under /api, its schema at /openapi.json; every request needs a token); Ctrl-C or SIGTERM stops it"
+        f"under /api, its schema at /openapi.json; every request needs a token); Ctrl-C or "
+        f"SIGTERM stops it"
     )
     Server(config).run()
     return 0

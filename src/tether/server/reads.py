@@ -13,6 +13,8 @@ from tether.server.auth import COOKIE
 from tether.server.deps import Caller, server
 from tether.services.workers import describe
 
+QUEUED_COUNTED = 10_000  # queued runs read to count a queue's depth (one bounded read)
+
 router = APIRouter(prefix="/api", responses={401: {"model": schemas.ErrorBody}})
 
 Status = RunStatus  # an enum in /openapi.json
@@ -137,11 +139,14 @@ def approvals(
 
 @router.get("/queues", response_model=list[schemas.QueueOut])
 def queues(caller: Caller) -> list[schemas.QueueOut]:
-    """The queues workers claim from or runs wait in, with how many are queued (admin)."""
+    """The queues workers claim from or runs wait in, with how many runs are queued in
+    each (counted up to :data:`QUEUED_COUNTED` in all: ``queued_at_least`` says the
+    count stopped there) and the workers that claim from each (admin)."""
     caller.require("queues")
     store = caller.app.store
     depth: dict[str, int] = {}
-    for r in store.list_runs(status=RunStatus.QUEUED, limit=100_000):
+    queued = store.list_runs(status=RunStatus.QUEUED, limit=QUEUED_COUNTED)
+    for r in queued:
         depth[r.queue or "default"] = depth.get(r.queue or "default", 0) + 1
     claimed: dict[str, list[str]] = {}
     for w in store.list_workers():
@@ -149,7 +154,13 @@ def queues(caller: Caller) -> list[schemas.QueueOut]:
             claimed.setdefault(q, []).append(w.id)
     names = sorted(set(depth) | set(claimed))
     return [
-        schemas.QueueOut(name=n, queued=depth.get(n, 0), workers=claimed.get(n, [])) for n in names
+        schemas.QueueOut(
+            name=n,
+            queued=depth.get(n, 0),
+            queued_at_least=len(queued) == QUEUED_COUNTED,
+            workers=claimed.get(n, []),
+        )
+        for n in names
     ]
 
 

@@ -175,6 +175,7 @@ class QueueOut(BaseModel):
 
     name: str
     queued: int
+    queued_at_least: bool = Field(description="the count stopped at its bound: at least")
     workers: list[str]
 
 
