@@ -20,7 +20,7 @@ import tether
 
 pytest.importorskip("uvicorn", reason="the server extra: pip install 'tether[server]'")
 
-import httpx  # noqa: E402
+import httpx
 
 pytestmark = pytest.mark.acceptance
 TETHER = [sys.executable, "-m", "tether.cli"]
