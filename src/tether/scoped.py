@@ -23,6 +23,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
 from tether.context.conversation import Session
+from tether.context.memory import Memory
+from tether.context.tenant_memory import TenantMemory
 from tether.engine.executor import RunHandle
 from tether.errors import Conflict, Forbidden, InvalidInput, NotFound
 from tether.model import codec, inputs
@@ -96,7 +98,7 @@ class Tenancy:
             created_after=created_after,
             created_before=created_before,
         )
-        return listing.list_runs(self._app()._states, filters, limit=limit, cursor=cursor)
+        return self._app()._reader.list_runs(filters, limit=limit, cursor=cursor)
 
     def inbox(
         self,
@@ -107,7 +109,7 @@ class Tenancy:
     ) -> InboxPage:
         """A page of the runs waiting for a person (approvals, tool calls in doubt), oldest
         first, each with what is to be decided (see :mod:`tether.services.listing`)."""
-        return listing.inbox(self._app()._states, tenant=tenant, limit=limit, cursor=cursor)
+        return self._app()._reader.inbox(tenant=tenant, limit=limit, cursor=cursor)
 
     def _app(self) -> App:
         return self  # type: ignore[return-value]  # mixed into App alone
@@ -146,14 +148,7 @@ class ScopedApp:
         try:
             self.identity.require(action, f"run {run_id}")
         except Forbidden as e:
-            detail = {"action": action, "role": self.identity.role.label, "why": str(e)}
-            self.app.store.record_audit(
-                run_id,
-                "access.refused",
-                codec.encode(detail),
-                actor=self.identity.name,
-                now=self.app.clock.now(),
-            )
+            self._audit(run_id, action, e)
             raise
         return record
 
@@ -175,7 +170,21 @@ class ScopedApp:
         return self.identity.name
 
     def _require(self, action: str) -> None:
-        self.identity.require(action)  # no run to audit in (a list, a start)
+        """Raise Forbidden unless the role allows ``action``, which concerns no one run (a
+        list, a start): a refusal is kept in the audit log without a run."""
+        try:
+            self.identity.require(action)
+        except Forbidden as e:
+            self._audit(None, action, e)
+            raise
+
+    def _audit(self, run_id: str | None, action: str, refusal: Forbidden) -> None:
+        detail = {"action": action, "role": self.identity.role.label, "why": str(refusal)}
+        now = self.app.clock.now()
+        store = self.app.store
+        store.record_audit(
+            run_id, "access.refused", codec.encode(detail), actor=self.identity.name, now=now
+        )
 
     # -- reads ----------------------------------------------------------------
 
@@ -248,11 +257,26 @@ class ScopedApp:
         return export.export_run(self.app.store, run_id, out)
 
     def runs(
-        self, *, status: str | None = None, agent: str | None = None, limit: int = 100
+        self,
+        *,
+        status: str | None = None,
+        agent: str | None = None,
+        limit: int = 100,
+        **filters: Any,
     ) -> list[RunRecord]:
-        """This tenant's runs, newest first (as :meth:`tether.App.runs`)."""
+        """This tenant's runs, newest first (as :meth:`tether.App.runs`: at most ``limit``,
+        read a page at a time; ``filters``: the others of :meth:`list_runs`)."""
         inputs.integer(limit, "limit", low=1)
-        return self.list_runs(status=status, agent=agent, limit=min(limit, listing.PAGE_MAX)).runs
+        out: list[RunRecord] = []
+        cursor = None
+        while len(out) < limit:
+            size = min(limit - len(out), listing.PAGE_MAX)
+            page = self.list_runs(status=status, agent=agent, limit=size, cursor=cursor, **filters)
+            out += page.runs
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return out
 
     def list_runs(self, *, tenant: str | None = None, **filters: Any) -> RunPage:
         """A page of this tenant's runs (as :meth:`tether.App.list_runs`; ``tenant`` only
@@ -347,7 +371,16 @@ class ScopedApp:
         self.allow("fork", run_id)
         return self.app.fork(run_id, step=step, at=at, when=when, input=input, vars=vars)
 
-    # -- new runs and sessions of this tenant ------------------------------------
+    # -- new runs, sessions and memory of this tenant -----------------------------
+
+    @property
+    def memory(self) -> Memory | TenantMemory:
+        """This tenant's long-term memory (:mod:`tether.context.tenant_memory`: its own
+        namespaces, invisible to other tenants); the app's whole memory for a view of
+        every tenant."""
+        if self.tenant is None:
+            return self.app.memory
+        return TenantMemory(self.app.memory, self.tenant)
 
     def session(self, session_id: str, **options: Any) -> Session:
         """Get or create this tenant's session ``session_id`` (see

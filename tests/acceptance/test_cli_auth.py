@@ -167,3 +167,14 @@ def test_without_a_token_the_local_operator_still_names_by(db: Db) -> None:
     assert missing.returncode == 2 and "by is required" in missing.stderr
     done = db.run("approve", db.acme, "ship", "--by", "vic")
     assert done.returncode == 0, done.stderr
+
+
+def test_runs_filters_by_text_queue_and_session(db: Db) -> None:
+    prefix = db.acme[:14]
+    found = db.run("runs", "--text", prefix, "--json")
+    assert found.returncode == 0, found.stderr
+    assert db.acme in [r["id"] for r in json.loads(found.stdout)]
+    assert db.run("--tenant", "globex", "runs", "--text", db.acme).stdout.strip() == "no runs match"
+    by_agent_prefix = db.run("runs", "--text", "gat", "--json")
+    assert {r["id"] for r in json.loads(by_agent_prefix.stdout)} == {db.acme, db.globex}
+    assert db.run("runs", "--queue", "default").stdout.strip() == "no runs match"

@@ -191,3 +191,13 @@ def test_the_status_filter_reads_an_index(app: tether.App, backend: Backend) -> 
         ).fetchall()
     text = " ".join(r[0] for r in plan)
     assert "Index Scan Backward using runs_status_created" in text, text
+
+
+def test_a_views_runs_reads_past_one_page(app: tether.App, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tether.services.listing as listing
+
+    made = _make(app)
+    monkeypatch.setattr(listing, "PAGE_MAX", 2)  # pages of 2: runs(limit=7) reads 4 of them
+    everyone = app.for_tenant(None)
+    assert [r.id for r in everyone.runs(limit=7)] == _newest_first(made)[:7]
+    assert [r.id for r in everyone.runs(limit=100)] == _newest_first(made)

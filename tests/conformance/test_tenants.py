@@ -193,6 +193,8 @@ def test_forks_sessions_and_starts_keep_the_tenant(world: World) -> None:
         globex.start("echo", run_id=queued)
     with pytest.raises(tether.Forbidden):
         world.as_("v", Role.VIEWER, "acme").start("echo")
+    audited = "SELECT actor, action FROM audit WHERE run_id IS NULL"
+    assert world.backend.sql(audited) == [("v", "access.refused")]  # no run: kept all the same
 
 
 def test_the_inbox_shows_what_is_to_be_decided(world: World) -> None:
@@ -215,3 +217,16 @@ def test_the_local_operator_scoped_to_a_tenant_names_who_decides(world: World) -
     assert world.app.get(world.waiting).steps[-1].output["by"] == "al"
     with pytest.raises(tether.NotFound):
         acme.approve(world.theirs, "ship", by="al")
+
+
+def test_a_tenants_memory_is_its_own(world: World) -> None:
+    acme, globex = world.app.for_tenant("acme").memory, world.app.for_tenant("globex").memory
+    acme.put(("user", "u1"), "prefs", {"theme": "dark"})
+    globex.put(("user", "u1"), "prefs", {"theme": "light"})
+    assert acme.get(("user", "u1"), "prefs").value == {"theme": "dark"}  # type: ignore[union-attr]
+    assert [i.value for i in globex.search(("user",), "theme")] == [{"theme": "light"}]
+    assert [i.namespace for i in globex.search()] == [("user", "u1")]
+    assert globex.list_namespaces() == [("user", "u1")]
+    assert globex.delete_namespace(()) == 1  # all of globex's, and nothing of acme's
+    assert acme.get(("user", "u1"), "prefs") is not None
+    assert world.app.memory.list_namespaces(("@tenant",)) == [("@tenant", "acme", "user", "u1")]

@@ -164,3 +164,12 @@ def test_sqlite_file_has_no_plaintext_even_after_a_checkpoint(sqlite_backend: Ba
     conn.close()
     assert plaintext.encode() not in Path(sqlite_backend.url).read_bytes()
     assert digest(plaintext).encode() in Path(sqlite_backend.url).read_bytes()
+
+
+def test_an_identity_is_checked_when_made() -> None:
+    assert Identity("a", "approver") == Identity("a", Role.APPROVER)  # type: ignore[arg-type]
+    for name, role, tenant in [("", "viewer", None), ("a", "god", None), ("a", "viewer", "")]:
+        with pytest.raises(tether.InvalidInput):
+            Identity(name, role, tenant)  # type: ignore[arg-type]
+    with pytest.raises(tether.InvalidInput, match="no action 'fly'"):
+        Identity("a", Role.ADMIN).may("fly")

@@ -123,9 +123,9 @@ class Context:
             )
         return dataclasses.replace(identity, tenant=identity.tenant or tenant)
 
-    def require_admin(self, what: str) -> tether.App:
-        """The App, for a command that spans tenants (``what``): refused with --tenant;
-        with a token, only an admin's."""
+    def require_admin(self, what: str, *, create: bool = False) -> tether.App:
+        """The App (``create``: as :meth:`app`), for a command that spans tenants
+        (``what``): refused with --tenant; with a token, only an admin's."""
         if self.tenant is not None:
             raise CommandError(
                 f"{what} spans every tenant: it cannot be limited to one (drop --tenant, "
@@ -136,7 +136,7 @@ class Context:
             identity = self._identity(self.app())
             if identity.role < Role.ADMIN:
                 identity.require("workers" if what == "workers" else "maintain", f"`tether {what}`")
-        return self.app()
+        return self.app(create=create)
 
     @property
     def db(self) -> str | None:

@@ -74,8 +74,7 @@ def _opened(path: str) -> Iterator[TextIO]:
 
 def _app_creating(ctx: Context) -> tether.App:
     """``import`` may be the first thing a new database receives: create it if needed."""
-    ctx.require_admin("import")
-    return ctx.app(create=True)
+    return ctx.require_admin("import", create=True)
 
 
 COMMANDS = (

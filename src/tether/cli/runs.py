@@ -18,6 +18,9 @@ from tether.store import RunRecord
 def _runs_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--status", choices=STATUSES, help="only runs with this status")
     parser.add_argument("--agent", help="only runs of this agent")
+    parser.add_argument("--queue", help="only runs started in this queue")
+    parser.add_argument("--session", help="only runs of this session")
+    parser.add_argument("--text", help="only runs whose id or agent starts with this text")
     parser.add_argument(
         "--limit", type=positive_int, default=20, help="at most this many (default 20)"
     )
@@ -26,13 +29,15 @@ def _runs_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _runs(args: argparse.Namespace, ctx: Context) -> int:
     app = ctx.view()
-    records = app.runs(status=args.status, agent=args.agent, limit=args.limit)
+    filters = {"queue": args.queue, "session": args.session, "text": args.text}
+    records = app.runs(status=args.status, agent=args.agent, limit=args.limit, **filters)
     expected = _Expected(app)
     rows = [_summary_of(app, r, expected) for r in records]
     if args.json:
         ctx.print(fmt.json_text(rows))
     elif not rows:
-        ctx.print("no runs" + (" match" if args.status or args.agent else " yet"))
+        narrowed = args.status or args.agent or any(filters.values())
+        ctx.print("no runs" + (" match" if narrowed else " yet"))
     else:
         ctx.print(fmt.runs_table(rows))
     return 0

@@ -87,8 +87,7 @@ def _worker(args: argparse.Namespace, ctx: Context) -> int:
             cpus.allowed()  # Linux only: say so before opening anything
     except (ValueError, OSError) as e:
         raise CommandError(f"--cpu: {e}", 2) from None
-    ctx.require_admin("worker")
-    app = ctx.app(create=True)
+    app = ctx.require_admin("worker", create=True)
     worker = app.worker(
         queues=args.queues or ["default"],
         concurrency=args.concurrency,

@@ -111,9 +111,17 @@ class Identity:
     role: Role
     tenant: str | None = None
 
+    def __post_init__(self) -> None:
+        inputs.name(self.name, "identity name")
+        object.__setattr__(self, "role", Role.parse(self.role))  # "viewer" is Role.VIEWER
+        inputs.optional_name(self.tenant, "tenant")
+
     def may(self, action: str) -> bool:
         """Whether this identity's role allows ``action`` (a key of :data:`ACTIONS`)."""
-        return self.role >= ACTIONS[action]
+        least = ACTIONS.get(action)
+        if least is None:
+            raise InvalidInput(f"no action {action!r}; the actions are {', '.join(ACTIONS)}")
+        return self.role >= least
 
     def require(self, action: str, where: str = "") -> None:
         """Raise Forbidden unless this identity's role allows ``action``."""

@@ -1,4 +1,5 @@
-"""Reads: a run's state, its events, the runs, an effect's row and a run's audit records.
+"""Reads: a run's state, its events, the runs (and their pages, and the inbox), an
+effect's row and a run's audit records.
 
 Every read checks its arguments first (:mod:`tether.model.inputs`), so a bad id or
 bound is refused with a message that names it, never passed to the database.
@@ -10,7 +11,9 @@ from tether.engine.states import States
 from tether.model import inputs
 from tether.model.events import Event
 from tether.model.state import RunState
-from tether.store import AuditRecord, Effect, RunRecord
+from tether.services import listing
+from tether.services.listing import InboxPage, RunPage
+from tether.store import AuditRecord, Effect, RunFilter, RunRecord
 
 
 class Reader:
@@ -44,6 +47,14 @@ class Reader:
         inputs.optional_name(agent, "agent")
         inputs.integer(limit, "limit", low=1)
         return self.store.list_runs(status=status, agent=agent, limit=limit)
+
+    def list_runs(self, filters: RunFilter, *, limit: int, cursor: str | None) -> RunPage:
+        """A page of the runs matching ``filters`` (see :mod:`tether.services.listing`)."""
+        return listing.list_runs(self.states, filters, limit=limit, cursor=cursor)
+
+    def inbox(self, *, tenant: str | None, limit: int, cursor: str | None) -> InboxPage:
+        """A page of the runs waiting for a person (see :mod:`tether.services.listing`)."""
+        return listing.inbox(self.states, tenant=tenant, limit=limit, cursor=cursor)
 
     def effect(self, key: str) -> Effect | None:
         """The effects-table row of an idempotency key (None if never called)."""
