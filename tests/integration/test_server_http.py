@@ -115,6 +115,30 @@ def test_a_live_stream_ends_when_the_server_stops(app: tether.App) -> None:
     assert ids == list(range(2, app.get(run).seq + 1))  # the rest of the log, then the end
 
 
+def test_a_live_stream_ends_when_its_token_is_revoked(
+    app: tether.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tether.server import live
+
+    monkeypatch.setattr(live, "REVERIFY", 0.0)  # check the identity at every poll
+    run = app.run("refund", "O-1").id
+    _, token = app.tokens.create("carol", "viewer")
+    headers = {"Authorization": f"Bearer {token}"}
+    served = Served(create_app(app, poll=0.02))
+    live_url = f"/api/runs/{run}/live"
+    with (
+        served,
+        httpx.Client(base_url=served.url) as http,
+        http.stream("GET", live_url, headers=headers, timeout=30) as s,
+    ):
+        lines = s.iter_lines()
+        assert _next_frame(lines)["id"] == "1"  # the stream is up
+        app.tokens.revoke("carol")
+        rest = list(lines)  # ends (else this blocks and the read timeout fails it)
+        assert not served.api.state.tether.stopping.is_set()  # the revocation ended it
+    assert all(not line.startswith("id: ") or int(line[4:]) > 1 for line in rest)
+
+
 def test_fuzzing_the_openapi_document_finds_no_5xx(app: tether.App) -> None:
     schemathesis = pytest.importorskip("schemathesis")
     from hypothesis import HealthCheck, given, settings

@@ -2,13 +2,16 @@
 
 Each stream polls the store on a short interval (``poll`` seconds) with one bounded read
 in a worker thread: no database connection is held while a stream waits, and a stream
-costs nothing between reads. A stream ends when the client goes away or the server stops
-(``stopping``: ``tether serve`` sets it at shutdown, so no stream holds the server up).
+costs nothing between reads. A stream ends when the client goes away, when the server
+stops (``stopping``: ``tether serve`` sets it at shutdown, so no stream holds the server
+up), or when its identity is no longer valid (checked every :data:`REVERIFY` seconds: a
+revoked token, an expired session).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -20,10 +23,12 @@ from fastapi.responses import StreamingResponse
 from tether.model.status import RunStatus
 from tether.server import views
 from tether.server.deps import Caller, Server, server
+from tether.server.errors import CsrfFailed, Unauthorized
 
 router = APIRouter(prefix="/api")
 BATCH = 500  # events per read of a run's stream
 KEEPALIVE = 15.0  # seconds: a comment line, so proxies keep the connection
+REVERIFY = 15.0  # seconds between two checks that the stream's identity is still valid
 
 
 def _frame(kind: str, data: Any, event_id: int | None = None) -> bytes:
@@ -31,16 +36,34 @@ def _frame(kind: str, data: Any, event_id: int | None = None) -> bytes:
     return f"{head}event: {kind}\ndata: ".encode() + orjson.dumps(data) + b"\n\n"
 
 
-async def _idle(request: Request, s: Server) -> bool:
-    """Wait one poll interval; False once the client left or the server stops."""
-    waited = 0.0
-    while waited < s.poll:
-        if s.stopping.is_set() or await request.is_disconnected():
+class _Watch:
+    """When a stream must end: its client left, the server stops, its identity expired."""
+
+    def __init__(self, request: Request, s: Server) -> None:
+        self.request = request
+        self.s = s
+        self.checked = time.monotonic()
+
+    async def idle(self) -> bool:
+        """Wait one poll interval; False once the stream must end."""
+        waited, s = 0.0, self.s
+        while waited < s.poll:
+            if s.stopping.is_set() or await self.request.is_disconnected():
+                return False
+            step = min(0.05, s.poll - waited)
+            await asyncio.sleep(step)
+            waited += step
+        return not s.stopping.is_set() and await self._still_valid()
+
+    async def _still_valid(self) -> bool:
+        if time.monotonic() - self.checked < REVERIFY:
+            return True
+        self.checked = time.monotonic()
+        try:
+            await anyio.to_thread.run_sync(self.s.auth.identify, self.request)
+        except (Unauthorized, CsrfFailed):
             return False
-        step = min(0.05, s.poll - waited)
-        await asyncio.sleep(step)
-        waited += step
-    return not s.stopping.is_set()
+        return True
 
 
 def _stream(body: AsyncIterator[bytes]) -> StreamingResponse:
@@ -59,6 +82,7 @@ async def run_events(
     """The run's events as they are appended (``event: run-event``, ``id``: its seq),
     from seq ``after`` or the ``Last-Event-ID`` a reconnecting browser sends."""
     s = server(request)
+    watch = _Watch(request, s)
     await anyio.to_thread.run_sync(caller.record, run_id)  # 404 before the stream starts
     seq = int(last_event_id) if last_event_id and last_event_id.isdigit() else after
 
@@ -80,7 +104,7 @@ async def run_events(
             if quiet >= KEEPALIVE:
                 quiet = 0.0
                 yield b": keepalive\n\n"
-            if not await _idle(request, s):
+            if not await watch.idle():
                 return
 
     return _stream(body())
@@ -96,7 +120,7 @@ async def run_list(
 ) -> StreamingResponse:
     """The first page of the run list (these filters) as it changes: ``event: run`` with
     a run's summary when it appears or its status changes."""
-    s = server(request)
+    watch = _Watch(request, server(request))
     filters = {"status": status and status.value, "agent": agent}
     await anyio.to_thread.run_sync(lambda: caller.runs(**filters, limit=1))  # 4xx before
 
@@ -108,7 +132,7 @@ async def run_list(
                 if seen.get(r.id) != (r.status, r.updated_at):
                     yield _frame("run", views.summary(r).model_dump())
             seen = {r.id: (r.status, r.updated_at) for r in page.runs}  # the page alone
-            if not await _idle(request, s):
+            if not await watch.idle():
                 return
 
     return _stream(body())
