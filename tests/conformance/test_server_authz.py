@@ -41,7 +41,13 @@ POST /api/runs/{run}/resolve      401   403 409 409 409   404 404 404 409
 POST /api/runs/{run}/signals/go   401   403 200 200 200   404 404 404 200
 POST /api/runs/{run}/cancel       401   403 403 200 200   404 404 404 200
 POST /api/runs/{run}/retry        401   403 403 409 409   404 404 404 409
+GET  /openapi.json                200   200 200 200 200   200 200 200 200
+GET  /                            200   200 200 200 200   200 200 200 200
+POST /api/logout                  204   204 204 204 204   204 204 204 204
 """
+# public on purpose: the schema (it describes the API and holds no data), the home page
+# (a pointer to the schema), and logout (it only clears the caller's own cookie);
+# POST /api/login takes a token in its body: tests/conformance/test_server_api.py
 
 BODIES: dict[str, Any] = {
     "fork": {"step": 1},
