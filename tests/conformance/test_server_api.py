@@ -157,6 +157,8 @@ def test_state_at_a_step_and_the_run_page(app: tether.App, world: dict[str, Any]
         ("POST", "/api/runs/{run}/approvals/send", {"json": {"decision": "maybe"}}, 422),
         ("POST", "/api/runs/{run}/fork", {"json": {"step": "nowhere"}}, 404),
         ("POST", "/api/runs/{run}/fork", {"json": {"at": -1}}, 422),
+        ("POST", "/api/runs/{run}/fork", {"json": {"input": {"x": 1}}}, 422),
+        ("POST", "/api/runs/{run}/signals/go", {"content": b"\xff\xfe{"}, 422),
         ("POST", "/api/runs/{run}/signals/go", {"content": b"x" * (2 << 20)}, 413),
         ("GET", "/api/runs?limit=0", {}, 422),
         ("GET", "/api/runs/{run}/state?seq=-1", {}, 422),

@@ -20,12 +20,7 @@ from tether.services.control import NO_RESULT
 
 router = APIRouter(
     prefix="/api",
-    responses={
-        401: {"model": schemas.ErrorBody},
-        403: {"model": schemas.ErrorBody},
-        404: {"model": schemas.ErrorBody},
-        409: {"model": schemas.ErrorBody},
-    },
+    responses={code: {"model": schemas.ErrorBody} for code in (401, 403, 404, 409, 429, 503)},
 )
 
 Name = Annotated[str, Path(min_length=1, max_length=200)]

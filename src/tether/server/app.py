@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse
 
 from tether.app import App
-from tether.server import acts, errors, live, reads
+from tether.server import acts, errors, live, reads, schemas
 from tether.server.auth import Authenticator, Sessions
 from tether.server.deps import Server
 from tether.version import __version__
 
 MAX_BODY = 1 << 20  # bytes: a decision, a fork's vars or a signal's payload fits many times
+ERROR_REF = "#/components/schemas/ErrorBody"
 SESSION_TTL = 8 * 3600.0  # seconds: a working day; log in again after
 
 _HOME = """<!doctype html><meta charset="utf-8"><title>tether</title>
@@ -60,4 +63,30 @@ def create_app(
     def home() -> str:
         return _HOME
 
+    api.openapi = lambda: _schema(api)  # type: ignore[method-assign]
     return api
+
+
+def _schema(api: FastAPI) -> dict[str, Any]:
+    """FastAPI's document, with the errors this API really answers: every 422 (and the
+    401 and 413 any route may give) is ``{"error": {"type", "message"}}``."""
+    if api.openapi_schema is None:
+        doc = get_openapi(
+            title=api.title, version=api.version, description=api.description, routes=api.routes
+        )
+        components = doc.setdefault("components", {}).setdefault("schemas", {})
+        for unused in ("HTTPValidationError", "ValidationError"):
+            components.pop(unused, None)
+        components["ErrorBody"] = schemas.ErrorBody.model_json_schema(
+            ref_template="#/components/schemas/{model}"
+        )
+        components.update(components["ErrorBody"].pop("$defs", {}))
+        error = {"content": {"application/json": {"schema": {"$ref": ERROR_REF}}}}
+        for path in doc["paths"].values():
+            for operation in path.values():
+                answers = operation.setdefault("responses", {})
+                for code, what in (("401", "no valid identity"), ("413", "body too large")):
+                    answers.setdefault(code, {"description": what, **error})
+                answers["422"] = {"description": "a value the API does not take", **error}
+        api.openapi_schema = doc
+    return api.openapi_schema

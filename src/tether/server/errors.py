@@ -99,6 +99,8 @@ async def _validation(request: Request, e: Exception) -> JSONResponse:
 
 async def _http(request: Request, e: Exception) -> JSONResponse:
     assert isinstance(e, HTTPException)
+    if e.status_code == 400:  # a body FastAPI could not parse (not UTF-8): bad input, 422
+        return answer(422, "InvalidInput", f"the request body is not JSON in UTF-8 ({e.detail})")
     names = {404: "NotFound", 405: "MethodNotAllowed", 413: "TooLarge"}
     return answer(e.status_code, names.get(e.status_code, "HTTPError"), str(e.detail))
 

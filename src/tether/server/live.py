@@ -24,8 +24,16 @@ from tether.model.status import RunStatus
 from tether.server import views
 from tether.server.deps import Caller, Server, server
 from tether.server.errors import CsrfFailed, Unauthorized
+from tether.server.schemas import ErrorBody
 
-router = APIRouter(prefix="/api")
+STREAM = {"description": "server-sent events", "content": {"text/event-stream": {}}}
+router = APIRouter(
+    prefix="/api",
+    responses={
+        200: STREAM,
+        **{code: {"model": ErrorBody} for code in (401, 403, 404, 409, 503)},
+    },
+)
 BATCH = 500  # events per read of a run's stream
 KEEPALIVE = 15.0  # seconds: a comment line, so proxies keep the connection
 REVERIFY = 15.0  # seconds between two checks that the stream's identity is still valid

@@ -15,7 +15,10 @@ from tether.services.workers import describe
 
 QUEUED_COUNTED = 10_000  # queued runs read to count a queue's depth (one bounded read)
 
-router = APIRouter(prefix="/api", responses={401: {"model": schemas.ErrorBody}})
+router = APIRouter(
+    prefix="/api",
+    responses={code: {"model": schemas.ErrorBody} for code in (401, 403, 404, 409, 503)},
+)
 
 Status = RunStatus  # an enum in /openapi.json
 Name = Annotated[str, Query(min_length=1, max_length=200)]
