@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,22 @@ def _next_frame(lines: Iterator[str]) -> dict[str, str]:
             key, _, value = line.partition(": ")
             frame[key] = value
     raise AssertionError("the stream ended without a frame")
+
+
+def test_a_live_stream_ends_when_its_client_goes_away(app: tether.App) -> None:
+    run = app.run("refund", "O-1").id
+    _, token = app.tokens.create("dave", "viewer")
+    headers = {"Authorization": f"Bearer {token}"}
+    with Served(create_app(app, poll=0.02)) as served, httpx.Client(base_url=served.url) as http:
+        streams = served.api.state.tether.streams
+        for live in (f"/api/runs/{run}/live", "/api/live/runs"):
+            with http.stream("GET", live, headers=headers, timeout=30) as s:
+                _next_frame(s.iter_lines())  # the stream is up
+                assert streams == [1]
+            deadline = time.monotonic() + 10  # the server notices the closed connection
+            while streams != [0] and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert streams == [0], f"{live}: the stream outlived its client"
 
 
 def test_a_live_stream_ends_when_the_server_stops(app: tether.App) -> None:

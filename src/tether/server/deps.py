@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from threading import Event
 from typing import Annotated
 
@@ -27,6 +27,7 @@ class Server:
     auth: Authenticator
     stopping: Event  # set at shutdown: live streams end
     poll: float  # seconds between two reads of a live stream
+    streams: list[int] = field(default_factory=lambda: [0])  # live streams open now
 
 
 def server(request: Request) -> Server:

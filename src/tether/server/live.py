@@ -74,9 +74,20 @@ class _Watch:
         return True
 
 
-def _stream(body: AsyncIterator[bytes]) -> StreamingResponse:
+def _stream(s: Server, body: AsyncIterator[bytes]) -> StreamingResponse:
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-    return StreamingResponse(body, media_type="text/event-stream", headers=headers)
+    return StreamingResponse(_counted(s, body), media_type="text/event-stream", headers=headers)
+
+
+async def _counted(s: Server, body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """``body``, counted in ``s.streams`` while it is open (it ends, or is cancelled when
+    its client goes away)."""
+    s.streams[0] += 1
+    try:
+        async for chunk in body:
+            yield chunk
+    finally:
+        s.streams[0] -= 1
 
 
 @router.get("/runs/{run_id}/live", response_class=StreamingResponse)
@@ -115,7 +126,7 @@ async def run_events(
             if not await watch.idle():
                 return
 
-    return _stream(body())
+    return _stream(s, body())
 
 
 @router.get("/live/runs", response_class=StreamingResponse)
@@ -128,7 +139,8 @@ async def run_list(
 ) -> StreamingResponse:
     """The first page of the run list (these filters) as it changes: ``event: run`` with
     a run's summary when it appears or its status changes."""
-    watch = _Watch(request, server(request))
+    s = server(request)
+    watch = _Watch(request, s)
     filters = {"status": status and status.value, "agent": agent}
     await anyio.to_thread.run_sync(lambda: caller.runs(**filters, limit=1))  # 4xx before
 
@@ -143,4 +155,4 @@ async def run_list(
             if not await watch.idle():
                 return
 
-    return _stream(body())
+    return _stream(s, body())
