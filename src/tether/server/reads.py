@@ -20,7 +20,6 @@ router = APIRouter(
     responses={code: {"model": schemas.ErrorBody} for code in (401, 403, 404, 409, 503)},
 )
 
-Status = RunStatus  # an enum in /openapi.json
 Name = Annotated[str, Query(min_length=1, max_length=200)]
 
 
@@ -38,7 +37,7 @@ def me(caller: Caller, request: Request) -> schemas.Me:
 @router.get("/runs", response_model=schemas.RunList)
 def runs(
     caller: Caller,
-    status: Status | None = None,
+    status: RunStatus | None = None,  # an enum in /openapi.json
     agent: Name | None = None,
     queue: Name | None = None,
     session: Name | None = None,
