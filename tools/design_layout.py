@@ -32,7 +32,7 @@ ORDER = [
     "__init__",
     "cli",
 ]
-ORDER += ["demo", "testing", "integrations"]
+ORDER += ["demo", "testing", "integrations", "server"]
 WIDTH = 88
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -34,6 +35,8 @@ else:
         ("tether.integrations.langgraph", "langgraph", "langgraph"),
         ("tether.integrations.openai_agents", "agents", "openai-agents"),
         ("tether.integrations.pydantic_ai", "pydantic_ai", "pydantic-ai"),
+        ("tether.server", "fastapi", "server"),
+        ("tether.server", "uvicorn", "server"),
     ],
 )
 def test_a_missing_framework_names_the_extra(module: str, blocked: str, extra: str) -> None:
@@ -47,7 +50,22 @@ def test_a_missing_framework_names_the_extra(module: str, blocked: str, extra: s
 def test_the_core_does_not_import_any_framework() -> None:
     code = (
         "import sys, tether, tether.cli, tether.integrations\n"
-        "print(sorted(m for m in ('langgraph', 'agents', 'pydantic_ai') if m in sys.modules))"
+        "import tether.cli.main\n"  # `tether serve` imports the server only when it runs
+        "frameworks = ('langgraph', 'agents', 'pydantic_ai', 'fastapi', 'starlette', 'uvicorn')\n"
+        "print(sorted(m for m in frameworks if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_tether_serve_without_the_extra_says_how_to_install_it(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    subprocess.run([sys.executable, "-c", f"import tether; tether.open({str(db)!r}).close()"])
+    code = PROBE.split("try:")[0] + (
+        f"from tether.cli.main import main\nsys.exit(main(['--db', {str(db)!r}, 'serve']))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code.format(blocked="fastapi")], capture_output=True, text=True
+    )
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "pip install 'tether[server]'" in out.stderr and "Traceback" not in out.stderr

@@ -15,6 +15,7 @@ Commands by module:
 - :mod:`tether.cli.retention`: gc
 - :mod:`tether.cli.worker`: worker, workers
 - :mod:`tether.cli.tokens`: token
+- :mod:`tether.cli.serve`: serve (imports :mod:`tether.server` when it runs)
 
 What they share (:class:`~tether.cli.context.Command`, :class:`~tether.cli.context.Context`,
 :class:`~tether.cli.context.CommandError`, the global options) is in
@@ -36,7 +37,17 @@ import sys
 from collections.abc import Sequence
 
 import tether
-from tether.cli import control, demo, export, retention, runs, timetravel, tokens, worker
+from tether.cli import (
+    control,
+    demo,
+    export,
+    retention,
+    runs,
+    serve,
+    timetravel,
+    tokens,
+    worker,
+)
 from tether.cli.context import (
     Command,
     CommandError,
@@ -47,7 +58,7 @@ from tether.cli.context import (
 )
 from tether.cli.format import error_line
 
-MODULES = (demo, runs, control, timetravel, export, retention, worker, tokens)
+MODULES = (demo, runs, control, timetravel, export, retention, worker, tokens, serve)
 COMMANDS: tuple[Command, ...] = tuple(c for m in MODULES for c in m.COMMANDS)
 
 

@@ -496,7 +496,7 @@ def _check_vars(run_id: str, vars: Mapping[str, Any] | None) -> dict[str, Any]:
     if vars is None:
         return {}
     if not isinstance(vars, Mapping) or not all(isinstance(k, str) for k in vars):
-        raise TypeError(
+        raise InvalidInput(  # a TypeError too, as before
             f"run {run_id}: fork vars= is a dict of str names to values, not {inputs.show(vars)}"
         )
     for k in vars:
@@ -511,7 +511,7 @@ def _check_input(run_id: str, input: Mapping[str, Any] | None) -> dict[str, Any]
     args = input.get("args", []) if ok else None
     kwargs = input.get("kwargs", {}) if ok else None
     if not isinstance(args, (list, tuple)) or not isinstance(kwargs, Mapping):
-        raise TypeError(
+        raise InvalidInput(  # a TypeError too, as before
             f"run {run_id}: fork input= is {{'args': [...], 'kwargs': {{...}}}} "
             f"(either may be left out), not {inputs.show(input)}"
         )
