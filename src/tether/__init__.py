@@ -35,6 +35,7 @@ from tether.errors import (
     CorruptRecord,
     DecisionRefused,
     EncodeError,
+    Forbidden,
     InvalidInput,
     InvalidState,
     LeaseLost,
@@ -57,6 +58,7 @@ from tether.model.codec import decode, encode
 from tether.model.events import Event
 from tether.model.state import RunState, fold
 from tether.model.steps import StepState, Usage
+from tether.services.identity import Identity, Role
 from tether.version import __version__
 
 __all__ = [
@@ -73,6 +75,8 @@ __all__ = [
     "EncodeError",
     "Event",
     "FakeClock",
+    "Forbidden",
+    "Identity",
     "InvalidInput",
     "InvalidState",
     "LeaseLost",
@@ -82,6 +86,7 @@ __all__ = [
     "Policy",
     "QueueFull",
     "Retry",
+    "Role",
     "Run",
     "RunDamaged",
     "RunFailed",

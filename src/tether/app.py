@@ -33,6 +33,7 @@ from tether.model.events import Event
 from tether.model.state import RunState
 from tether.services import control, export, retention, sessions, timetravel
 from tether.services.control import Control
+from tether.services.identity import Tokens
 from tether.services.queues import QueueConfig, Queues
 from tether.services.reader import Reader
 from tether.services.worker import MAX_CONCURRENCY as MAX_CONCURRENCY
@@ -571,6 +572,15 @@ class App:
         if mem is None:
             mem = self._memory = Memory(self.store, self.clock)
         return mem
+
+    @property
+    def tokens(self) -> Tokens:
+        """The API tokens of this store (see :mod:`tether.services.identity`)."""
+        found: Tokens | None = getattr(self, "_tokens", None)
+        if found is None:
+            groups = self.approver_groups
+            found = self._tokens = Tokens(self.store, self.store, self.clock, groups)
+        return found
 
     @property
     def artifacts(self) -> Artifacts:

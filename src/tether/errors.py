@@ -12,7 +12,8 @@
     │   ├── RunDamaged               a run's log has gaps or disagrees with its row (names both)
     │   └── ArtifactCorrupt          stored bytes no longer match their SHA-256 (names the digest)
     ├── ClockSkew                    this machine's clock is too far from the database's
-    ├── NotFound                     no such run / agent / event
+    ├── NotFound                     no such run / agent / event (or another tenant's)
+    ├── Forbidden                    an identity's role does not allow the action (audited)
     ├── Conflict                     someone else appended first, or holds the run
     │   └── LeaseLost                a newer lease (fencing token) exists; stop writing
     ├── QueueFull                    a queue at its max depth refuses new runs (backpressure)
@@ -31,6 +32,7 @@ catches them:
 
     CorruptRecord                    also a ValueError
     NotFound                         also a LookupError
+    Forbidden                        also a PermissionError
     EncodeError                      also a TypeError
     InvalidInput                     also a ValueError and a TypeError
     StepTimeout                      also a TimeoutError
@@ -113,6 +115,13 @@ class ClockSkew(TetherError):
 
 class NotFound(TetherError, LookupError):
     """No such run, agent or event."""
+
+
+class Forbidden(TetherError, PermissionError):
+    """An identity (an API token's) whose role does not allow the action: a viewer that
+    approves, an approver that cancels. Nothing was done, and the refusal is recorded in
+    the run's audit log (see :mod:`tether.services.identity`). A run of another tenant is
+    never Forbidden: it is NotFound, as an unknown id."""
 
 
 class Conflict(TetherError):

@@ -23,7 +23,8 @@ LAYERS = [
     {"services"},
     {"app"},
     {"__init__"},  # the package's front door: tether.open, __all__
-    {"cli", "demo", "testing", "integrations"},  # on top: they use the App
+    # on top: they use the App (the CLI imports the server only inside `tether serve`)
+    {"cli", "demo", "testing", "integrations", "server"},
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 

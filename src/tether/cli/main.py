@@ -14,6 +14,7 @@ Commands by module:
 - :mod:`tether.cli.export`: export, import
 - :mod:`tether.cli.retention`: gc
 - :mod:`tether.cli.worker`: worker, workers
+- :mod:`tether.cli.serve`: serve (imports :mod:`tether.server` when it runs)
 
 What they share (:class:`~tether.cli.context.Command`, :class:`~tether.cli.context.Context`,
 :class:`~tether.cli.context.CommandError`, the global options) is in
@@ -35,7 +36,7 @@ import sys
 from collections.abc import Sequence
 
 import tether
-from tether.cli import control, demo, export, retention, runs, timetravel, worker
+from tether.cli import control, demo, export, retention, runs, serve, timetravel, worker
 from tether.cli.context import (
     Command,
     CommandError,
@@ -46,7 +47,7 @@ from tether.cli.context import (
 )
 from tether.cli.format import error_line
 
-MODULES = (demo, runs, control, timetravel, export, retention, worker)
+MODULES = (demo, runs, control, timetravel, export, retention, worker, serve)
 COMMANDS: tuple[Command, ...] = tuple(c for m in MODULES for c in m.COMMANDS)
 
 

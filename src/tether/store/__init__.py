@@ -3,7 +3,7 @@
 Each method is one transaction, takes and returns frozen dataclasses (never raw
 rows: :mod:`tether.store.records`), and translates database errors into
 :mod:`tether.errors`. The roles (:mod:`tether.store.protocols`: RunLog, Leases,
-Queue, Inbox, Workers, Audit, Blobs, Maintenance) make up :class:`Store`; the
+Queue, Inbox, Workers, Audit, Credentials, Blobs, Maintenance) make up :class:`Store`; the
 runtime, worker, CLI and server see only these protocols. ``tether.open(url)``
 picks the backend (:mod:`tether.store.sqlite` for a path or ``sqlite:///…``,
 :mod:`tether.store.postgres` for ``postgresql://…``), both built on the shared
@@ -15,6 +15,7 @@ from __future__ import annotations
 from tether.store.protocols import (
     Audit,
     Blobs,
+    Credentials,
     Inbox,
     Leases,
     Maintenance,
@@ -31,11 +32,13 @@ from tether.store.records import (
     Lease,
     Loaded,
     NewRun,
+    NewToken,
     QueueLimits,
     RunRecord,
     Signal,
     SignalTake,
     Snapshot,
+    TokenRecord,
     Transition,
     WorkerRecord,
     pick_within_limits,
@@ -46,6 +49,7 @@ __all__ = [
     "Audit",
     "AuditRecord",
     "Blobs",
+    "Credentials",
     "Effect",
     "EffectWrite",
     "Inbox",
@@ -54,6 +58,7 @@ __all__ = [
     "Loaded",
     "Maintenance",
     "NewRun",
+    "NewToken",
     "Queue",
     "QueueLimits",
     "RunLog",
@@ -62,6 +67,7 @@ __all__ = [
     "SignalTake",
     "Snapshot",
     "Store",
+    "TokenRecord",
     "Transition",
     "WorkerRecord",
     "Workers",

@@ -28,11 +28,13 @@ from tether.store.records import (
     Lease,
     Loaded,
     NewRun,
+    NewToken,
     QueueLimits,
     RunRecord,
     Signal,
     SignalTake,
     Snapshot,
+    TokenRecord,
     Transition,
     WorkerRecord,
 )
@@ -270,6 +272,34 @@ class Audit(Protocol):
         ...
 
 
+class Credentials(Protocol):
+    """API tokens (tether.services.identity): stored as a hash of the plaintext, never
+    the plaintext. The store does not check names, roles or tenants: the service does."""
+
+    def create_token(self, token: NewToken, *, now: float) -> TokenRecord:
+        """Store a new token row and return it. Raises Conflict when a token (revoked or
+        not) already has its name, or its id or hash (nothing is written)."""
+        ...
+
+    def get_token(self, token_id: str) -> TokenRecord | None:
+        """The token whose public id is ``token_id`` (revoked or not), or None."""
+        ...
+
+    def list_tokens(self) -> list[TokenRecord]:
+        """Every token row, revoked ones included, oldest first."""
+        ...
+
+    def revoke_token(self, name: str, *, now: float) -> bool:
+        """Revoke the token named ``name``: True when this call revoked it, False when it
+        was revoked already (its first revocation time is kept). Raises NotFound for a
+        name no token has."""
+        ...
+
+    def touch_token(self, token_id: str, *, now: float) -> None:
+        """Set the token's ``last_used_at`` to ``now`` (an unknown id: nothing)."""
+        ...
+
+
 class Blobs(Protocol):
     """Content-addressed pages of snapshots (tether.store.snapshots)."""
 
@@ -370,6 +400,16 @@ class Maintenance(Protocol):
 
 
 class Store(
-    RunLog, Leases, Queue, Inbox, Workers, Audit, Blobs, Maintenance, ContextData, Protocol
+    RunLog,
+    Leases,
+    Queue,
+    Inbox,
+    Workers,
+    Audit,
+    Credentials,
+    Blobs,
+    Maintenance,
+    ContextData,
+    Protocol,
 ):
     """What tether needs from a database: every role. Every method is one transaction."""

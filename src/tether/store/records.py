@@ -187,6 +187,32 @@ class AuditRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class NewToken:
+    """An API token about to be stored: never its plaintext, only the hash of it."""
+
+    id: str  # the public part of ``tether_<id>_<secret>``
+    name: str  # the identity recorded for the token's decisions (unique)
+    role: str  # viewer | approver | operator | admin (tether.services.identity.Role)
+    tenant: str | None  # None: every tenant
+    hash: str = field(repr=False)  # hex SHA-256 of the whole plaintext token
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRecord:
+    """A stored API token (a row of the tokens table). Its ``hash`` is left out of its
+    repr, so that a log line or a traceback holding a record shows no hash either."""
+
+    id: str
+    name: str
+    role: str
+    tenant: str | None
+    hash: str = field(repr=False)
+    created_at: float = 0.0
+    revoked_at: float | None = None  # None: valid
+    last_used_at: float | None = None  # noted at most once a minute
+
+
+@dataclass(frozen=True, slots=True)
 class Loaded:
     """A consistent read of one run: its row, newest snapshot and the events after it."""
 

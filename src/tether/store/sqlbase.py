@@ -39,9 +39,11 @@ from tether.store.records import (
     AuditRecord,
     Effect,
     Lease,
+    NewToken,
     RunRecord,
     Signal,
     Snapshot,
+    TokenRecord,
     Transition,
     WorkerRecord,
 )
@@ -297,6 +299,50 @@ class SqlStore:
         with self._for_read() as conn:
             rows = conn.execute(self._Q["read_audit"], (run_id,)).fetchall()
         return [AuditRecord(*r) for r in rows]
+
+    # -- API tokens ---------------------------------------------------------
+
+    def create_token(self, token: NewToken, *, now: float) -> TokenRecord:
+        params = {
+            "id": token.id,
+            "name": token.name,
+            "role": token.role,
+            "tenant": token.tenant,
+            "hash": token.hash,
+            "now": now,
+        }
+        with self._for_write() as conn:
+            try:
+                conn.execute(self._Q["insert_token"], params)
+            except self._unique_violation:  # nothing written: the write is rolled back
+                raise Conflict(
+                    f"a token named {token.name!r} exists already in {self.where} (revoked "
+                    f"tokens keep their names); choose another name (`tether token list`)"
+                ) from None
+        return TokenRecord(token.id, token.name, token.role, token.tenant, token.hash, now)
+
+    def get_token(self, token_id: str) -> TokenRecord | None:
+        with self._for_read() as conn:
+            row = conn.execute(self._Q["get_token"], {"id": token_id}).fetchone()
+        return TokenRecord(*row) if row is not None else None
+
+    def list_tokens(self) -> list[TokenRecord]:
+        with self._for_read() as conn:
+            rows = conn.execute(self._Q["list_tokens"]).fetchall()
+        return [TokenRecord(*r) for r in rows]
+
+    def revoke_token(self, name: str, *, now: float) -> bool:
+        with self._for_write() as conn:
+            if conn.execute(self._Q["revoke_token"], {"name": name, "now": now}).rowcount:
+                return True
+            known = conn.execute(self._Q["token_named"], {"name": name}).fetchone()
+        if known is None:
+            raise NotFound(f"no token named {name!r} in {self.where}; `tether token list`")
+        return False
+
+    def touch_token(self, token_id: str, *, now: float) -> None:
+        with self._for_write() as conn:
+            conn.execute(self._Q["touch_token"], {"id": token_id, "now": now})
 
     # -- workers ----------------------------------------------------------
 

@@ -580,3 +580,34 @@ WHERE kind = 'page' AND created_at < %(before)s::float8
 -- name: get_blob
 -- The stored bytes of a digest.
 SELECT data FROM blobs WHERE sha256 = %s::text;
+
+-- == API tokens (tether.services.identity; schema 10) ==
+
+-- name: insert_token
+-- Create a token row (its name is unique: a second one with the name is refused).
+INSERT INTO tokens (id, name, role, tenant, hash, created_at)
+VALUES (%(id)s::text, %(name)s::text, %(role)s::text, %(tenant)s::text, %(hash)s::text,
+        %(now)s::float8);
+
+-- name: get_token
+-- One token row by its public id (verify compares its hash).
+SELECT id, name, role, tenant, hash, created_at, revoked_at, last_used_at
+FROM tokens WHERE id = %(id)s::text;
+
+-- name: list_tokens
+-- Every token row, oldest first.
+SELECT id, name, role, tenant, hash, created_at, revoked_at, last_used_at
+FROM tokens ORDER BY created_at, id;
+
+-- name: revoke_token
+-- Revoke a token by name once (a revoked one keeps its first revocation time).
+UPDATE tokens SET revoked_at = %(now)s::float8
+WHERE name = %(name)s::text AND revoked_at IS NULL;
+
+-- name: token_named
+-- Whether a token has this name (revoked or not).
+SELECT id FROM tokens WHERE name = %(name)s::text;
+
+-- name: touch_token
+-- Note a token's use (the caller does it at most once a minute per token).
+UPDATE tokens SET last_used_at = %(now)s::float8 WHERE id = %(id)s::text;

@@ -1,0 +1,63 @@
+"""The ASGI application: :func:`create_app` (see the package docstring)."""
+
+from __future__ import annotations
+
+import threading
+
+from fastapi import FastAPI
+from fastapi.responses import HTMLResponse
+
+from tether.app import App
+from tether.server import acts, errors, live, reads
+from tether.server.auth import Authenticator, Sessions
+from tether.server.deps import Server
+from tether.version import __version__
+
+MAX_BODY = 1 << 20  # bytes: a decision, a fork's vars or a signal's payload fits many times
+SESSION_TTL = 8 * 3600.0  # seconds: a working day; log in again after
+
+_HOME = """<!doctype html><meta charset="utf-8"><title>tether</title>
+<p>This is tether's HTTP API: its schema is at <a href="openapi.json">openapi.json</a>
+and its routes under <code>api/</code> (they need a token: see docs/server.md).
+The web inspector is not part of this build yet.</p>"""
+
+
+def create_app(
+    app: App,
+    *,
+    session_secret: bytes | str | None = None,
+    session_ttl: float = SESSION_TTL,
+    max_body: int = MAX_BODY,
+    poll: float = 0.5,
+) -> FastAPI:
+    """The HTTP API over ``app``, as an ASGI application (FastAPI).
+
+    Serve it with any ASGI server (``tether serve`` uses uvicorn) or mount it in your own
+    app (``outer.mount("/tether", create_app(app))``). ``session_secret`` signs browser
+    sessions (default: ``TETHER_SESSION_SECRET``, else one per process); ``session_ttl``:
+    seconds a session lasts; ``max_body``: the largest request body, in bytes; ``poll``:
+    seconds between two reads of a live stream. ``.state.tether.stopping`` (a
+    threading.Event) ends the live streams: set it when the server shuts down.
+    """
+    if max_body < 1 or session_ttl <= 0 or poll <= 0:
+        raise ValueError("max_body, session_ttl and poll must be positive")
+    api = FastAPI(
+        title="tether",
+        version=__version__,
+        description="Durable runs of LLM agents: read them, decide their approvals, act.",
+        docs_url=None,  # the Swagger and ReDoc pages load scripts from a CDN: not served
+        redoc_url=None,
+    )
+    sessions = Sessions(session_secret, session_ttl)
+    api.state.tether = Server(app, Authenticator(app, sessions), threading.Event(), poll)
+    errors.install(api)
+    api.include_router(reads.router)
+    api.include_router(acts.router)
+    api.include_router(live.router)
+    api.add_middleware(errors.BodyLimit, limit=max_body)
+
+    @api.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def home() -> str:
+        return _HOME
+
+    return api

@@ -1,0 +1,176 @@
+"""The request and response bodies of the API, as typed models: FastAPI checks requests
+against them and writes ``/openapi.json`` from them (what clients and fuzzers read).
+
+Request bodies forbid unknown fields: a ``by`` in a decision is refused (422), because the
+identity recorded for a decision is the token's, never the request's.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+JsonObject = dict[str, Any]
+
+
+class Strict(BaseModel):
+    """A request body: unknown fields are refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorDetail(BaseModel):
+    type: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    """Every error answer: ``{"error": {"type", "message"}}``."""
+
+    error: ErrorDetail
+
+
+class Me(BaseModel):
+    """The caller: its token's name, role and tenant (None: every tenant)."""
+
+    name: str
+    role: str
+    tenant: str | None
+    csrf_token: str | None = Field(None, description="the session's CSRF token (cookie only)")
+
+
+class Login(Strict):
+    token: str = Field(max_length=200, description="an API token (tether token create)")
+
+
+class RunSummary(BaseModel):
+    """One run of the list: its row (the list never folds a log)."""
+
+    id: str
+    agent: str
+    version: str | None
+    status: str
+    queue: str | None
+    session: str | None
+    tenant: str | None
+    parent_id: str | None
+    waiting_for: str | None
+    created_at: float
+    updated_at: float
+
+
+class RunList(BaseModel):
+    runs: list[RunSummary]
+    next_cursor: str | None = Field(description="pass as `cursor` for the next page")
+
+
+class RunPage(BaseModel):
+    """A run: its row and its folded state (position, steps with their inputs' digests
+    and outputs, decisions with rationale, retry and failure context, vars, usage,
+    lineage). Steps come a page at a time: ``steps_after``/``steps_limit``."""
+
+    run: RunSummary
+    state: JsonObject
+    steps: list[JsonObject]
+    steps_total: int
+    lineage: JsonObject
+
+
+class EventOut(BaseModel):
+    seq: int
+    type: str
+    at: float
+    actor: str | None
+    data: JsonObject
+
+
+class EventPage(BaseModel):
+    events: list[EventOut]
+    next_after: int | None = Field(description="pass as `after` for the next page")
+
+
+class StateOut(BaseModel):
+    run_id: str
+    seq: int
+    state: JsonObject
+
+
+class DiffOut(BaseModel):
+    a: str
+    b: str
+    same: bool
+    added: list[JsonObject]
+    removed: list[JsonObject]
+    changed: list[JsonObject]
+
+
+class ForkIn(Strict):
+    step: int | str | None = Field(None, description="fork after (or before) this step")
+    at: int | None = Field(None, ge=0, description="or at this seq of the log")
+    when: Literal["before", "after"] = "after"
+    input: JsonObject | None = None
+    vars: JsonObject | None = None
+
+
+class Forked(BaseModel):
+    id: str
+    parent_id: str
+
+
+class DecisionIn(Strict):
+    decision: Literal["approve", "deny"]
+    reason: str | None = Field(None, max_length=10_000)
+
+
+class ResolveIn(Strict):
+    happened: bool
+    result: Any = Field(None, description="the call's result when it happened")
+
+
+class SignalIn(Strict):
+    payload: Any = None
+
+
+class CancelIn(Strict):
+    compensate: bool = False
+    reason: str | None = Field(None, max_length=10_000)
+
+
+class Done(BaseModel):
+    """An act's outcome: the run's status after it."""
+
+    id: str
+    status: str
+    woke: bool | None = None
+
+
+class InboxItem(BaseModel):
+    """A run waiting for a person, and exactly what it waits for (payload, approvers)."""
+
+    run: RunSummary
+    waiting: JsonObject | None
+
+
+class Inbox(BaseModel):
+    items: list[InboxItem]
+    next_cursor: str | None
+
+
+class QueueOut(BaseModel):
+    """A queue: how many runs wait in it, and the workers that claim from it."""
+
+    name: str
+    queued: int
+    workers: list[str]
+
+
+class WorkerOut(BaseModel):
+    id: str
+    host: str
+    pid: int
+    queues: list[str]
+    concurrency: int
+    heartbeat_age_s: float
+    stopping: bool
+    runs: list[str]
