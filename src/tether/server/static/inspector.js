@@ -63,7 +63,9 @@ function h(tag, attrs = {}, ...children) {
 const json = (v) => h("pre", { class: "mono" }, JSON.stringify(v, null, 2));
 const badge = (s) => h("span", { class: `badge s-${s}`, "data-status": s }, s);
 const when = (t) => (t ? new Date(t * 1000).toLocaleString() : "");
-const secs = (d) => (d === null || d === undefined ? "" : d < 1 ? `${Math.round(d * 1000)} ms` : `${d.toFixed(2)} s`);
+const secs = (d) => (d === null || d === undefined ? "" : d < 0.001 ? "< 1 ms" : d < 1 ? `${Math.round(d * 1000)} ms` : `${d.toFixed(2)} s`);
+const usageText = (u) =>
+  u ? `${u.input_tokens || 0} in / ${u.output_tokens || 0} out tokens · ${u.calls || 0} calls · $${Number(u.cost || 0).toFixed(4)}` : "";
 const runLink = (id) => h("a", { href: `#/runs/${encodeURIComponent(id)}` }, id);
 const fail = (e) => h("div", { class: "error", role: "alert" }, e.message || String(e));
 
@@ -133,7 +135,7 @@ async function runsPage(params) {
     field("agent", "agent"),
     field("queue", "queue"),
     field("session", "session"),
-    field("text", "id or agent contains"),
+    field("text", "id or agent starts with"),
     h("button", { type: "submit" }, "Filter"),
   );
   const body = h("tbody");
@@ -189,11 +191,14 @@ async function runPage(id) {
     h("dl", {}, h("dt", {}, "status"), h("dd", {}, badge(run.status)), h("dt", {}, "agent"), h("dd", {}, run.agent, run.version ? ` (${run.version})` : "")),
     h("dl", {}, h("dt", {}, "queue"), h("dd", {}, run.queue || "—"), h("dt", {}, "tenant"), h("dd", {}, run.tenant || "—")),
     h("dl", {}, h("dt", {}, "created"), h("dd", {}, when(run.created_at)), h("dt", {}, "updated"), h("dd", {}, when(run.updated_at))),
-    h("dl", {}, h("dt", {}, "position"), h("dd", {}, `${state.position} (${data.steps_total} steps)`), h("dt", {}, "usage"), h("dd", {}, JSON.stringify(state.usage || {}))),
-    lineage.parent_id ? h("dl", {}, h("dt", {}, "forked from"), h("dd", {}, runLink(lineage.parent_id), ` at position ${lineage.fork_position}`)) : null,
-    state.waiting ? h("dl", {}, h("dt", {}, "waiting for"), h("dd", {}, json(state.waiting))) : null,
-    state.failure ? h("dl", {}, h("dt", {}, "failure"), h("dd", {}, json(state.failure))) : null,
-    run.status === "completed" ? h("dl", {}, h("dt", {}, "output"), h("dd", {}, json(state.output))) : null);
+    h("dl", {}, h("dt", {}, "position"), h("dd", {}, `${state.position} (${data.steps_total} steps)`), h("dt", {}, "usage"), h("dd", {}, usageText(state.usage))),
+    lineage.parent_id ? h("dl", {}, h("dt", {}, "forked from"), h("dd", {}, runLink(lineage.parent_id), ` after position ${lineage.fork_position}`)) : null);
+  const extra = [
+    state.waiting ? h("div", { class: "card", id: "waiting" }, h("h2", {}, `Waiting for ${state.waiting.kind} ${state.waiting.name || ""}`), json(state.waiting.payload ?? state.waiting)) : null,
+    state.failure ? h("div", { class: "card", id: "failure" }, h("h2", {}, "Failure"), json(state.failure)) : null,
+    state.blocked ? h("div", { class: "card", id: "blocked" }, h("h2", {}, "Blocked: the code no longer matches the log"), json(state.blocked)) : null,
+    run.status === "completed" ? h("div", { class: "card", id: "output" }, h("h2", {}, "Output"), json(state.output)) : null,
+  ];
   const detail = h("div", { class: "card", id: "at-step" }, h("p", { class: "muted" }, "Pick a step to see the state there."));
   const body = h("tbody");
   const pick = async (s) => {
@@ -257,7 +262,7 @@ async function runPage(id) {
     }
   } }, h("h2", {}, "Diff"), h("label", {}, "from", other), h("span", { class: "muted" }, ` to ${id}`), h("p", {}, h("button", { type: "submit" }, "Diff")), diffOut);
 
-  show(h("h1", {}, "Run ", h("code", {}, id)), head, h("h2", {}, "Timeline"),
+  show(h("h1", {}, "Run ", h("code", {}, id)), head, ...extra, h("h2", {}, "Timeline"),
     h("div", { class: "split" }, h("div", {}, timeline, pager), h("div", {}, detail, diff, fork)));
   stream(`runs/${encodeURIComponent(id)}/live?after=${state.seq}`, {
     "run-event": () => {
@@ -310,7 +315,9 @@ function inboxItem({ run, waiting }) {
   }
   const card = h("div", { class: "card inbox-item", "data-run": run.id },
     h("div", {}, h("strong", {}, w.kind === "doubt" ? "Tool call in doubt" : `Approve “${w.name || ""}”`), " — run ", runLink(run.id), ` (${run.agent}${run.tenant ? ", tenant " + run.tenant : ""}), waiting since ${when(run.updated_at)}`),
-    h("h2", {}, "What is asked"), json(w), actions, out);
+    h("h2", {}, "What is asked"), json(w.kind === "doubt" ? w : w.payload ?? null),
+    w.approvers ? h("p", { class: "muted" }, "approvers: ", w.approvers.join(", ")) : null,
+    w.until ? h("p", { class: "muted" }, "decide before ", when(w.until)) : null, actions, out);
   return card;
 }
 
