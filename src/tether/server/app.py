@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import HTMLResponse
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
 
 from tether.app import App
 from tether.server import acts, errors, live, reads, schemas
@@ -17,12 +19,14 @@ from tether.version import __version__
 
 MAX_BODY = 1 << 20  # bytes: a decision, a fork's vars or a signal's payload fits many times
 ERROR_REF = "#/components/schemas/ErrorBody"
+# the page runs its own script and style alone: no inline script, nothing from elsewhere
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    "img-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
 SESSION_TTL = 8 * 3600.0  # seconds: a working day; log in again after
 
-_HOME = """<!doctype html><meta charset="utf-8"><title>tether</title>
-<p>This is tether's HTTP API: its schema is at <a href="openapi.json">openapi.json</a>
-and its routes under <code>api/</code> (they need a token: see docs/server.md).
-The web inspector is not part of this build yet.</p>"""
+STATIC = Path(__file__).with_name("static")  # the web inspector: shipped in the wheel
 
 
 def create_app(
@@ -59,9 +63,14 @@ def create_app(
     api.include_router(live.router)
     api.add_middleware(errors.BodyLimit, limit=max_body)
 
-    @api.get("/", response_class=HTMLResponse, include_in_schema=False)
-    def home() -> str:
-        return _HOME
+    api.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    @api.get("/", response_class=FileResponse, include_in_schema=False)
+    def inspector() -> FileResponse:
+        """The web inspector's page; its script reads the same API with the session
+        cookie (no token is ever kept in the page)."""
+        headers = {"Cache-Control": "no-store", "Content-Security-Policy": CSP}
+        return FileResponse(STATIC / "index.html", headers=headers)
 
     api.openapi = lambda: _schema(api)  # type: ignore[method-assign]
     return api

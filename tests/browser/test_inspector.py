@@ -1,0 +1,211 @@
+"""The web inspector in a real headless Chromium (Debian's ``chromium``, driven by
+Playwright; nothing is downloaded): log in with a token, find a run, open its timeline,
+see the state at a step, diff it against another run, fork it, approve from the inbox and
+see the run continue. Everything runs for real: ``tether serve`` and ``tether worker``
+are processes on a SQLite file, and the run goes on in the worker after the approval.
+
+A screenshot of each page is kept in ``$TETHER_ARTIFACTS`` (default: ``test-artifacts/``
+at the top of the checkout) as ``inspector-*.png``.
+
+Waits use Playwright's ``expect``, which retries until its bound (a generous 30 s, so a
+loaded machine does not fail it; the bound is never what the test measures).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import tether
+
+playwright = pytest.importorskip("playwright.sync_api", reason="needs the test extra")
+from playwright.sync_api import Page, expect, sync_playwright  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+HERE = Path(__file__).resolve().parent
+ARTIFACTS = Path(os.environ.get("TETHER_ARTIFACTS") or HERE.parents[1] / "test-artifacts")
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+BOUND = 30_000  # ms: Playwright's retry bound for a page to show what it should
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _tether(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    cmd = [sys.executable, "-m", "tether.cli", *args]
+    return subprocess.Popen(cmd, cwd=HERE, env=env, text=True, stderr=subprocess.PIPE)
+
+
+def _up(url: str, server: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 60  # a generous bound on a loaded machine
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise AssertionError(f"tether serve exited: {server.stderr and server.stderr.read()}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.1)  # polling a starting server: not ordering events
+    raise AssertionError(f"tether serve did not answer at {url}")
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, dict[str, str], Path]]:
+    """A database with two support tickets, a worker and ``tether serve`` on it; yields
+    the inspector's URL, the tokens by name and the database path."""
+    if not Path(CHROMIUM).exists():
+        pytest.fail("Debian's chromium is not installed: apt-get install chromium")
+    db = tmp_path / "support.db"
+    env = {**os.environ, "TETHER_TEST_DB": str(db), "PYTHONPATH": str(HERE)}
+    subprocess.run(
+        [sys.executable, "_support.py", "start", "1001", "1002"], cwd=HERE, env=env, check=True
+    )
+    with tether.open(str(db)) as app:
+        tokens = {
+            name: app.tokens.create(name, role)[1]
+            for name, role in (("alice", "operator"), ("vic", "viewer"))
+        }
+    port = _free_port()
+    server = _tether("serve", "--app", "_support.py:app", "--port", str(port), env=env)
+    worker = _tether("worker", "--app", "_support.py:app", "--poll", "0.05", "--quiet", env=env)
+    try:
+        _up(f"http://127.0.0.1:{port}/", server)
+        yield f"http://127.0.0.1:{port}/", tokens, db
+    finally:
+        for p in (server, worker):
+            p.terminate()
+        for p in (server, worker):
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+@pytest.fixture
+def page() -> Iterator[Page]:
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        context = browser.new_context(viewport={"width": 1400, "height": 900})
+        yield context.new_page()
+        browser.close()
+
+
+def _shot(page: Page, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"inspector-{name}.png"), full_page=True)
+
+
+def _login(page: Page, url: str, token: str) -> None:
+    page.goto(url)
+    expect(page.locator("input[name=token]")).to_be_visible(timeout=BOUND)  # no session yet
+    page.fill("input[name=token]", token)
+    page.click("button[type=submit]")
+    expect(page.locator("#runs")).to_be_visible(timeout=BOUND)
+
+
+def test_an_approver_inspects_forks_and_approves_in_the_browser(
+    served: tuple[str, dict[str, str], Path], page: Page
+) -> None:
+    url, tokens, db = served
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(url)
+    _shot(page, "login")
+    page.fill("input[name=token]", "tether_not_a_token")
+    page.click("button[type=submit]")
+    expect(page.get_by_role("alert")).to_be_visible(timeout=BOUND)  # a wrong token: refused
+    _login(page, url, tokens["alice"])
+    expect(page.locator("#who")).to_contain_text("alice · operator")
+
+    # the list: both tickets come to wait for their approval (the worker runs them)
+    waiting = page.locator("#runs tr[data-run] .badge", has_text="waiting")
+    expect(waiting).to_have_count(2, timeout=BOUND)
+    page.fill("input[name=text]", "ticket-1001")
+    page.click("form.filters button")
+    expect(page.locator("#runs tr[data-run]")).to_have_count(1, timeout=BOUND)
+    _shot(page, "runs")
+
+    # a run's timeline, and the state after a step
+    page.click("#runs tr[data-run='ticket-1001']")
+    timeline = page.locator("#timeline tr[data-position]")
+    expect(timeline.first).to_be_visible(timeout=BOUND)
+    expect(page.locator("#timeline")).to_contain_text("route")
+    expect(page.locator("#timeline")).to_contain_text("a billing question the docs answer")
+    page.click("#timeline tr[data-position='1']")
+    expect(page.locator("#at-step")).to_contain_text("Ada Lovelace", timeout=BOUND)
+    _shot(page, "run")
+
+    # a diff between the two tickets' runs
+    page.fill("#diff input[name=other]", "ticket-1002")
+    page.click("#diff button")
+    expect(page.locator("#diff-out")).to_contain_text("1002", timeout=BOUND)
+    _shot(page, "diff")
+
+    # a fork after the lookup, with the tone edited: a new run, its lineage shown
+    page.fill("#fork input[name=step]", "2")
+    page.fill("#fork textarea[name=vars]", json.dumps({"tone": "formal"}))
+    page.click("#fork button")
+    expect(page.locator("#run-head")).to_contain_text("forked from", timeout=BOUND)
+    expect(page.locator("#run-head")).to_contain_text("ticket-1001")
+    forked = page.locator("h1 code").inner_text()
+    assert forked != "ticket-1001"
+    _shot(page, "fork")
+
+    # the inbox shows exactly what is approved; approving lets the run go on
+    page.click("a[data-nav=approvals]")
+    item = page.locator(".inbox-item[data-run='ticket-1001']")
+    expect(item).to_contain_text("ada@example.com", timeout=BOUND)
+    expect(item).to_contain_text("Dear Ada Lovelace, a warm reply")
+    forked_item = page.locator(f".inbox-item[data-run='{forked}']")  # the fork asks again
+    expect(forked_item).to_contain_text("Dear Ada Lovelace, a formal reply", timeout=BOUND)
+    _shot(page, "inbox")
+    item.locator("input[name=reason]").fill("checked the invoice")
+    item.get_by_role("button", name="Approve").click()
+    expect(item.get_by_role("status")).to_contain_text("ticket-1001", timeout=BOUND)
+    page.goto(url + "#/runs/ticket-1001")
+    expect(page.locator("#run-head .badge")).to_have_text("completed", timeout=BOUND)
+    expect(page.locator("#timeline")).to_contain_text("send_reply")
+    _shot(page, "completed")
+    assert errors == []
+
+    with tether.open(str(db)) as app:  # the decision is the token's identity, sent once
+        decided = [e for e in app.events("ticket-1001") if e.type == "approval.decided"]
+        assert len(decided) == 1 and json.loads(decided[0].data)["by"] == "alice"
+        assert app.get("ticket-1002").status == "waiting"  # the other one still waits
+    assert (db.parent / "support.db.sent").read_text().split()[0] == "1001"
+
+
+def test_a_viewer_sees_the_inbox_but_cannot_decide(
+    served: tuple[str, dict[str, str], Path], page: Page
+) -> None:
+    url, tokens, db = served
+    _login(page, url, tokens["vic"])
+    expect(page.locator("#runs tr[data-run] .badge", has_text="waiting")).to_have_count(
+        2, timeout=BOUND
+    )
+    page.click("a[data-nav=approvals]")
+    item = page.locator(".inbox-item[data-run='ticket-1002']")
+    expect(item).to_contain_text("ada@example.com", timeout=BOUND)
+    item.get_by_role("button", name="Approve").click()
+    expect(item.get_by_role("alert")).to_be_visible(timeout=BOUND)  # 403, shown
+    _shot(page, "viewer-refused")
+    page.click("#logout")
+    expect(page.locator("input[name=token]")).to_be_visible(timeout=BOUND)
+    with tether.open(str(db)) as app:
+        assert app.get("ticket-1002").status == "waiting"
+        assert not [e for e in app.events("ticket-1002") if e.type == "approval.decided"]
