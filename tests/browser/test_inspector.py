@@ -78,7 +78,7 @@ def served(tmp_path: Path) -> Iterator[tuple[str, dict[str, str], Path]]:
     with tether.open(str(db)) as app:
         tokens = {
             name: app.tokens.create(name, role)[1]
-            for name, role in (("alice", "operator"), ("vic", "viewer"))
+            for name, role in (("alice", "operator"), ("vic", "viewer"), ("root", "admin"))
         }
     port = _free_port()
     server = _tether("serve", "--app", "_support.py:app", "--port", str(port), env=env)
@@ -148,6 +148,8 @@ def test_an_approver_inspects_forks_and_approves_in_the_browser(
     expect(page.locator("#timeline")).to_contain_text("a billing question the docs answer")
     page.click("#timeline tr[data-position='1']")
     expect(page.locator("#at-step")).to_contain_text("Ada Lovelace", timeout=BOUND)
+    stray = "[...document.getElementById('view').childNodes].filter(n => n.nodeType === 3)"
+    assert page.evaluate(f"{stray}.map(n => n.textContent)") == []  # only elements, no "null"
     _shot(page, "run")
 
     # a diff between the two tickets' runs
@@ -209,3 +211,21 @@ def test_a_viewer_sees_the_inbox_but_cannot_decide(
     with tether.open(str(db)) as app:
         assert app.get("ticket-1002").status == "waiting"
         assert not [e for e in app.events("ticket-1002") if e.type == "approval.decided"]
+
+
+def test_an_admin_sees_the_queues_and_the_worker_with_its_leases(
+    served: tuple[str, dict[str, str], Path], page: Page
+) -> None:
+    url, tokens, _ = served
+    _login(page, url, tokens["root"])
+    expect(page.locator("#runs tr[data-run] .badge", has_text="waiting")).to_have_count(
+        2, timeout=BOUND
+    )
+    page.click("a[data-nav=workers]")
+    workers = page.locator("table#workers tbody tr")
+    expect(workers).to_have_count(1, timeout=BOUND)  # the one `tether worker` process
+    expect(workers).to_contain_text("default")
+    _shot(page, "workers")
+    page.click("a[data-nav=queues]")
+    expect(page.locator("table#queues tbody tr")).to_contain_text("default", timeout=BOUND)
+    _shot(page, "queues")

@@ -70,7 +70,7 @@ const runLink = (id) => h("a", { href: `#/runs/${encodeURIComponent(id)}` }, id)
 const fail = (e) => h("div", { class: "error", role: "alert" }, e.message || String(e));
 
 function show(...nodes) {
-  view.replaceChildren(...nodes);
+  view.replaceChildren(...nodes.filter((n) => n !== null && n !== undefined && n !== false));
 }
 
 function go(hash) {
@@ -286,14 +286,13 @@ async function inboxPage() {
   stream("live/runs?status=waiting", { run: () => {} });
 }
 
-function inboxItem({ run, waiting }) {
-  const w = waiting || {};
+function inboxItem(item) {
   const out = h("div");
   const reason = h("input", { name: "reason", placeholder: "reason (optional)", size: 40 });
   const act = (path, body) => async () => {
     try {
-      const done = await api(`runs/${encodeURIComponent(run.id)}/${path}`, { method: "POST", body });
-      out.replaceChildren(h("p", { class: "s-completed", role: "status" }, `Done: ${run.id} is ${done.status}.`));
+      const done = await api(`runs/${encodeURIComponent(item.run_id)}/${path}`, { method: "POST", body });
+      out.replaceChildren(h("p", { class: "s-completed", role: "status" }, `Done: ${item.run_id} is ${done.status}.`));
       card.querySelectorAll("button").forEach((b) => (b.disabled = true));
       refreshCount();
     } catch (e) {
@@ -301,23 +300,36 @@ function inboxItem({ run, waiting }) {
     }
   };
   let actions;
-  if (w.kind === "doubt") {
+  if (item.kind === "doubt") {
     const result = h("textarea", { name: "result", placeholder: "the call's result, as JSON (when it happened)" });
-    actions = h("div", { class: "actions" },
-      h("button", { onclick: () => act("resolve", { happened: true, result: result.value.trim() ? JSON.parse(result.value) : null })() }, "It happened"),
+    const happened = async () => {
+      let value = null;
+      try {
+        value = result.value.trim() ? JSON.parse(result.value) : null;
+      } catch (e) {
+        out.replaceChildren(fail(new Error(`the result is not JSON: ${e.message}`)));
+        return;
+      }
+      await act("resolve", { happened: true, result: value })();
+    };
+    actions = h("div", { class: "actions" }, result,
+      h("button", { onclick: happened }, "It happened"),
       h("button", { class: "secondary", onclick: act("resolve", { happened: false }) }, "It did not happen (retry)"));
-    actions.prepend(result);
   } else {
-    const name = encodeURIComponent(w.name || "");
+    const name = encodeURIComponent(item.name || "");
     actions = h("div", { class: "actions" }, reason,
       h("button", { onclick: () => act(`approvals/${name}`, { decision: "approve", reason: reason.value || null })() }, "Approve"),
       h("button", { class: "danger", onclick: () => act(`approvals/${name}`, { decision: "deny", reason: reason.value || null })() }, "Deny"));
   }
-  const card = h("div", { class: "card inbox-item", "data-run": run.id },
-    h("div", {}, h("strong", {}, w.kind === "doubt" ? "Tool call in doubt" : `Approve “${w.name || ""}”`), " — run ", runLink(run.id), ` (${run.agent}${run.tenant ? ", tenant " + run.tenant : ""}), waiting since ${when(run.updated_at)}`),
-    h("h2", {}, "What is asked"), json(w.kind === "doubt" ? w : w.payload ?? null),
-    w.approvers ? h("p", { class: "muted" }, "approvers: ", w.approvers.join(", ")) : null,
-    w.until ? h("p", { class: "muted" }, "decide before ", when(w.until)) : null, actions, out);
+  const title = item.kind === "doubt" ? `Tool call in doubt: ${item.name || ""}` : `Approve “${item.name || ""}”`;
+  const card = h("div", { class: "card inbox-item", "data-run": item.run_id },
+    h("div", {}, h("strong", {}, title), " — run ", runLink(item.run_id),
+      ` (${item.agent}${item.tenant ? ", tenant " + item.tenant : ""}, position ${item.position ?? "?"}), waiting since ${when(item.since)}`),
+    item.problem ? h("div", { class: "error" }, item.problem) : null,
+    h("h2", {}, item.kind === "doubt" ? "The call (input, and why it is in doubt)" : "What is asked"), json(item.payload ?? null),
+    item.key ? h("p", { class: "muted" }, "idempotency key: ", h("code", {}, item.key)) : null,
+    item.approvers ? h("p", { class: "muted" }, "approvers: ", item.approvers.join(", ")) : null,
+    item.until ? h("p", { class: "muted" }, "decide before ", when(item.until)) : null, actions, out);
   return card;
 }
 
@@ -373,7 +385,7 @@ async function route() {
   refreshCount();
   if (parts[0] === "runs" && parts[1]) return runPage(decodeURIComponent(parts[1]));
   if (parts[0] === "approvals") return inboxPage();
-  if (parts[0] === "queues") return tablePage("Queues", "queues", [["queue", (r) => r.name], ["queued", (r) => r.queued], ["workers", (r) => r.workers.join(", ")]]);
+  if (parts[0] === "queues") return tablePage("Queues", "queues", [["queue", (r) => r.name], ["queued", (r) => (r.queued_at_least ? "≥ " : "") + r.queued], ["workers", (r) => r.workers.join(", ")]]);
   if (parts[0] === "workers") return tablePage("Workers", "workers", [["worker", (r) => r.id], ["host", (r) => r.host], ["pid", (r) => r.pid], ["queues", (r) => r.queues.join(", ")], ["concurrency", (r) => r.concurrency], ["heartbeat", (r) => `${r.heartbeat_age_s.toFixed(1)} s ago`], ["runs (leases)", (r) => r.runs.join(", ")]]);
   return runsPage(new URLSearchParams(q || ""));
 }
