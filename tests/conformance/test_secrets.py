@@ -70,6 +70,17 @@ def _absent(planted: dict[str, str], where: str, text: str) -> None:
 
 
 def test_a_planted_secret_is_found_nowhere(backend: Backend) -> None:
+    _planted_and_searched(backend, api=False)
+
+
+def test_a_planted_secret_is_in_no_answer_of_the_http_api(backend: Backend) -> None:
+    """Every read of ``tether serve`` (the list, each run's page with all its steps, its
+    events, its state after every step, diffs, the inbox, audit, queues, workers, the
+    live stream's first frames) holds none of the planted values."""
+    _planted_and_searched(backend, api=True)
+
+
+def _planted_and_searched(backend: Backend, *, api: bool) -> None:
     planted = {
         k: _plant(k)
         for k in ("tool", "var", "approval", "signal", "llm", "error", "agent", "env", "reason")
@@ -157,6 +168,9 @@ def test_a_planted_secret_is_found_nowhere(backend: Backend) -> None:
         assert steps["aws"].output == "found [redacted:aws-access-key-id] in the config"
 
         everything = {**planted, **patterns}
+        if api:
+            _search_the_api(app, everything, [handle.id, failed, step_failed])
+            return
         _absent(everything, f"{backend.name}: the database (open)", _stored_text(backend))
         for rid in (handle.id, failed, step_failed):
             audit = "\n".join(f"{r.type} {r.actor} {r.detail}" for r in app.audit(rid))
@@ -378,3 +392,43 @@ def test_an_export_with_secrets_imports_and_resumes_with_the_reference(
     app.approve(copy, "go", by="ann")
     assert app.resume(copy).output == len("value-in-this-process")
     assert seen == ["value-in-this-process"]  # the imported reference, revealed here
+
+
+def _search_the_api(app: tether.App, planted: dict[str, str], ids: list[str]) -> None:
+    from fastapi.testclient import TestClient
+
+    from tether.server import create_app
+
+    _, token = app.tokens.create("root", "admin")
+    seen: list[str] = []
+    with TestClient(create_app(app)) as api:
+        api.headers["Authorization"] = f"Bearer {token}"
+
+        def get(path: str) -> None:
+            answer = api.get(path)
+            assert answer.status_code == 200, (path, answer.text)
+            seen.append(path)
+            _absent(planted, f"GET {path}", answer.text)
+
+        for path in ("/api/me", "/api/runs", "/api/approvals", "/api/queues", "/api/workers"):
+            get(path)
+        get("/openapi.json")
+        get(f"/api/runs?text={ids[0][:6]}")
+        for rid in ids:
+            get(f"/api/runs/{rid}?steps_limit=5000")
+            get(f"/api/runs/{rid}/events?limit=1000")
+            get(f"/api/runs/{rid}/audit")
+            get(f"/api/runs/{rid}/state")
+            for event in app.events(rid):  # the state at every point of the log
+                get(f"/api/runs/{rid}/state?seq={event.seq}")
+            with api.stream("GET", f"/api/runs/{rid}/live") as live:  # the log, as frames
+                frames = ""
+                for line in live.iter_lines():
+                    frames += line + "\n"
+                    if frames.count("event: run-event") >= len(app.events(rid)):
+                        break
+            assert frames.count("event: run-event") == len(app.events(rid))
+            _absent(planted, f"GET /api/runs/{rid}/live", frames)
+        get(f"/api/diff?a={ids[0]}&b={ids[1]}")
+        get(f"/api/diff?a={ids[1]}&b={ids[0]}")
+    assert len(seen) > 20  # the search read the pages, not nothing

@@ -229,19 +229,22 @@ async function runPage(id) {
   // fork
   const forkStep = h("input", { name: "step", size: 6, value: String(state.position > 1 ? state.position - 1 : 1) });
   const forkVars = h("textarea", { name: "vars", placeholder: '{"plan": "edited"}' });
+  const forkInput = h("textarea", { name: "input", placeholder: JSON.stringify(state.input || {}) });
   const forkOut = h("div");
   const fork = h("form", { class: "card", id: "fork", onsubmit: async (ev) => {
     ev.preventDefault();
     try {
       const body = { step: /^\d+$/.test(forkStep.value) ? Number(forkStep.value) : forkStep.value, when: "after" };
       if (forkVars.value.trim()) body.vars = JSON.parse(forkVars.value);
+      if (forkInput.value.trim()) body.input = JSON.parse(forkInput.value);
       const made = await api(`runs/${encodeURIComponent(id)}/fork`, { method: "POST", body });
       go(`#/runs/${encodeURIComponent(made.id)}`);
     } catch (e) {
       forkOut.replaceChildren(fail(e));
     }
   } }, h("h2", {}, "Fork"), h("p", { class: "muted" }, "A new run that keeps this one's steps up to the step given (their effects are not made again) and goes on from there."),
-    h("label", {}, "after step (position or name)", forkStep), h("label", {}, "edited task variables (JSON, optional)", forkVars), h("p", {}, h("button", { type: "submit" }, "Fork")), forkOut);
+    h("label", {}, "after step (position or name)", forkStep), h("label", {}, "edited task variables (JSON, optional)", forkVars),
+    h("label", {}, "edited input (JSON, optional; the run's is shown)", forkInput), h("p", {}, h("button", { type: "submit" }, "Fork")), forkOut);
 
   // diff
   const other = h("input", { name: "other", size: 28, value: lineage.parent_id || "", placeholder: "another run, or RUN:step:N" });
