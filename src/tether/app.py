@@ -11,7 +11,8 @@ clock, lease holder, lease ttl) and the parts they need.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import functools
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, TextIO, TypeVar, overload
 
 from tether.context.artifacts import Artifacts, ArtifactStore, DatabaseArtifacts
@@ -545,10 +546,16 @@ class App(Tenancy):
         return export.export_run(self.store, inputs.lookup_id(run_id), out)
 
     def import_run(
-        self, lines: Iterable[str], *, new_id: bool = False, source: str = "<input>"
+        self,
+        lines: Iterable[str],
+        *,
+        new_id: bool = False,
+        source: str = "<input>",
+        secret_env: Collection[str] = (),
     ) -> str:
-        """Create a run from an export (a file object or lines); return its id."""
-        return export.import_run(self._deps, self._states, lines, new_id=new_id, source=source)
+        """Create a run from an export; a Secret.env in it needs its var in ``secret_env``."""
+        options: dict[str, Any] = {"new_id": new_id, "source": source, "secret_env": secret_env}
+        return export.import_run(self._deps, self._states, lines, **options)
 
     def gc(
         self,
@@ -574,15 +581,10 @@ class App(Tenancy):
             blob_grace=blob_grace,
         )
 
-    # -- memory and artifacts (tether.context.memory, tether.context.artifacts) ----------------
-
-    @property
+    @functools.cached_property
     def memory(self) -> Memory:
         """Long-term memory on this app's store (namespaced, searchable, with TTL)."""
-        mem: Memory | None = getattr(self, "_memory", None)
-        if mem is None:
-            mem = self._memory = Memory(self.store, self.clock)
-        return mem
+        return Memory(self.store, self.clock)
 
     @property
     def artifacts(self) -> Artifacts:

@@ -387,7 +387,14 @@ def test_an_export_with_secrets_imports_and_resumes_with_the_reference(
     out = io.StringIO()
     app.export_run(handle.id, out)
     assert "not-exported-value" not in out.getvalue()
-    copy = app.import_run(out.getvalue().splitlines(), new_id=True)
+    before = len(app.runs(limit=1000))
+    with pytest.raises(ValueError, match=r"'TETHER_IMPORTED'.*--secret-env TETHER_IMPORTED"):
+        app.import_run(out.getvalue().splitlines(), new_id=True)  # the file may not choose
+    with pytest.raises(ValueError, match="'TETHER_IMPORTED'"):
+        app.import_run(out.getvalue().splitlines(), new_id=True, secret_env=["OTHER"])
+    assert len(app.runs(limit=1000)) == before  # nothing was written
+    lines = out.getvalue().splitlines()
+    copy = app.import_run(lines, new_id=True, secret_env=["TETHER_IMPORTED"])
     assert app.get(copy).vars["literal"] == tether.Secret._stored(None)
     app.approve(copy, "go", by="ann")
     assert app.resume(copy).output == len("value-in-this-process")

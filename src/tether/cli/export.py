@@ -44,6 +44,14 @@ def _import_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="give the run a fresh id (else the exported id, refused if taken)",
     )
+    parser.add_argument(
+        "--secret-env",
+        action="append",
+        default=[],
+        metavar="VAR",
+        help="an environment variable the file's Secret.env references may read (repeatable;"
+        " without it such a file is refused: the file would choose what this process reveals)",
+    )
     parser.add_argument("--json", action="store_true", help='print {"id": RUN_ID}')
 
 
@@ -51,7 +59,7 @@ def _import(args: argparse.Namespace, ctx: Context) -> int:
     app = _app_creating(ctx)
     source = "<stdin>" if args.file == "-" else args.file
     with user_errors(), _opened(args.file) as f:
-        run_id = app.import_run(f, new_id=args.new_id, source=source)
+        run_id = app.import_run(f, new_id=args.new_id, source=source, secret_env=args.secret_env)
     if args.json:
         ctx.print(fmt.codec_json_text({"id": run_id}))
     else:

@@ -45,7 +45,7 @@ run and its events are written in one transaction of the store, or nothing is.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import asdict, replace
 from typing import Any, TextIO
 
@@ -109,18 +109,23 @@ def import_run(
     *,
     new_id: bool = False,
     source: str = "<input>",
+    secret_env: Collection[str] = (),
 ) -> str:
     """Create a run from ``tether-run`` JSON lines; return its id.
 
     Everything is checked before anything is written (see the module docstring);
     raises ValueError naming ``source``, the line and the field, and Conflict when the
-    id exists (unless ``new_id``). Nothing is written on error.
+    id exists (unless ``new_id``). Nothing is written on error. A ``Secret.env``
+    reference in the file is refused unless ``secret_env`` names its variable: the file
+    would otherwise choose which of this process's environment variables the run's
+    code is given (the file is data; what it may read is the operator's choice).
     """
     numbered = ((n, line) for n, line in enumerate(lines, 1) if line.strip())
     header = _header(source, next(numbered, (1, "")))
     now = deps.clock.now()
     raw = _raw_events(source, numbered, header["events"])
     events = _checked_events(source, raw, now)
+    _allowed_secret_env(source, raw, frozenset(secret_env))
     state = _fold(source, header["run"]["id"], events)
     run = _derived_run(source, header["run"], raw, state, new_id, now)
     _create(deps, run, events, _updated_at(header["run"], events, now))
@@ -128,6 +133,36 @@ def import_run(
     if run.queue is not None and run.status == RunStatus.QUEUED:
         deps.store.notify_work(run.queue)  # a worker of its queue takes it now
     return run.id
+
+
+def _allowed_secret_env(
+    source: str, raw: list[tuple[int, dict[str, Any]]], allowed: frozenset[str]
+) -> None:
+    """Refuse a ``Secret.env`` marker naming a variable not in ``allowed``. The codec
+    stores a plain mapping with a ``$t`` key under its own ``dict`` tag, so every
+    ``{"$t": "secret"}`` mapping in a file is a marker the codec would decode."""
+    for n, d in raw:
+        for var in _env_references(d.get("data")):
+            if var not in allowed:
+                raise ValueError(
+                    f"{source} line {n} (seq {d['seq']}): a Secret.env reference to the "
+                    f"environment variable {var!r}: imported, the run would be given this "
+                    f"process's value of it. If you trust the file, name the variables it "
+                    f"may read: `tether import --secret-env {var}` "
+                    f"(app.import_run(..., secret_env=[{var!r}])); nothing was written"
+                )
+
+
+def _env_references(value: Any) -> Iterator[str]:
+    if isinstance(value, dict):
+        inner = value.get("v")
+        if value.get("$t") == "secret" and isinstance(inner, dict) and "env" in inner:
+            yield str(inner["env"])
+        for item in value.values():
+            yield from _env_references(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _env_references(item)
 
 
 def _header(source: str, numbered: tuple[int, str]) -> dict[str, Any]:
