@@ -6,6 +6,7 @@ and say so in the change's notes."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from pathlib import Path
@@ -30,7 +31,7 @@ def _members(name: str, cls: type) -> list[str]:
     for attr, member in sorted(vars(cls).items()):
         if attr.startswith("_"):
             continue
-        if isinstance(member, property):
+        if isinstance(member, (property, functools.cached_property)):
             out.append(f"  {name}.{attr}: property")
             continue
         fn = member.__func__ if isinstance(member, (classmethod, staticmethod)) else member
