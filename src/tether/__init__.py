@@ -15,6 +15,8 @@ One front door::
 
 from __future__ import annotations
 
+import gc as _gc
+import weakref as _weakref
 from collections.abc import Iterable as _Iterable
 from typing import Any as _Any
 
@@ -62,6 +64,7 @@ from tether.model.secrets import Secret
 from tether.model.state import RunState, fold
 from tether.model.steps import StepState, Usage
 from tether.services.identity import Identity, Role
+from tether.store import urls as _urls
 from tether.version import __version__
 
 __all__ = [
@@ -164,6 +167,8 @@ def open(
     _check_open(url, durability, lease_ttl, inline_sleep_max, snapshot_every)
     _check_config(clock, retry, policy, approver_groups)
     rules = None if redact is None else _redact.rules_of(redact)  # checked before opening
+    if rules is not None and rules != _redact.active():
+        _one_rule_set(url)
     store: Store
     if url.startswith(("postgres://", "postgresql://")):
         from tether.store.postgres import PostgresStore
@@ -193,7 +198,29 @@ def open(
         app.memory.embedder = embed
     if rules is not None:
         _redact.configure(rules)
+    _RULED.add(app)
     return app
+
+
+# The Apps open in this process: they share its redaction rules (every text any of them
+# stores passes through the codec's rules), so an open asking for other rules while one
+# of them is open is refused rather than silently changing what the others store.
+_RULED: _weakref.WeakSet[App] = _weakref.WeakSet()
+
+
+def _one_rule_set(url: str) -> None:
+    live = [a for a in _RULED if not getattr(a, "_closed", False)]
+    if live:  # an App no one holds any more stores nothing: collect those before refusing
+        del live
+        _gc.collect()
+        live = [a for a in _RULED if not getattr(a, "_closed", False)]
+    if live:
+        raise InvalidInput(
+            f"redact: {_urls.redact(url)} asks for other redaction rules than the App open on "
+            f"{_urls.redact(live[0].url or '(a store)')} in this process; the rules are the "
+            f"process's: open both with the same redact=, close the other App first, or "
+            f"run them in separate processes"
+        )
 
 
 def _check_open(

@@ -483,6 +483,7 @@ class App(Tenancy):
 
     def close(self) -> None:
         """Stop the heartbeat and close the store."""
+        self._closed = True  # tether.open: its redaction rules no longer bind the process
         self._leases.stop()
         self.store.close()
 
