@@ -2,7 +2,11 @@
 _openai_agents.py (same arguments, same turns, same ledger and model log), with
 pydantic-ai's own FunctionModel (no network).
 
-usage: python _pydantic_ai.py DB LEDGER_URL MODEL_LOG [--approval] RUN_ID:CRASH...
+usage: python _pydantic_ai.py DB LEDGER_URL MODEL_LOG [--approval] [--stream] RUN_ID:CRASH...
+
+With ``--stream`` the model streams its answers (FunctionModel's stream_function: the same
+decisions, in deltas) to an event stream handler on TetherDurability, which appends the
+kinds of the events it sees to MODEL_LOG.events.
 """
 
 from __future__ import annotations
@@ -12,10 +16,12 @@ import os
 import signal
 import sys
 import urllib.request
+from collections.abc import AsyncIterable, AsyncIterator
+from typing import Any
 
 from pydantic_ai import Agent, ApprovalRequired, DeferredToolRequests, RunContext
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
 import tether
@@ -23,7 +29,8 @@ from tether.integrations.pydantic_ai import TetherAgentRunner, TetherDurability
 
 DB, LEDGER, MODEL_LOG = sys.argv[1:4]
 APPROVAL = "--approval" in sys.argv
-RUNS = [arg.split(":") for arg in sys.argv[4:] if arg != "--approval"]  # RUN_ID:CRASH
+STREAM = "--stream" in sys.argv
+RUNS = [arg.split(":") for arg in sys.argv[4:] if not arg.startswith("--")]  # RUN_ID:CRASH
 RUN_ID, CRASH = "", "none"  # the run being executed
 
 
@@ -60,11 +67,31 @@ def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     return ModelResponse(parts=parts, usage=usage)
 
 
+async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[Any]:
+    """The model, streamed: the same response as :func:`respond`, a delta at a time."""
+    response = respond(messages, info)
+    for i, part in enumerate(response.parts):
+        if isinstance(part, TextPart):
+            for at in range(0, len(part.content), 8):
+                yield part.content[at : at + 8]
+        else:
+            args = json.dumps(part.args)
+            yield {i: DeltaToolCall(part.tool_name, args, tool_call_id=part.tool_call_id)}
+
+
+async def seen(ctx: RunContext[None], events: AsyncIterable[Any]) -> None:
+    async for event in events:
+        with open(MODEL_LOG + ".events", "a") as f:
+            f.write(f"{RUN_ID} {type(event).__name__}\n")
+
+
 agent = Agent(
-    FunctionModel(respond),
+    FunctionModel(respond, stream_function=stream if STREAM else None),
     name="cashier",
     output_type=[str, DeferredToolRequests],
-    capabilities=[TetherDurability(on_doubt="retry")],
+    capabilities=[
+        TetherDurability(on_doubt="retry", event_stream_handler=seen if STREAM else None)
+    ],
 )
 
 

@@ -39,6 +39,7 @@ from tether.integrations import missing
 try:
     from pydantic import BaseModel
     from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, ToolDenied
+    from pydantic_ai.agent import EventStreamHandler
     from pydantic_ai.durable_exec import (
         JSON_CODEC,
         BaseDurabilityCapability,
@@ -111,8 +112,9 @@ class TetherDurability(BaseDurabilityCapability[Any]):
         risk: dict[str, str] | None = None,
         on_doubt: str | None = None,
         name: str | None = None,
+        event_stream_handler: EventStreamHandler[Any] | None = None,
     ) -> None:
-        super().__init__(name=name)
+        super().__init__(name=name, event_stream_handler=event_stream_handler)
         self.risk = dict(risk or {})
         self.on_doubt = on_doubt
 
