@@ -22,8 +22,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
+from tether.context.artifacts import Artifacts
 from tether.context.conversation import Session
 from tether.context.memory import Memory
+from tether.context.tenant_artifacts import TenantArtifacts
 from tether.context.tenant_memory import TenantMemory
 from tether.engine.executor import RunHandle
 from tether.errors import Conflict, Forbidden, InvalidInput, NotFound
@@ -371,7 +373,7 @@ class ScopedApp:
         self.allow("fork", run_id)
         return self.app.fork(run_id, step=step, at=at, when=when, input=input, vars=vars)
 
-    # -- new runs, sessions and memory of this tenant -----------------------------
+    # -- new runs, sessions, memory and artifacts of this tenant -------------------
 
     @property
     def memory(self) -> Memory | TenantMemory:
@@ -381,6 +383,15 @@ class ScopedApp:
         if self.tenant is None:
             return self.app.memory
         return TenantMemory(self.app.memory, self.tenant)
+
+    @property
+    def artifacts(self) -> Artifacts | TenantArtifacts:
+        """This tenant's artifacts (:mod:`tether.context.tenant_artifacts`: the ones it put,
+        another tenant's digest is not found); the app's artifacts for a view of every
+        tenant."""
+        if self.tenant is None:
+            return self.app.artifacts
+        return TenantArtifacts(self.app.artifacts, self.app.store, self.tenant, self.app.clock)
 
     def session(self, session_id: str, **options: Any) -> Session:
         """Get or create this tenant's session ``session_id`` (see

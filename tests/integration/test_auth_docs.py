@@ -30,7 +30,7 @@ def _commands(body: str) -> list[tuple[str, list[str]]]:
 
 def test_the_auth_page_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     blocks = re.findall(r"```(python|console)\n(.*?)```", PAGE.read_text(), flags=re.S)
-    assert [k for k, _ in blocks].count("python") == 3
+    assert [k for k, _ in blocks].count("python") == 4
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, object] = {}
     for kind, body in blocks:

@@ -29,8 +29,9 @@ then gc sweeps the pages that no snapshot references any more
 (:meth:`tether.store.Store.sweep_blobs`). A page written or reused by a snapshot
 within ``blob_grace`` seconds (an hour by default) is left for the next gc: the
 snapshot that reuses it may not be committed yet. Artifacts (``app.artifacts``) are
-never swept; blobs written before schema 7 that no snapshot references are kept too,
-as they may be artifacts.
+never swept, nor are bytes a tenant claims (:mod:`tether.context.tenant_artifacts`);
+bytes whose last tenant claim was deleted are swept as pages; blobs written before
+schema 7 that no snapshot references are kept, as they may be artifacts.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tether.errors import NotFound, StoreError
+from tether.store.artifact_claims import ArtifactClaimRows, ArtifactClaims
 from tether.store.context_records import (
     CompactionRecord,
     MemoryRecord,
@@ -194,12 +195,13 @@ class ArtifactData(Protocol):
         ...
 
     def delete_artifact(self, sha256: str) -> bool:
-        """Delete the bytes under ``sha256``; return whether there were any."""
+        """Delete the bytes under ``sha256`` and every tenant's claim on them; return
+        whether there were any bytes."""
         ...
 
 
-class ContextData(SessionData, MemoryData, ArtifactData, Protocol):
-    """What ``tether.context`` needs of a store: its three roles. Each method is one
+class ContextData(SessionData, MemoryData, ArtifactData, ArtifactClaims, Protocol):
+    """What ``tether.context`` needs of a store: its roles. Each method is one
     transaction; driver errors are raised as tether's StoreError (EncodeError for text
     that is not Unicode)."""
 
@@ -213,7 +215,7 @@ class _Raced(Exception):
     """Internal: a concurrent add with the same idempotency key won; roll back."""
 
 
-class ContextRows:
+class ContextRows(ArtifactClaimRows):
     """:class:`ContextData` on a store's ``transaction()`` and ``dialect`` (a mixin of
     both backends)."""
 
@@ -484,6 +486,7 @@ class ContextRows:
 
     def delete_artifact(self, sha256: str) -> bool:
         with self.transaction() as conn:
+            conn.execute(self._rows_sql("artifacts")["delete_claims"], {"sha256": sha256})
             q = self._rows_sql("artifacts")["delete_blob"]
             return bool(conn.execute(q, {"sha256": sha256}).rowcount)
 

@@ -341,7 +341,8 @@ class Blobs(Protocol):
     def sweep_blobs(self, *, before: float, dry_run: bool = False) -> tuple[int, int]:
         """Delete the snapshot pages that no snapshot references and that were written
         or touched before ``before``; ``(pages, bytes)`` deleted (``dry_run``: that would
-        be). Artifacts and blobs of unknown kind are never deleted."""
+        be). Artifacts, bytes a tenant claims (even stored as a page) and blobs of
+        unknown kind are never deleted."""
         ...
 
 

@@ -19,3 +19,34 @@ SELECT 1 FROM blobs WHERE sha256 = :sha256;
 -- name: delete_blob
 -- Delete a digest's bytes (for every holder of a reference).
 DELETE FROM blobs WHERE sha256 = :sha256;
+
+-- name: delete_claims
+-- The unscoped delete: no tenant claims the digest any more (its bytes are gone).
+DELETE FROM artifact_claims WHERE sha256 = :sha256;
+
+-- name: put_claimed_blob
+-- A tenant's put: store bytes once as kind 'claimed' (a snapshot page with the same bytes
+-- becomes claimed, so gc keeps it; an unscoped artifact, kind NULL, stays one).
+INSERT INTO blobs (sha256, size, data, created_at, kind)
+VALUES (:sha256, :size, :data, :now, 'claimed')
+ON CONFLICT (sha256) DO UPDATE SET kind = 'claimed' WHERE blobs.kind = 'page';
+
+-- name: add_claim
+-- A tenant claims a digest (kept as it is if already claimed).
+INSERT INTO artifact_claims (tenant, sha256, created_at) VALUES (:tenant, :sha256, :now)
+ON CONFLICT (tenant, sha256) DO NOTHING;
+
+-- name: has_claim
+-- Whether the tenant claims the digest.
+SELECT 1 FROM artifact_claims WHERE tenant = :tenant AND sha256 = :sha256;
+
+-- name: delete_claim
+-- A tenant's delete: its claim alone.
+DELETE FROM artifact_claims WHERE tenant = :tenant AND sha256 = :sha256;
+
+-- name: release_blob
+-- After a tenant's delete: a claimed blob no tenant claims any more becomes a page, which
+-- gc sweeps after its grace period unless a snapshot references the same bytes.
+UPDATE blobs SET kind = 'page', created_at = :now
+WHERE sha256 = :sha256 AND kind = 'claimed'
+  AND NOT EXISTS (SELECT 1 FROM artifact_claims WHERE sha256 = :sha256);

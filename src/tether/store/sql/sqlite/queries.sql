@@ -105,17 +105,20 @@ WHERE json_valid(snapshots.data) AND json_type(snapshots.data, '$.pages') = 'arr
 SELECT EXISTS (SELECT 1 FROM blobs WHERE kind = 'page' AND created_at < :before);
 
 -- name: sweep_blobs
--- gc: delete the snapshot pages that no snapshot references and nothing touched since :before.
+-- gc: delete the snapshot pages that no snapshot references, no tenant claims (a race of a
+-- tenant's delete and another's put may leave a claimed page) and nothing touched since :before.
 DELETE FROM blobs
 WHERE kind = 'page' AND created_at < :before
   AND sha256 NOT IN ({{_referenced_pages}})
+  AND sha256 NOT IN (SELECT sha256 FROM artifact_claims)
 RETURNING size;
 
 -- name: count_sweepable_blobs
 -- gc --dry-run: the pages sweep_blobs would delete, and their bytes.
 SELECT COUNT(*), COALESCE(SUM(size), 0) FROM blobs
 WHERE kind = 'page' AND created_at < :before
-  AND sha256 NOT IN ({{_referenced_pages}});
+  AND sha256 NOT IN ({{_referenced_pages}})
+  AND sha256 NOT IN (SELECT sha256 FROM artifact_claims);
 
 -- name: get_blob
 -- The stored bytes of a digest.
