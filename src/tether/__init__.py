@@ -15,7 +15,7 @@ One front door::
 
 from __future__ import annotations
 
-import gc as _gc
+import logging as _logging
 import weakref as _weakref
 from collections.abc import Iterable as _Iterable
 from typing import Any as _Any
@@ -203,23 +203,20 @@ def open(
 
 
 # The Apps open in this process: they share its redaction rules (every text any of them
-# stores passes through the codec's rules), so an open asking for other rules while one
-# of them is open is refused rather than silently changing what the others store.
+# stores passes through the codec's rules), so an open that changes the rules while
+# others are open says so in the log rather than changing what they store silently.
 _RULED: _weakref.WeakSet[App] = _weakref.WeakSet()
 
 
 def _one_rule_set(url: str) -> None:
     live = [a for a in _RULED if not getattr(a, "_closed", False)]
-    if live:  # an App no one holds any more stores nothing: collect those before refusing
-        del live
-        _gc.collect()
-        live = [a for a in _RULED if not getattr(a, "_closed", False)]
     if live:
-        raise InvalidInput(
-            f"redact: {_urls.redact(url)} asks for other redaction rules than the App open on "
-            f"{_urls.redact(live[0].url or '(a store)')} in this process; the rules are the "
-            f"process's: open both with the same redact=, close the other App first, or "
-            f"run them in separate processes"
+        _logging.getLogger("tether").warning(
+            "redact: %s sets other redaction rules for this process, where the App on %s "
+            "is open: from now on what it stores is redacted by the new rules too (the rules "
+            "are the process's; give every App the same redact=, or use separate processes)",
+            _urls.redact(url),
+            _urls.redact(live[0].url or "(a store)"),
         )
 
 

@@ -105,8 +105,9 @@ def test_a_live_stream_ends_when_its_client_goes_away(app: tether.App) -> None:
         streams = served.api.state.tether.streams
         for live in (f"/api/runs/{run}/live", "/api/live/runs"):
             with http.stream("GET", live, headers=headers, timeout=30) as s:
-                _next_frame(s.iter_lines())  # the stream is up
-                assert streams == [1]
+                lines = s.iter_lines()  # held: a dropped iterator closes the response
+                _next_frame(lines)  # the stream is up
+                assert streams == [1], live
             deadline = time.monotonic() + 10  # the server notices the closed connection
             while streams != [0] and time.monotonic() < deadline:
                 time.sleep(0.02)

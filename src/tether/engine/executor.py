@@ -148,15 +148,6 @@ class Executor:
 
     def check_input(self, d: AgentDef, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         payload = {"args": list(args), "kwargs": kwargs}
-        literal = secrets.literal_at(payload)
-        if literal is not None:  # a resume elsewhere re-reads the input: the value is not there
-            where = literal.replace("$.args", "args", 1).replace("$.kwargs", "kwargs", 1)
-            raise InvalidInput(
-                f"agent {d.name!r}: its input holds a tether.Secret at {where}, whose value "
-                f"is never stored, so a resume (in another process, or after a crash) could "
-                f"not read it back. Pass Secret.env('VAR') (a reference to an environment "
-                f"variable, read where the run executes) instead. No run was created."
-            )
         try:
             codec.encode(payload)
         except EncodeError as e:
@@ -170,6 +161,16 @@ class Executor:
                 path=e.path,
                 type_name=e.type_name,
             ) from None
+        # after the codec's check: a value too deep or with a cycle is refused there
+        literal = secrets.literal_at(payload)
+        if literal is not None:  # a resume elsewhere re-reads the input: the value is not there
+            where = literal.replace("$.args", "args", 1).replace("$.kwargs", "kwargs", 1)
+            raise InvalidInput(
+                f"agent {d.name!r}: its input holds a tether.Secret at {where}, whose value "
+                f"is never stored, so a resume (in another process, or after a crash) could "
+                f"not read it back. Pass Secret.env('VAR') (a reference to an environment "
+                f"variable, read where the run executes) instead. No run was created."
+            )
         return payload
 
     def _journal(
