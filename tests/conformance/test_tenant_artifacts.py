@@ -201,3 +201,26 @@ def test_bad_input_is_refused_clearly_and_stores_nothing(app: tether.App, backen
     with pytest.raises(TypeError, match="takes bytes, not str"):
         acme.put("text")  # type: ignore[arg-type]
     assert _blobs(backend) == {} and _claims(backend) == set()
+
+
+def test_a_run_knows_its_tenant_so_its_code_stores_under_it(
+    app: tether.App, backend: Backend
+) -> None:
+    """The agent is the same code for every tenant: ``run.tenant`` (its row's owner) picks
+    the tenant's view, also when a process that is not the tenant's resumes it."""
+    big = {"rows": [(i, f"row {i}") for i in range(8000)]}
+    seen: list[str | None] = []
+
+    @app.agent
+    def report(run: tether.Run) -> object:
+        seen.append(run.tenant)
+        return run.step("build", lambda: app.for_tenant(run.tenant).artifacts.offload(big))
+
+    queued = app.for_tenant("acme").start(report)
+    out = app.resume(queued).output  # resumed unscoped, as a worker does
+    assert seen == ["acme"] and is_ref(out)
+    assert app.for_tenant("acme").artifacts.restore(out) == big
+    assert not app.for_tenant("globex").artifacts.exists(ArtifactRef.from_value(out))
+    assert {t for t, _ in _claims(backend)} == {"acme"}
+    app.run(report)  # no tenant: the unscoped store, no claim
+    assert seen[-1] is None and {t for t, _ in _claims(backend)} == {"acme"}

@@ -167,6 +167,7 @@ class _RunBase:
         self._groups = frozenset(approver_groups)  # recorded with approval requests
         self.vars = Vars(journal)
         self._session: Session | object | None = _UNSET  # loaded on first use
+        self._tenant: str | object | None = _UNSET  # read on first use
 
     @property
     def session(self) -> Session | None:
@@ -189,6 +190,15 @@ class _RunBase:
     def id(self) -> str:
         """The run id."""
         return self._j.run_id
+
+    @property
+    def tenant(self) -> str | None:
+        """The run's tenant (its row's owner; None outside tenants), read once: what
+        ``app.for_tenant(run.tenant)`` takes, for the tenant's artifacts and memory."""
+        if self._tenant is _UNSET:
+            self._tenant = self._j.store.get_run(self.id).owner
+        assert self._tenant is None or isinstance(self._tenant, str)
+        return self._tenant
 
     @property
     def position(self) -> int:
