@@ -10,6 +10,7 @@ runs again.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -63,8 +64,9 @@ def test_a_worker_survives_a_full_disk_and_finishes_the_run_once_there_is_room(
         rid = subprocess.run(
             [sys.executable, "-c", start], env=env, capture_output=True, text=True, check=True
         ).stdout.strip()
-        with open(disk.path / "filler", "wb") as f:  # leave ~600 KB of the 8 MB
-            f.write(b"\0" * (7 * 1024 * 1024 + 512 * 1024))
+        room = shutil.disk_usage(disk.path).free - 600 * 1024  # leave ~600 KB free
+        with open(disk.path / "filler", "wb") as f:  # (the schema's size changes with it)
+            f.write(b"\0" * room)
         log = tmp_path / "worker.log"
         with open(log, "w") as err_file:
             worker = subprocess.Popen(
