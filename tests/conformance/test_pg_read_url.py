@@ -9,8 +9,10 @@ server's primary is another schema than the one its reader reads.
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -171,3 +173,17 @@ def test_sqlite_has_no_read_url(
     code = main(["show", run_id, "--db", sqlite_backend.url, "--read-url", sqlite_backend.url])
     assert code == 2
     assert "a SQLite database is one file" in capsys.readouterr().err
+
+
+def test_the_docs_example_reads_through_a_read_only_role(
+    pg_backend: Backend, read_role: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/postgres.md's "Reads from a replica" block, as written, on a read-only role."""
+    page = Path(__file__).resolve().parents[2] / "docs" / "postgres.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
+    [block] = [b for b in blocks if "read_only=True" in b]
+    tether.open(pg_backend.url).close()  # the primary migrates; then the role may read
+    _grant_reads(read_role, pg_backend.schema)
+    monkeypatch.setenv("APP_DB", pg_backend.url)
+    monkeypatch.setenv("APP_DB_REPLICA", _as(read_role, pg_backend.schema))
+    exec(compile(block, str(page), "exec"), {"__name__": "docs_postgres_replica"})
