@@ -97,6 +97,7 @@ def _describe(params: dict[str, Any]) -> str:
 
 # a write on a read-only transaction, a hot standby, or a role without the privilege
 _READ_ONLY_REFUSALS = frozenset({"25006", "42501"})
+_TLS_PARAMS = ("sslmode", "sslrootcert", "sslcert", "sslkey", "sslcrl")  # named in errors
 _TIMED_OUT = {"57014": "statement_timeout", "55P03": "lock_timeout"}
 
 
@@ -159,6 +160,7 @@ class PgConnections(SqlStore):
         self.channel = f"tether_{self.schema}"  # LISTEN/NOTIFY: this schema's work channel
         params = _conninfo_params(base)
         self.where = f"{_describe(params)} (schema {self.schema})"
+        self.tls = " ".join(f"{k}={params[k]}" for k in _TLS_PARAMS if params.get(k))
         self.conninfo = make_conninfo(
             base, application_name=params.get("application_name") or "tether"
         )
@@ -236,8 +238,16 @@ class PgConnections(SqlStore):
                     return conn
             return psycopg.connect(self.conninfo, autocommit=True, connect_timeout=wait)
         except psycopg.Error as e:
+            line = _first_line(e)
+            if "SSL" in line or "certificate" in line:  # the URL's TLS settings, named
+                raise StoreUnavailable(
+                    f"cannot connect to PostgreSQL at {self.where} over TLS "
+                    f"({self.tls or 'sslmode=prefer, the default'}): {line}. Check the URL's "
+                    f"sslmode and sslrootcert (the CA that signed the server's certificate; "
+                    f"verify-full also checks the host name against it)."
+                ) from None
             raise StoreUnavailable(
-                f"cannot connect to PostgreSQL at {self.where}: {_first_line(e)}. Check that "
+                f"cannot connect to PostgreSQL at {self.where}: {line}. Check that "
                 f"the server is running and that the URL's host, port, database, user and "
                 f"password are right."
             ) from None
