@@ -158,8 +158,9 @@ def open(
     for every App of the process; None (the default) leaves them as they are (the
     defaults, unless an ``open`` changed them).
     ``options`` go to the backend: ``busy_timeout`` for SQLite; ``schema``,
-    ``min_size``, ``max_size``, ``timeout``, ``lanes`` and ``linger`` for PostgreSQL
-    (another name is refused, listing these).
+    ``min_size``, ``max_size``, ``timeout``, ``lanes`` and ``linger`` for PostgreSQL, and
+    ``read_only=True`` for a replica's URL (reads only: see docs/postgres.md, "Reads from
+    a replica"); another name is refused, listing these.
     """
     from tether.store import Store
     from tether.store.sqlite import SQLiteStore, sqlite_path

@@ -227,7 +227,7 @@ def test_the_docs_example_runs_through_the_pooler(
     """docs/postgres.md's Python block, as written, through PgBouncer when CI runs one
     (else on the direct URL declared as a pooler's)."""
     page = Path(__file__).resolve().parents[2] / "docs" / "postgres.md"
-    [block] = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
+    block = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)[0]
     url = _through(PGBOUNCER_URL, pg_backend) if PGBOUNCER_URL else pg_backend.url + "&pooler=1"
     monkeypatch.setenv("APP_DB", url)
     monkeypatch.setenv("APP_DB_DIRECT", PG_URL)

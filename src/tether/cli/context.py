@@ -39,6 +39,7 @@ DEFAULT_DB = "tether.db"
 DB_ENV = "TETHER_DB"
 TENANT_ENV = "TETHER_TENANT"
 TOKEN_ENV = "TETHER_TOKEN"
+READ_URL_ENV = "TETHER_READ_URL"
 
 if TYPE_CHECKING:  # the type of `parser.add_subparsers()` (generic only in typeshed)
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -84,6 +85,9 @@ class Context:
         self.given_token: str | None = None  # --token as given
         self._app: tether.App | None = None
         self._view: ScopedApp | None = None
+        self.given_read_url: str | None = None  # --read-url as given
+        self._reader: tether.App | None = None  # the App on the read URL, opened once
+        self._read_view: ScopedApp | None = None
 
     @property
     def tenant(self) -> str | None:
@@ -106,6 +110,39 @@ class Context:
             else:
                 self._view = app.scoped(self._identity(app))
         return self._view
+
+    @property
+    def read_url(self) -> str | None:
+        """The read-only URL (a replica) named by --read-url or $TETHER_READ_URL."""
+        return self.given_read_url or os.environ.get(READ_URL_ENV) or None
+
+    def read_view(self) -> ScopedApp:
+        """The App for a command that only reads: on the read URL (a replica, opened
+        ``read_only``) when one is given, else :meth:`view`. A token is still verified on
+        the primary (verifying records its use), and scopes the replica's view alike."""
+        url = self.read_url
+        if url is None:
+            return self.view()
+        if self._read_view is None:
+            reader = self.reader(url)
+            if self.token is None:
+                self._read_view = reader.for_tenant(self.tenant)
+            else:
+                self._read_view = reader.scoped(self._identity(self.app()))
+        return self._read_view
+
+    def reader(self, url: str) -> tether.App:
+        """The App on the read URL ``url``, read-only, opened once."""
+        if self._reader is None:
+            if not url.startswith(("postgres://", "postgresql://")):
+                raise CommandError(
+                    f"--read-url (or ${READ_URL_ENV}) is a PostgreSQL replica's URL, not "
+                    f"{redact(url)!r}: a SQLite database is one file, read where it is; drop "
+                    f"--read-url",
+                    2,
+                )
+            self._reader = tether.open(url, code=self.code, read_only=True)
+        return self._reader
 
     def _identity(self, app: tether.App) -> tether.Identity:
         identity = app.tokens.verify(self.token)
@@ -168,7 +205,10 @@ class Context:
         print(*parts, file=self.out)
 
     def close(self) -> None:
-        """Close the App if one was opened."""
+        """Close the Apps opened (the primary's and the read URL's)."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
         if self._app is not None:
             self._app.close()
             self._app = None
@@ -217,6 +257,15 @@ def global_options(default: Any) -> argparse.ArgumentParser:
         help=f"act as this API token's identity (default: ${TOKEN_ENV}): its name is "
         f"recorded as who decided, its tenant scopes the command, its role must allow it. "
         f"Without one, the command acts as the local operator (see docs/auth.md)",
+    )
+    p.add_argument(
+        "--read-url",
+        metavar="URL",
+        default=default,
+        help=f"a read-only PostgreSQL URL (a replica) for the commands that only read (runs, "
+        f"show, log, history, state, diff, export; serve's GET requests); default: "
+        f"${READ_URL_ENV}. A replica lags: what it shows may be a moment old (see "
+        f"docs/postgres.md)",
     )
     p.add_argument(
         "--code",

@@ -22,7 +22,7 @@ def _export_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _export(args: argparse.Namespace, ctx: Context) -> int:
-    app = ctx.view()
+    app = ctx.read_view()
     if args.output is None:
         app.export_run(args.run, ctx.out)
         return 0

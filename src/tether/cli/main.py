@@ -86,6 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     ctx = Context(args.db, args.app)
     ctx.given_tenant, ctx.given_token = args.tenant, args.token
+    ctx.given_read_url = args.read_url
     try:
         ctx.code = code_option(args.code)
         return command.run(args, ctx)

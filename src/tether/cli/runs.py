@@ -28,7 +28,7 @@ def _runs_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _runs(args: argparse.Namespace, ctx: Context) -> int:
-    app = ctx.view()
+    app = ctx.read_view()
     filters = {"queue": args.queue, "session": args.session, "text": args.text}
     records = app.runs(status=args.status, agent=args.agent, limit=args.limit, **filters)
     expected = _Expected(app)
@@ -87,7 +87,7 @@ def _show_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _show(args: argparse.Namespace, ctx: Context) -> int:
-    app = ctx.view()
+    app = ctx.read_view()
     record = app.record(args.run)
     try:
         state = app.get(args.run)
@@ -134,7 +134,7 @@ def _log_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _log(args: argparse.Namespace, ctx: Context) -> int:
-    events = ctx.view().events(args.run, after=args.after)
+    events = ctx.read_view().events(args.run, after=args.after)
     if args.json:
         for e in events:
             ctx.print(fmt.event_line(e))

@@ -32,7 +32,8 @@ def _serve(args: argparse.Namespace, ctx: Context) -> int:
     except ImportError as e:
         raise CommandError(str(e), 1) from None
     app = ctx.app()
-    api = create_app(app)
+    reader = ctx.reader(ctx.read_url) if ctx.read_url is not None else None
+    api = create_app(app, reader=reader)
     stopping = api.state.tether.stopping
 
     class Server(uvicorn.Server):
@@ -55,7 +56,8 @@ def _serve(args: argparse.Namespace, ctx: Context) -> int:
         api, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=5
     )
     ctx.print(
-        f"tether serve: http://{args.host}:{args.port}/ on {redact(app.url or '')} (the API "
+        f"tether serve: http://{args.host}:{args.port}/ on {redact(app.url or '')}"
+        f"{f', GET requests on {redact(reader.url)}' if reader is not None else ''} (the API "
         f"under /api, its schema at /openapi.json; every request needs a token); Ctrl-C or "
         f"SIGTERM stops it"
     )

@@ -73,7 +73,7 @@ def _history_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _history(args: argparse.Namespace, ctx: Context) -> int:
-    h = ctx.view().history(args.run)
+    h = ctx.read_view().history(args.run)
     if args.json:
         ctx.print(fmt.codec_json_text(fmt.history_data(h)))
         return 0
@@ -95,7 +95,7 @@ def _state_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _state(args: argparse.Namespace, ctx: Context) -> int:
-    state = _state_of(ctx.view(), args.run, args)
+    state = _state_of(ctx.read_view(), args.run, args)
     if args.json:
         ctx.print(fmt.codec_json_text(to_data(state)))
         return 0
@@ -126,7 +126,7 @@ def _diff_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _diff(args: argparse.Namespace, ctx: Context) -> int:
-    app = ctx.view()
+    app = ctx.read_view()
     d = app.diff(point_state(app, args.a), point_state(app, args.b), bookkeeping=args.all)
     if args.json:
         ctx.print(fmt.codec_json_text(d.to_data()))

@@ -133,10 +133,15 @@ def _workers(args: argparse.Namespace, ctx: Context) -> int:
         for row in rows:
             ctx.print(json.dumps(row))
         return 0
-    if not rows:
-        ctx.print("no live workers")
-        return 0
-    ctx.print(fmt.workers_table(rows))
+    ctx.print(fmt.workers_table(rows) if rows else "no live workers")
+    budget = getattr(app.store, "connection_budget", None)
+    if budget is not None:  # the worker rows do not record their own: this configuration's
+        ctx.print(
+            f"connections per worker process, as configured here: at most {budget['total']} "
+            f"(pool {budget['pool']} + lanes {budget['lanes']} + listener "
+            f"{budget['listener']}); a worker opened with other options has its own "
+            f'(docs/postgres.md, "Connections per process")'
+        )
     return 0
 
 

@@ -42,7 +42,8 @@ class States:
         state = fold(loaded.events, start, run_id=run_id)
         if upto is None:
             integrity.check_row(run_id, loaded.run.status, state.status, state.seq)
-        if len(loaded.events) >= self.snapshot_every:
+        # a read-only store (a replica: read_only=) cannot cache; its primary's loads do
+        if len(loaded.events) >= self.snapshot_every and not getattr(self.store, "read_only", 0):
             self.cache(state)
         return state
 

@@ -36,6 +36,7 @@ def create_app(
     session_ttl: float = SESSION_TTL,
     max_body: int = MAX_BODY,
     poll: float = 0.5,
+    reader: App | None = None,
 ) -> FastAPI:
     """The HTTP API over ``app``, as an ASGI application (FastAPI).
 
@@ -45,6 +46,8 @@ def create_app(
     seconds a session lasts; ``max_body``: the largest request body, in bytes; ``poll``:
     seconds between two reads of a live stream. ``.state.tether.stopping`` (a
     threading.Event) ends the live streams: set it when the server shuts down.
+    ``reader``: an App on a read-only URL (a replica: ``tether.open(url, read_only=True)``)
+    that serves the GET requests; tokens are verified, and everything else done, on ``app``.
     """
     if max_body < 1 or session_ttl <= 0 or poll <= 0:
         raise ValueError("max_body, session_ttl and poll must be positive")
@@ -56,7 +59,9 @@ def create_app(
         redoc_url=None,
     )
     sessions = Sessions(session_secret, session_ttl)
-    api.state.tether = Server(app, Authenticator(app, sessions), threading.Event(), poll)
+    api.state.tether = Server(
+        app, Authenticator(app, sessions), threading.Event(), poll, reader=reader
+    )
     errors.install(api)
     api.include_router(reads.router)
     api.include_router(acts.router)

@@ -28,6 +28,7 @@ class Server:
     stopping: Event  # set at shutdown: live streams end
     poll: float  # seconds between two reads of a live stream
     streams: list[int] = field(default_factory=lambda: [0])  # live streams open now
+    reader: App | None = None  # on a read-only URL (a replica): serves the GET requests
 
 
 def server(request: Request) -> Server:
@@ -41,9 +42,12 @@ def access(
     _bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)],
     _cookie: Annotated[str | None, Security(_COOKIE)],
 ) -> Access:
-    """The caller (401 without a valid identity; 403 for a cookie without its CSRF)."""
+    """The caller (401 without a valid identity; 403 for a cookie without its CSRF), on
+    the server's read-only App for a GET when it has one (the identity is the primary's)."""
     s = server(request)
-    return Access(s.app, s.auth.identify(request))
+    identity = s.auth.identify(request)
+    reads = s.reader is not None and request.method in ("GET", "HEAD")
+    return Access(s.reader if reads and s.reader is not None else s.app, identity)
 
 
 Caller = Annotated[Access, Depends(access)]

@@ -31,6 +31,7 @@ class PgNotifications(PgConnections):
     _listen_thread: threading.Thread | None
     _waiters: dict[int, tuple[threading.Event, frozenset[str]]]
     _closing: threading.Event
+    _wires: Sequence[object]  # PostgresStore's group-commit connections, one per lane
 
     def notify_work(self, queue: str) -> None:
         with self._borrow() as conn:
@@ -79,6 +80,21 @@ class PgNotifications(PgConnections):
             targets = [w for w, queues in self._waiters.values() if queue in queues]
         for wake in targets:
             wake.set()
+
+    @property
+    def connection_budget(self) -> dict[str, int]:
+        """The most connections this store opens to its URL (and ``listen_url``): the
+        pool's ``max_size``, one per group-commit lane, and the listener (none behind a
+        pooler without ``listen_url``); ``total`` is their sum (docs/postgres.md)."""
+        listener = 0 if self._listen_conninfo() is None else 1
+        pool = self._pool.max_size
+        lanes = len(self._wires)  # PostgresStore's: one per lane
+        return {
+            "pool": pool,
+            "lanes": lanes,
+            "listener": listener,
+            "total": pool + lanes + listener,
+        }
 
     def _listen_conninfo(self) -> str | None:
         """Where LISTEN can run: ``listen_url``, else the store's URL if no pooler is in

@@ -95,6 +95,9 @@ def _describe(params: dict[str, Any]) -> str:
     return f"{user + '@' if user else ''}{host}:{port}/{db}"
 
 
+# a write on a read-only transaction, a hot standby, or a role without the privilege
+_READ_ONLY_REFUSALS = frozenset({"25006", "42501"})
+_TLS_PARAMS = ("sslmode", "sslrootcert", "sslcert", "sslkey", "sslcrl")  # named in errors
 _TIMED_OUT = {"57014": "statement_timeout", "55P03": "lock_timeout"}
 
 
@@ -157,6 +160,7 @@ class PgConnections(SqlStore):
         self.channel = f"tether_{self.schema}"  # LISTEN/NOTIFY: this schema's work channel
         params = _conninfo_params(base)
         self.where = f"{_describe(params)} (schema {self.schema})"
+        self.tls = " ".join(f"{k}={params[k]}" for k in _TLS_PARAMS if params.get(k))
         self.conninfo = make_conninfo(
             base, application_name=params.get("application_name") or "tether"
         )
@@ -176,6 +180,8 @@ class PgConnections(SqlStore):
             if value is not None
         }
         options += "".join(f" -c {name}={ms}" for name, ms in self.timeouts.items())
+        if getattr(self, "read_only", False):  # a write fails at once, even on a primary
+            options += " -c default_transaction_read_only=on"
         self.direct_conninfo = make_conninfo(self.conninfo, options=options)
         self.pooled = check_pooler(extra.get("pooler") if pooler is None else pooler)
         self._prepare_mode = extra.get("prepare", "auto") if prepare is None else prepare
@@ -232,8 +238,16 @@ class PgConnections(SqlStore):
                     return conn
             return psycopg.connect(self.conninfo, autocommit=True, connect_timeout=wait)
         except psycopg.Error as e:
+            line = _first_line(e)
+            if "SSL" in line or "certificate" in line:  # the URL's TLS settings, named
+                raise StoreUnavailable(
+                    f"cannot connect to PostgreSQL at {self.where} over TLS "
+                    f"({self.tls or 'sslmode=prefer, the default'}): {line}. Check the URL's "
+                    f"sslmode and sslrootcert (the CA that signed the server's certificate; "
+                    f"verify-full also checks the host name against it)."
+                ) from None
             raise StoreUnavailable(
-                f"cannot connect to PostgreSQL at {self.where}: {_first_line(e)}. Check that "
+                f"cannot connect to PostgreSQL at {self.where}: {line}. Check that "
                 f"the server is running and that the URL's host, port, database, user and "
                 f"password are right."
             ) from None
@@ -311,6 +325,12 @@ class PgConnections(SqlStore):
                 f"{at}: {_TIMED_OUT[state]} ran out{self._limit_of(state)} "
                 f"({_first_line(e)}); nothing of it was committed; tether retries"
             )
+        if getattr(self, "read_only", False) and state in _READ_ONLY_REFUSALS:
+            return StoreError(
+                f"{at}: refused, this is a read-only URL (a replica's, or read_url=): tether "
+                f"reads through it and never writes ({_first_line(e)}). Write through the "
+                f"primary's URL (--db / $TETHER_DB, or tether.open without read_only)."
+            )
         if state.startswith(("08", "53", "57P")):  # connection, resources, shutting down
             return StoreUnavailable(f"{at}: {_first_line(e)}; tether retries")
         if isinstance(e, psycopg.DataError) and (not state or sent):  # a value, not a row
@@ -349,6 +369,22 @@ class PgConnections(SqlStore):
             raise StoreError(
                 f"cannot prepare the tether schema at {self.where}: {_first_line(e)}"
             ) from None
+
+    def _check_readable(self, conn: Conn) -> None:
+        """A read-only URL's schema: present and current (its primary migrates it)."""
+        try:
+            version = self._schema_version(conn)
+        except psycopg.Error as e:
+            raise StoreError(
+                f"cannot read the tether schema at {self.where} (a read-only URL): "
+                f"{_first_line(e)}. The role needs USAGE on the schema and SELECT on its tables."
+            ) from None
+        if version < SCHEMA_VERSION:
+            raise StoreError(
+                f"the tether schema at {self.where} (a read-only URL) is at version {version}, "
+                f"this tether needs {SCHEMA_VERSION}: open the primary's URL once (it migrates), "
+                f"and wait for the replica to catch up"
+            )
 
     def _schema_version(self, conn: Conn) -> int:
         tables = [r[0] for r in conn.execute(self._Q["schema_tables"], (self.schema,))]

@@ -92,6 +92,12 @@ def _run_params(run: NewRun, now: float, events: Sequence[NewEvent]) -> dict[str
     return {**fields, "code": json.dumps(run.code), "now": now, **_columns(events)}
 
 
+def _check_read_only(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"read_only is True or False, not {value!r}")
+    return value
+
+
 def _one(cur: psycopg.Cursor[Any]) -> Any:
     row = cur.fetchone()
     assert row is not None, "the statement always returns one row"
@@ -120,7 +126,11 @@ class PostgresStore(PgNotifications, ContextRows):
     (``?prepare=off&pooler=true``). ``statement_timeout`` and ``lock_timeout``: seconds
     after which the server cancels a statement (or its wait for a lock), so that a stuck
     query never holds a lease forever; the error names the statement. Set per connection
-    (not behind a pooler: there, set them on the role).
+    (not behind a pooler: there, set them on the role). ``read_only``: the URL is a
+    read-only one (a replica, or a role that may only read): nothing is migrated (the
+    schema must be current), every transaction is read-only, and a write is refused with
+    a :class:`~tether.errors.StoreError` saying so (see docs/postgres.md, "Reads from a
+    replica").
     """
 
     concurrent_claims = True  # claims ride the group commit with the appends (see Store)
@@ -140,6 +150,7 @@ class PostgresStore(PgNotifications, ContextRows):
         listen_url: str | None = None,
         statement_timeout: float | None = None,
         lock_timeout: float | None = None,
+        read_only: bool = False,
     ) -> None:
         self._auto_lanes = lanes is None
         lanes = AUTO_LANES if lanes is None else lanes
@@ -153,10 +164,14 @@ class PostgresStore(PgNotifications, ContextRows):
                 f"linger (seconds a write waits for others to share its commit) must be a "
                 f"number >= 0, not {linger!r}; e.g. tether.open(url, linger=0.002), or 0"
             )
+        self.read_only = _check_read_only(read_only)  # before _configure: a startup option
         self._configure(url, schema, prepare, pooler, listen_url, statement_timeout, lock_timeout)
         self.timeout = timeout
         with self._connect() as conn:  # finds out whether a pooler is in the way
-            self._migrate(conn)
+            if self.read_only:
+                self._check_readable(conn)  # a replica is migrated by its primary
+            else:
+                self._migrate(conn)
         self.prepare = resolve_prepare(self._prepare_mode, bool(self.pooled))
         self._check_timeouts()
         self._pool = self._open_pool(min_size, max_size)
