@@ -203,9 +203,20 @@ def test_a_viewer_sees_the_inbox_but_cannot_decide(
     page.click("a[data-nav=approvals]")
     item = page.locator(".inbox-item[data-run='ticket-1002']")
     expect(item).to_contain_text("ada@example.com", timeout=BOUND)
-    item.get_by_role("button", name="Approve").click()
-    expect(item.get_by_role("alert")).to_be_visible(timeout=BOUND)  # 403, shown
-    _shot(page, "viewer-refused")
+    expect(item.get_by_role("button", name="Approve")).to_be_disabled()  # not offered…
+    expect(item.get_by_role("note")).to_contain_text("your role (viewer) may not do this")
+    _shot(page, "viewer-inbox")
+    # …and refused by the server when sent anyway, from the page's own session
+    status = page.evaluate(
+        """async () => (await fetch("api/runs/ticket-1002/approvals/send_reply", {
+            method: "POST", credentials: "same-origin",
+            headers: {"Content-Type": "application/json",
+                      "X-CSRF-Token": sessionStorage.getItem("tether.csrf")},
+            body: JSON.stringify({decision: "approve"})})).status"""
+    )
+    assert status == 403
+    page.goto(url + "#/runs/ticket-1002")
+    expect(page.locator("#fork button")).to_be_disabled(timeout=BOUND)
     page.click("#logout")
     expect(page.locator("input[name=token]")).to_be_visible(timeout=BOUND)
     with tether.open(str(db)) as app:

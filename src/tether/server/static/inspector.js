@@ -5,6 +5,10 @@
 const view = document.getElementById("view");
 const CSRF = "tether.csrf";
 let live = null; // the EventSource of the current page, closed when the page changes
+let current = null; // who is logged in (GET /api/me): what the page offers to do
+const RANKS = { viewer: 1, approver: 2, operator: 3, admin: 4 };
+const may = (role) => current !== null && (RANKS[current.role] || 0) >= RANKS[role];
+const needs = (role) => (may(role) ? null : h("p", { class: "muted", role: "note" }, `your role (${current ? current.role : "none"}) may not do this: it needs ${role} or higher`));
 
 // -- the API -------------------------------------------------------------------------
 
@@ -244,7 +248,7 @@ async function runPage(id) {
     }
   } }, h("h2", {}, "Fork"), h("p", { class: "muted" }, "A new run that keeps this one's steps up to the step given (their effects are not made again) and goes on from there."),
     h("label", {}, "after step (position or name)", forkStep), h("label", {}, "edited task variables (JSON, optional)", forkVars),
-    h("label", {}, "edited input (JSON, optional; the run's is shown)", forkInput), h("p", {}, h("button", { type: "submit" }, "Fork")), forkOut);
+    h("label", {}, "edited input (JSON, optional; the run's is shown)", forkInput), h("p", {}, h("button", { type: "submit", disabled: !may("operator") }, "Fork")), needs("operator"), forkOut);
 
   // diff
   const other = h("input", { name: "other", size: 28, value: lineage.parent_id || "", placeholder: "another run, or RUN:step:N" });
@@ -325,6 +329,7 @@ function inboxItem(item) {
       h("button", { class: "danger", onclick: () => act(`approvals/${name}`, { decision: "deny", reason: reason.value || null })() }, "Deny"));
   }
   const title = item.kind === "doubt" ? `Tool call in doubt: ${item.name || ""}` : `Approve “${item.name || ""}”`;
+  if (!may("approver")) actions.querySelectorAll("button").forEach((b) => (b.disabled = true));
   const card = h("div", { class: "card inbox-item", "data-run": item.run_id },
     h("div", {}, h("strong", {}, title), " — run ", runLink(item.run_id),
       ` (${item.agent}${item.tenant ? ", tenant " + item.tenant : ""}, position ${item.position ?? "?"}), waiting since ${when(item.since)}`),
@@ -332,7 +337,7 @@ function inboxItem(item) {
     h("h2", {}, item.kind === "doubt" ? "The call (input, and why it is in doubt)" : "What is asked"), json(item.payload ?? null),
     item.key ? h("p", { class: "muted" }, "idempotency key: ", h("code", {}, item.key)) : null,
     item.approvers ? h("p", { class: "muted" }, "approvers: ", item.approvers.join(", ")) : null,
-    item.until ? h("p", { class: "muted" }, "decide before ", when(item.until)) : null, actions, out);
+    item.until ? h("p", { class: "muted" }, "decide before ", when(item.until)) : null, actions, needs("approver"), out);
   return card;
 }
 
@@ -359,7 +364,7 @@ async function refreshCount() {
 async function who() {
   const el = document.getElementById("who");
   try {
-    const me = await api("me");
+    const me = (current = await api("me"));
     el.replaceChildren(`${me.name} · ${me.role}${me.tenant ? " · " + me.tenant : ""}`,
       h("button", { class: "secondary", id: "logout", onclick: async () => {
         await api("logout", { method: "POST" }).catch(() => null);
