@@ -327,7 +327,7 @@ def test_a_fan_out_inside_a_branch_is_refused(app: tether.App) -> None:
     def agent(run: tether.Run) -> Any:
         return run.parallel(lambda: run.parallel(lambda: run.step("inner", lambda: 1)))
 
-    with pytest.raises((RunFailed, InvalidState), match="inside a branch of run.parallel"):
+    with pytest.raises((RunFailed, InvalidState), match=r"inside a branch of run\.parallel"):
         app.run(agent)
 
 
