@@ -145,3 +145,39 @@ def test_where_a_run_is_in_words(app: tether.App) -> None:
     assert waiting.describe_position(expected=9) == "step 3 of 9, 1–2 committed"
     finished = app.get(app.run(done).id)
     assert finished.describe_position() == "completed, 1 of 1 committed"
+
+
+def test_a_failed_undo_is_recorded_and_the_other_undos_still_run(
+    app: tether.App, clock: FakeClock
+) -> None:
+    undone: list[str] = []
+
+    def refund_fails(result: str, amount: int) -> None:
+        raise RuntimeError(f"the bank refused to refund {result}")
+
+    def release(result: str, item: str) -> None:
+        undone.append(result)
+
+    charge = app.tool(name="charge", compensate=refund_fails)(lambda amount: f"ch-{amount}")
+    reserve = app.tool(name="reserve", compensate=release)(lambda item: f"rs-{item}")
+
+    @app.agent
+    def order(run: tether.Run) -> None:
+        run.tool(charge, 40)
+        run.tool(reserve, "book")
+        clock.advance(3)
+        raise ValueError("out of stock")
+
+    with pytest.raises(tether.RunFailed):
+        app.run(order)
+    (record,) = app.runs()
+    state = app.get(record.id)
+    assert undone == ["rs-book"]  # the second call was undone though the first's undo failed
+    assert state.failure is not None
+    assert state.failure["compensation_failures"] == [
+        {"position": 1, "tool": "charge", "type": "RuntimeError",
+         "message": "the bank refused to refund ch-40"},
+    ]  # fmt: skip
+    assert state.compensating is not None
+    assert state.compensating["reason"] == "failed" and state.compensating["at"] == T0 + 3
+    assert state.compensating["from_position"] == 3
