@@ -181,3 +181,47 @@ def test_a_failed_undo_is_recorded_and_the_other_undos_still_run(
     assert state.compensating is not None
     assert state.compensating["reason"] == "failed" and state.compensating["at"] == T0 + 3
     assert state.compensating["from_position"] == 3
+
+
+def test_a_doubt_s_step_and_what_the_run_waits_for(app: tether.App) -> None:
+    run_id = _in_doubt(app)
+    state = app.get(run_id)
+    (step,) = state.steps
+    (doubt,) = [e for e in app.events(run_id) if e.type == "tool.in_doubt"]
+    assert step.status == "in_doubt" and step.seq == doubt.seq
+    assert [e["type"] for e in step.errors] == ["tether.errors.StepTimeout"]
+    assert state.waiting == {
+        "kind": "doubt", "name": "_hangs", "position": 1, "since": T0,
+        "key": doubt.payload()["key"], "reason": "timeout",
+    }  # fmt: skip
+
+
+def test_a_cancelled_run_says_who_cancelled_it_and_why(app: tether.App, clock: FakeClock) -> None:
+    @app.agent
+    def asks(run: tether.Run) -> Any:
+        return run.approve("go")
+
+    waiting, quiet = app.run(asks).id, app.run(asks).id
+    clock.advance(7)
+    app.cancel(waiting, by="alice", reason="customer left")
+    app.cancel(quiet)
+    state = app.get(waiting)
+    assert state.status == "cancelled" and state.waiting is None
+    assert state.failure == {
+        "type": "cancelled", "message": "customer left", "by": "alice", "at": T0 + 7,
+    }  # fmt: skip
+    assert app.get(quiet).failure == {
+        "type": "cancelled", "message": "cancelled", "by": None, "at": T0 + 7,
+    }  # fmt: skip
+
+
+def test_a_deleted_task_variable_is_gone_from_the_state(app: tether.App) -> None:
+    @app.agent
+    def agent(run: tether.Run) -> Any:
+        run.vars["draft"] = "v1"
+        run.vars["keep"] = 1
+        del run.vars["draft"]
+        return run.approve("go")
+
+    state = app.get(app.run(agent).id)
+    assert state.vars == {"keep": 1}
