@@ -158,7 +158,7 @@ def test_failures_and_retries_are_recorded_on_their_spans(
     fetch, load, root = got["step fetch"][0], got["step load"][0], got["invoke_agent etl"][0]
     assert fetch.status.status_code == StatusCode.UNSET
     assert fetch.attributes is not None and fetch.attributes["tether.attempt"] == 2
-    assert [e.name for e in fetch.events] == ["exception", "tether.retry_wait"]
+    assert [e.name for e in fetch.events] == ["exception", "tether.wait"]
     assert fetch.events[0].attributes is not None
     assert fetch.events[0].attributes["exception.type"] == "ConnectionError"
     assert load.status.status_code == StatusCode.ERROR
@@ -252,3 +252,28 @@ def test_content_only_when_asked_and_never_a_secret(
     )
     assert TOKEN not in dumped
     assert API_KEY not in dumped
+
+
+def test_a_no_op_tracer_provider_traces_nothing_and_stores_no_context(backend: Backend) -> None:
+    from opentelemetry.trace import NoOpTracerProvider
+
+    app = tether.open(backend.url, tracing=tether.Tracing(NoOpTracerProvider()))
+    try:
+
+        @app.agent
+        def one(run: tether.Run) -> int:
+            return int(run.step("s", lambda: 1))
+
+        handle = app.run(one)
+        assert handle.output == 1
+        assert "trace" not in tether.decode(app.events(handle.id)[0].data)
+        assert app.resume(handle.id).output == 1
+    finally:
+        app.close()
+
+
+def test_tracing_is_refused_unless_true_false_or_a_tracing(backend: Backend) -> None:
+    with pytest.raises(tether.InvalidInput, match="tracing is True"):
+        tether.open(backend.url, tracing="yes")
+    with pytest.raises(tether.InvalidInput, match="capture_content"):
+        tether.Tracing(capture_content="yes")  # type: ignore[arg-type]

@@ -122,7 +122,9 @@ class Executor:
         if self.tracing is not None:  # the run's first execution: its span's context stored
             sid = session.id if session is not None else None
             trace = self.tracing.start(d.name, run_id, session=sid, version=d.version)
-            data["trace"] = trace.traceparent()
+            traceparent = trace.traceparent()
+            if traceparent is not None:
+                data["trace"] = traceparent
         created = ev.new(ev.RUN_CREATED, data, now)
         started = ev.new(ev.RUN_STARTED, {"by": self.deps.owner, "epoch": 1}, now, self.deps.owner)
         sid, owner = (session.id, session.owner) if session is not None else (None, tenant)

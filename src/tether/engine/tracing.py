@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tether.engine.calls import _CURRENT, Call, Core, Sleep, Slot, Suspended
+from tether.engine.calls import _CURRENT, Call, Core, Slot, StepInfo, Suspended
 from tether.errors import EncodeError, InvalidInput
 from tether.model import codec, redact
 from tether.model.steps import usage_of
@@ -90,18 +90,15 @@ class Tracing:
         """The root span of a new run's first execution, a child of the caller's span."""
         return RunTrace(self, agent, run_id, None, session=session, version=version)
 
-    def enqueued(self, agent: str, run_id: str, queue: str) -> str:
+    def enqueued(self, agent: str, run_id: str, queue: str) -> str | None:
         """An ``enqueue {agent}`` span (a child of the caller's) ended at once: the
         traceparent a queued run stores, whose executions are its children."""
         attrs = {"tether.run.id": run_id, "tether.queue": queue, "gen_ai.agent.name": agent}
         span = self.tracer().start_span(f"enqueue {agent}", attributes=attrs)
         span.end()
         from opentelemetry import trace
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-        carrier: dict[str, str] = {}
-        TraceContextTextMapPropagator().inject(carrier, trace.set_span_in_context(span))
-        return carrier["traceparent"]
+        return _traceparent(trace.set_span_in_context(span))
 
     def resume_run(self, store: Store, d: AgentDef, record: RunRecord, state: RunState) -> RunTrace:
         """The root span of a later execution: a child of the span whose traceparent the
@@ -168,12 +165,10 @@ class RunTrace:
         )
         self.ctx = trace.set_span_in_context(self.root)
 
-    def traceparent(self) -> str:
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-        carrier: dict[str, str] = {}
-        TraceContextTextMapPropagator().inject(carrier, context=self.ctx)
-        return carrier["traceparent"]
+    def traceparent(self) -> str | None:
+        """The root span's W3C traceparent; None when it is not a real span (a no-op
+        tracer provider)."""
+        return _traceparent(self.ctx)
 
     # -- the execution ----------------------------------------------------
 
@@ -230,7 +225,7 @@ class RunTrace:
         if slot.done:
             self._replayed(slot, {})
             return fn()
-        span = self._start(slot, {})
+        span = self._start(slot, (), {})
         try:
             out = fn()
         except Suspended as s:
@@ -265,14 +260,27 @@ class RunTrace:
             return f"execute_tool {name}", attrs
         return f"{kind} {name}", attrs
 
-    def _start(self, slot: Slot, kwargs: dict[str, Any], **extra: Any) -> Any:
+    def _start(
+        self,
+        slot: Slot,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        start: int | None = None,
+        info: StepInfo | None = None,
+    ) -> Any:
+        """A call's span, begun at ``start`` (ns), with its first attempt's ``info``."""
         span_name, attrs = self._name(slot, kwargs)
         attrs["tether.replayed"] = False
-        attrs.update(extra)
-        kind = self._trace.SpanKind.CLIENT if slot.kind == "llm" else None
-        if kind is None:
-            return self.tracer.start_span(span_name, context=self.ctx, attributes=attrs)
-        return self.tracer.start_span(span_name, context=self.ctx, kind=kind, attributes=attrs)
+        if info is not None:
+            attrs.update(_attempt(slot, info))
+        if self.content:
+            attrs[_CONTENT.get((slot.kind, "input"), "tether.input")] = _encoded(
+                kwargs.get("messages", [list(args), kwargs])
+            )
+        kind = self._trace.SpanKind.CLIENT if slot.kind == "llm" else self._trace.SpanKind.INTERNAL
+        return self.tracer.start_span(
+            span_name, context=self.ctx, kind=kind, attributes=attrs, start_time=start
+        )
 
     def _replayed(self, slot: Slot, kwargs: dict[str, Any]) -> None:
         span_name, attrs = self._name(slot, kwargs)
@@ -286,24 +294,27 @@ class RunTrace:
         self.tracer.start_span(span_name, self.ctx, attributes=attrs, start_time=now).end(now)
 
     def _traced(self, slot: Slot, core: Core, args: Sequence[Any], kwargs: dict[str, Any]) -> Core:
-        span = self._start(slot, kwargs)
-        if self.content:
-            _content(span, slot.kind, "input", kwargs.get("messages", [list(args), kwargs]))
-        context, current = self._context, self._trace.set_span_in_context(span)
+        # the span begins at the first attempt, given its attributes at once (cheaper than
+        # setting them after: the SDK checks each value), timed from the call's start
+        t0, span, context = time.time_ns(), None, self._context
+        failed: BaseException | None = None  # the last attempt's error, recorded on the span
         try:
             cmd = next(core)
             while True:
                 token = None
-                if type(cmd) is Call:  # an attempt: the step's info is set (current_step)
+                if isinstance(cmd, Call):  # an attempt: the step's info is set (current_step)
                     info = _CURRENT.get()
-                    if info is not None:
-                        span.set_attribute("tether.attempt", info.attempt)
-                        span.set_attribute("tether.idempotency_key", info.idempotency_key)
-                        if slot.kind == "tool":
-                            span.set_attribute("gen_ai.tool.call.id", info.idempotency_key)
+                    if span is None:
+                        span = self._start(slot, args, kwargs, t0, info)
+                        current = self._trace.set_span_in_context(span)
+                    elif info is not None:
+                        span.set_attributes(_attempt(slot, info))
                     token = context.attach(current)  # the function's own spans nest here
-                elif type(cmd) is Sleep:
-                    span.add_event("tether.retry_wait", {"tether.seconds": cmd.seconds})
+                else:  # a retry's delay, or a sleep
+                    if span is None:
+                        span = self._start(slot, args, kwargs, t0)
+                        current = self._trace.set_span_in_context(span)
+                    span.add_event("tether.wait", {"tether.seconds": cmd.seconds})
                 try:
                     value = yield cmd
                 except BaseException as exc:
@@ -311,26 +322,47 @@ class RunTrace:
                         context.detach(token)
                     if isinstance(exc, Exception):
                         _exception(span, exc)  # this attempt's failure (retried, or not)
+                        failed = exc
                     cmd = core.throw(exc)
                 else:
                     if token is not None:
                         context.detach(token)
                     cmd = core.send(value)
         except StopIteration as stop:
+            span = span or self._start(slot, args, kwargs, t0)
             _result(span, slot.kind, stop.value, self.content)
             span.end()
             return stop.value
         except Suspended as s:
+            span = span or self._start(slot, args, kwargs, t0)
             span.set_attribute("tether.waiting", s.waiting_for)
             span.end()
             raise
         except Exception as exc:
-            _error(span, exc, recorded=True)
+            span = span or self._start(slot, args, kwargs, t0)
+            _error(span, exc, recorded=exc is failed)
             span.end()
             raise
         except BaseException:
+            span = span or self._start(slot, args, kwargs, t0)
             span.end()
             raise
+
+
+def _traceparent(ctx: Any) -> str | None:
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    carrier: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(carrier, context=ctx)
+    return carrier.get("traceparent")
+
+
+def _attempt(slot: Slot, info: StepInfo) -> dict[str, Any]:
+    key = info.idempotency_key
+    attrs: dict[str, Any] = {"tether.attempt": info.attempt, "tether.idempotency_key": key}
+    if slot.kind == "tool":
+        attrs["gen_ai.tool.call.id"] = key
+    return attrs
 
 
 def _result(span: Any, kind: str, value: Any, content: bool) -> None:
@@ -352,12 +384,15 @@ _CONTENT = {
 
 
 def _content(span: Any, kind: str, way: str, value: Any) -> None:
+    span.set_attribute(_CONTENT.get((kind, way), f"tether.{way}"), _encoded(value))
+
+
+def _encoded(value: Any) -> str:
     """``value`` as the log stores it: a Secret as its marker, credentials redacted."""
     try:
-        text = codec.encode(value)
+        return codec.encode(value)
     except EncodeError as e:
-        text = f"<not stored: {e.type_name}>"
-    span.set_attribute(_CONTENT.get((kind, way), f"tether.{way}"), text)
+        return f"<not stored: {e.type_name}>"
 
 
 def _exception(span: Any, exc: BaseException) -> None:

@@ -159,8 +159,9 @@ class Queues:
         if session is not None:
             data["session"] = session.id
         tracing = self.executor.tracing
-        if tracing is not None:  # the trace its executions (on any worker) join
-            data["trace"] = tracing.enqueued(d.name, new.id, o.queue)
+        traceparent = tracing and tracing.enqueued(d.name, new.id, o.queue)
+        if traceparent is not None:  # the trace its executions (on any worker) join
+            data["trace"] = traceparent
         created = ev.new(ev.RUN_CREATED, data, now)
         rid, _ = self.deps.store.enqueue(
             new, [created], now=now, max_depth=self.config(o.queue).max_depth
