@@ -23,6 +23,7 @@ from typing import Any as _Any
 from tether import context as context  # tether.context.build: the context window
 from tether.app import App
 from tether.context.memory import Embedder as _Embedder
+from tether.engine import tracing as _traces
 from tether.engine.calls import StepInfo, current_step
 from tether.engine.executor import RunHandle
 from tether.engine.policy import Policy
@@ -174,7 +175,7 @@ def open(
     _check_open(url, durability, lease_ttl, inline_sleep_max, snapshot_every)
     _check_config(clock, retry, policy, approver_groups)
     rules = None if redact is None else _redact.rules_of(redact)  # checked before opening
-    traced = Tracing.of(tracing)  # checked before opening
+    traced = _traces.configured(tracing)  # checked before opening
     if rules is not None and rules != _redact.active():
         _one_rule_set(url)
     store: Store

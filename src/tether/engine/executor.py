@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 
 from tether.context.conversation import Session
 from tether.engine import compensation, gates
+from tether.engine import tracing as traces
 from tether.engine.calls import Cancelling, Core, Stopping, Suspended, agent_body
 from tether.engine.deps import Deps
 from tether.engine.journal import SECRET_TYPE, Journal, no_literal_secret
@@ -121,7 +122,7 @@ class Executor:
         trace = None
         if self.tracing is not None:  # the run's first execution: its span's context stored
             sid = session.id if session is not None else None
-            trace = self.tracing.start(d.name, run_id, session=sid, version=d.version)
+            trace = traces.start_run(self.tracing, d.name, run_id, session=sid, version=d.version)
             traceparent = trace.traceparent()
             if traceparent is not None:
                 data["trace"] = traceparent
@@ -241,7 +242,7 @@ class Executor:
             return self.finished(record)
         journal, run = self._journal(d, state, lease, detached_end=worker)
         if self.tracing is not None:
-            journal.trace = self.tracing.resume_run(self.deps.store, d, record, state)
+            journal.trace = traces.resume_run(self.tracing, self.deps.store, d, record, state)
         started = {"by": lease.owner, "epoch": lease.epoch, "retry": retry}
         moved = None if worker else Transition(RunStatus.RUNNING)
         journal.defer([journal.event(ev.RUN_STARTED, started)], moved)

@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 _P = TypeVar("_P")
 _R = TypeVar("_R")
 _NAMES = {"llm": "chat", "tool": "execute_tool"}  # kind -> gen_ai.operation.name
-_GATES = ("approve", "wait")
 
 
 class Tracing:
@@ -56,66 +55,79 @@ class Tracing:
         self.capture_content = capture_content
         self._tracer: Any = None
 
-    @classmethod
-    def of(cls, value: Any) -> Tracing | None:
-        """``tether.open(tracing=...)``: None/False off, True the global provider, or a
-        Tracing."""
-        if value is None or value is False:
-            return None
-        if value is True:
-            value = cls()
-        if not isinstance(value, Tracing):
-            raise InvalidInput(
-                f"tracing is True (the global tracer provider), False, or "
-                f"tether.Tracing(tracer_provider, capture_content=...), not {value!r}"
-            )
-        value.tracer()  # says now when OpenTelemetry is missing
-        return value
+    def __repr__(self) -> str:
+        return f"Tracing({self.tracer_provider!r}, capture_content={self.capture_content!r})"
 
-    def tracer(self) -> Any:
-        if self._tracer is None:
-            try:
-                from opentelemetry import trace
-            except ImportError:
-                raise InvalidInput(
-                    "tracing needs OpenTelemetry: pip install 'tether[otel]'"
-                ) from None
-            provider = self.tracer_provider or trace.get_tracer_provider()
-            self._tracer = provider.get_tracer("tether", __version__)
-        return self._tracer
 
-    def start(
-        self, agent: str, run_id: str, *, session: str | None = None, version: str | None = None
-    ) -> RunTrace:
-        """The root span of a new run's first execution, a child of the caller's span."""
-        return RunTrace(self, agent, run_id, None, session=session, version=version)
-
-    def enqueued(self, agent: str, run_id: str, queue: str) -> str | None:
-        """An ``enqueue {agent}`` span (a child of the caller's) ended at once: the
-        traceparent a queued run stores, whose executions are its children."""
-        attrs = {"tether.run.id": run_id, "tether.queue": queue, "gen_ai.agent.name": agent}
-        span = self.tracer().start_span(f"enqueue {agent}", attributes=attrs)
-        span.end()
-        from opentelemetry import trace
-
-        return _traceparent(trace.set_span_in_context(span))
-
-    def resume_run(self, store: Store, d: AgentDef, record: RunRecord, state: RunState) -> RunTrace:
-        """The root span of a later execution: a child of the span whose traceparent the
-        run's ``run.created`` stored; a fork's (which copied its parent's): a new trace,
-        linked to it."""
-        first = store.read_events(record.id, upto=1)
-        stored = codec.decode(first[0].data).get("trace") if first else None
-        return RunTrace(
-            self,
-            d.name,
-            record.id,
-            stored if isinstance(stored, str) else None,
-            session=record.session_id,
-            version=d.version,
-            fork_parent=state.parent_id,
-            fork_at=state.fork_position,
+def configured(value: Any) -> Tracing | None:
+    """``tether.open(tracing=...)``: None/False off, True the global provider, or a
+    Tracing; checked (OpenTelemetry importable) before the store is opened."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        value = Tracing()
+    if not isinstance(value, Tracing):
+        raise InvalidInput(
+            f"tracing is True (the global tracer provider), False, or "
+            f"tether.Tracing(tracer_provider, capture_content=...), not {value!r}"
         )
+    tracer_of(value)  # says now when OpenTelemetry is missing
+    return value
+
+
+def tracer_of(tracing: Tracing) -> Any:
+    """The tracer ``tracing``'s provider gives tether (made once)."""
+    if tracing._tracer is None:
+        try:
+            from opentelemetry import trace
+        except ImportError:
+            raise InvalidInput("tracing needs OpenTelemetry: pip install 'tether[otel]'") from None
+        provider = tracing.tracer_provider or trace.get_tracer_provider()
+        tracing._tracer = provider.get_tracer("tether", __version__)
+    return tracing._tracer
+
+
+def start_run(
+    tracing: Tracing,
+    agent: str,
+    run_id: str,
+    *,
+    session: str | None = None,
+    version: str | None = None,
+) -> RunTrace:
+    """The root span of a new run's first execution, a child of the caller's span."""
+    return RunTrace(tracing, agent, run_id, None, session=session, version=version)
+
+
+def enqueued(tracing: Tracing, agent: str, run_id: str, queue: str) -> str | None:
+    """An ``enqueue {agent}`` span (a child of the caller's) ended at once: the
+    traceparent a queued run stores, whose executions are its children."""
+    from opentelemetry import trace
+
+    attrs = {"tether.run.id": run_id, "tether.queue": queue, "gen_ai.agent.name": agent}
+    span = tracer_of(tracing).start_span(f"enqueue {agent}", attributes=attrs)
+    span.end()
+    return _traceparent(trace.set_span_in_context(span))
+
+
+def resume_run(
+    tracing: Tracing, store: Store, d: AgentDef, record: RunRecord, state: RunState
+) -> RunTrace:
+    """The root span of a later execution: a child of the span whose traceparent the
+    run's ``run.created`` stored; a fork's (which copied its parent's): a new trace,
+    linked to it."""
+    first = store.read_events(record.id, upto=1)
+    stored = codec.decode(first[0].data).get("trace") if first else None
+    return RunTrace(
+        tracing,
+        d.name,
+        record.id,
+        stored if isinstance(stored, str) else None,
+        session=record.session_id,
+        version=d.version,
+        fork_parent=state.parent_id,
+        fork_at=state.fork_position,
+    )
 
 
 class RunTrace:
@@ -137,7 +149,7 @@ class RunTrace:
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         self._trace, self._context = trace, context
-        self.tracer = tracing.tracer()
+        self.tracer = tracer_of(tracing)
         self.content = tracing.capture_content
         self.run_id = run_id
         attrs: dict[str, Any] = {
