@@ -277,3 +277,41 @@ def test_tracing_is_refused_unless_true_false_or_a_tracing(backend: Backend) -> 
         tether.open(backend.url, tracing="yes")
     with pytest.raises(tether.InvalidInput, match="capture_content"):
         tether.Tracing(capture_content="yes")  # type: ignore[arg-type]
+
+
+def test_async_agents_and_fan_outs_are_traced_alike(backend: Backend) -> None:
+    import asyncio
+
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    app = tether.open(backend.url, tracing=tether.Tracing(provider))
+
+    async def fetch(n: int) -> int:
+        await asyncio.sleep(0)
+        return n * 10
+
+    def nested() -> None:  # the step's span is current inside the call: ours nest in it
+        with provider.get_tracer("mine").start_as_current_span("mine"):
+            pass
+
+    @app.agent
+    async def gather(run: tether.AsyncRun) -> list[int]:
+        got = await asyncio.gather(run.step("a", fetch, 1), run.step("b", fetch, 2))
+        await run.step("nested", nested)
+        return list(got) + await run.map("m", lambda x: x + 1, [5, 6])
+
+    try:
+        assert app.run(gather).output == [10, 20, 6, 7]
+    finally:
+        app.close()
+    got = _by_name(spans.get_finished_spans())
+    root = got["invoke_agent gather"][0]
+    calls = ["step a", "step b", "step nested", "step m[0]", "step m[1]"]
+    for position, name in enumerate(calls, 1):
+        (span,) = got[name]
+        assert span.parent is not None and span.parent.span_id == root.context.span_id, name
+        assert span.attributes is not None and span.attributes["tether.position"] == position
+    (mine,) = got["mine"]
+    assert mine.parent is not None
+    assert mine.parent.span_id == got["step nested"][0].context.span_id
