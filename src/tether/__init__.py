@@ -23,12 +23,14 @@ from typing import Any as _Any
 from tether import context as context  # tether.context.build: the context window
 from tether.app import App
 from tether.context.memory import Embedder as _Embedder
+from tether.engine import tracing as _traces
 from tether.engine.calls import StepInfo, current_step
 from tether.engine.executor import RunHandle
 from tether.engine.policy import Policy
 from tether.engine.registry import AgentDef, agent, tool
 from tether.engine.retry import Retry
 from tether.engine.runtime import AsyncRun, Run
+from tether.engine.tracing import Tracing
 from tether.errors import (
     ApprovalDenied,
     ArtifactCorrupt,
@@ -109,6 +111,7 @@ __all__ = [
     "StoreUnavailable",
     "SystemClock",
     "TetherError",
+    "Tracing",
     "Usage",
     "WaitTimeout",
     "__version__",
@@ -136,6 +139,7 @@ def open(
     embed: _Embedder | None = None,
     code: _Iterable[str] | None = None,
     redact: _Any = None,
+    tracing: bool | Tracing | None = None,
     **options: _Any,
 ) -> App:
     """Open (creating if needed) a tether store and return its App.
@@ -161,6 +165,9 @@ def open(
     ``min_size``, ``max_size``, ``timeout``, ``lanes`` and ``linger`` for PostgreSQL, and
     ``read_only=True`` for a replica's URL (reads only: see docs/postgres.md, "Reads from
     a replica"); another name is refused, listing these.
+    ``tracing``: OpenTelemetry spans of every execution (needs ``tether[otel]``; see
+    docs/telemetry.md): True with the global tracer provider, or a :class:`Tracing`
+    (its provider, and ``capture_content``); off by default.
     """
     from tether.store import Store
     from tether.store.sqlite import SQLiteStore, sqlite_path
@@ -168,6 +175,7 @@ def open(
     _check_open(url, durability, lease_ttl, inline_sleep_max, snapshot_every)
     _check_config(clock, retry, policy, approver_groups)
     rules = None if redact is None else _redact.rules_of(redact)  # checked before opening
+    traced = _traces.configured(tracing)  # checked before opening
     if rules is not None and rules != _redact.active():
         _one_rule_set(url)
     store: Store
@@ -197,6 +205,7 @@ def open(
         raise
     if embed is not None:
         app.memory.embedder = embed
+    app._executor.tracing = traced
     if rules is not None:
         _redact.configure(rules)
     _RULED.add(app)

@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 
 from tether.context.conversation import Session
 from tether.engine import compensation, gates
+from tether.engine import tracing as traces
 from tether.engine.calls import Cancelling, Core, Stopping, Suspended, agent_body
 from tether.engine.deps import Deps
 from tether.engine.journal import SECRET_TYPE, Journal, no_literal_secret
@@ -28,6 +29,7 @@ from tether.engine.registry import AgentDef, Registry
 from tether.engine.retry import Retry
 from tether.engine.runtime import AsyncRun, Run, adrive, drive
 from tether.engine.states import States
+from tether.engine.tracing import Tracing
 from tether.errors import (
     EncodeError,
     InvalidInput,
@@ -96,6 +98,7 @@ class Executor:
         self.policy = policy
         self.inline_sleep_max = inline_sleep_max
         self.approver_groups = approver_groups  # names recorded with approval requests
+        self.tracing: Tracing | None = None  # tether.open(tracing=...): spans of executions
 
     def create(
         self,
@@ -116,6 +119,13 @@ class Executor:
         data = {"agent": d.name, "version": d.version, "input": payload, "code": d.code}
         if session is not None:
             data["session"] = session.id
+        trace = None
+        if self.tracing is not None:  # the run's first execution: its span's context stored
+            sid = session.id if session is not None else None
+            trace = traces.start_run(self.tracing, d.name, run_id, session=sid, version=d.version)
+            traceparent = trace.traceparent()
+            if traceparent is not None:
+                data["trace"] = traceparent
         created = ev.new(ev.RUN_CREATED, data, now)
         started = ev.new(ev.RUN_STARTED, {"by": self.deps.owner, "epoch": 1}, now, self.deps.owner)
         sid, owner = (session.id, session.owner) if session is not None else (None, tenant)
@@ -142,6 +152,7 @@ class Executor:
             ]
         )
         journal, run = self._journal(d, state, lease)
+        journal.trace = trace
         if session is not None:
             run.bind_session(session)
         return d, journal, run, args, kwargs
@@ -230,6 +241,8 @@ class Executor:
             self.deps.store.release(record.id, epoch=lease.epoch)
             return self.finished(record)
         journal, run = self._journal(d, state, lease, detached_end=worker)
+        if self.tracing is not None:
+            journal.trace = traces.resume_run(self.tracing, self.deps.store, d, record, state)
         started = {"by": lease.owner, "epoch": lease.epoch, "retry": retry}
         moved = None if worker else Transition(RunStatus.RUNNING)
         journal.defer([journal.event(ev.RUN_STARTED, started)], moved)
@@ -263,6 +276,12 @@ class Executor:
             import asyncio  # only for async agents: keeps `import tether` fast
 
             return asyncio.run(self.acontinue_run(prepared))
+        trace = None if isinstance(prepared, RunHandle) else prepared[1].trace
+        if trace is not None:
+            return trace.traced(self._continue, prepared)
+        return self._continue(prepared)
+
+    def _continue(self, prepared: RunHandle | Prepared) -> RunHandle:
         step = self._continuation(prepared)
         if isinstance(step, RunHandle):
             return step
@@ -273,6 +292,12 @@ class Executor:
 
     async def acontinue_run(self, prepared: RunHandle | Prepared) -> RunHandle:
         """:meth:`_continuation`, carried out in the running event loop."""
+        trace = None if isinstance(prepared, RunHandle) else prepared[1].trace
+        if trace is not None:
+            return await trace.atraced(self._acontinue, prepared)
+        return await self._acontinue(prepared)
+
+    async def _acontinue(self, prepared: RunHandle | Prepared) -> RunHandle:
         step = self._continuation(prepared)
         if isinstance(step, RunHandle):
             return step

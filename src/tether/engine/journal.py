@@ -37,6 +37,7 @@ from typing import Any
 
 from tether.engine.calls import Slot, Suspended, current_task
 from tether.engine.retry import Retry
+from tether.engine.tracing import RunTrace
 from tether.errors import (
     EncodeError,
     InvalidState,
@@ -134,6 +135,7 @@ class Journal:
         self.lock = threading.RLock()
         self.thread = threading.get_ident()  # the agent's thread
         self.agent_task: object | None = None  # an async agent's task (the executor sets it)
+        self.trace: RunTrace | None = None  # this execution's spans (tether.engine.tracing)
         self._took: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self._in_flight: dict[Any, int] = {}  # task -> its calls taken and not finished
         self._fork_edits = sorted(state.fork_edits, key=lambda edit: edit[0])

@@ -189,6 +189,7 @@ SHAPES: dict[str, tuple[Mapping[str, Check], Mapping[str, Check]]] = {
             "code": code,
             "queue": opt(name),
             "session": opt(name),
+            "trace": opt(text),  # a W3C traceparent (tether.open(tracing=...))
         },
     ),
     ev.RUN_STARTED: ({}, {"by": opt(text), "epoch": count, "retry": flag}),

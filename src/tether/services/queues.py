@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether.context.conversation import Session
+from tether.engine import tracing as traces
 from tether.engine.deps import Deps
 from tether.engine.executor import Executor
 from tether.engine.registry import Registry
@@ -158,6 +159,10 @@ class Queues:
         }
         if session is not None:
             data["session"] = session.id
+        tracing = self.executor.tracing
+        traceparent = tracing and traces.enqueued(tracing, d.name, new.id, o.queue)
+        if traceparent is not None:  # the trace its executions (on any worker) join
+            data["trace"] = traceparent
         created = ev.new(ev.RUN_CREATED, data, now)
         rid, _ = self.deps.store.enqueue(
             new, [created], now=now, max_depth=self.config(o.queue).max_depth
