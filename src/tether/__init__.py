@@ -31,6 +31,7 @@ from tether.engine.retry import Retry
 from tether.engine.runtime import AsyncRun, Run
 from tether.errors import (
     ApprovalDenied,
+    BudgetExceeded,
     ArtifactCorrupt,
     ClockSkew,
     Conflict,
@@ -55,7 +56,9 @@ from tether.errors import (
     TetherError,
     WaitTimeout,
 )
+from tether.model import budgets as _budgets
 from tether.model import redact as _redact
+from tether.model.budgets import Limits, Price
 from tether.model.clock import Clock, FakeClock, SystemClock
 from tether.model.codec import decode, encode
 from tether.model.events import Event
@@ -73,6 +76,7 @@ __all__ = [
     "ApprovalDenied",
     "ArtifactCorrupt",
     "AsyncRun",
+    "BudgetExceeded",
     "Clock",
     "ClockSkew",
     "Conflict",
@@ -86,10 +90,12 @@ __all__ = [
     "InvalidInput",
     "InvalidState",
     "LeaseLost",
+    "Limits",
     "NondeterminismError",
     "NotATetherDatabase",
     "NotFound",
     "Policy",
+    "Price",
     "QueueFull",
     "Redact",
     "Retry",
@@ -136,6 +142,7 @@ def open(
     embed: _Embedder | None = None,
     code: _Iterable[str] | None = None,
     redact: _Any = None,
+    prices: _Any = None,
     **options: _Any,
 ) -> App:
     """Open (creating if needed) a tether store and return its App.
@@ -157,6 +164,8 @@ def open(
     expressions. The rules are this process's: an ``open`` that names them sets them
     for every App of the process; None (the default) leaves them as they are (the
     defaults, unless an ``open`` changed them).
+    ``prices``: model name -> :class:`Price` (per million tokens) or a dict of the same
+    keys: the cost of a model call whose result reports none (see docs/budgets.md).
     ``options`` go to the backend: ``busy_timeout`` for SQLite; ``schema``,
     ``min_size``, ``max_size``, ``timeout``, ``lanes`` and ``linger`` for PostgreSQL, and
     ``read_only=True`` for a replica's URL (reads only: see docs/postgres.md, "Reads from
@@ -168,6 +177,7 @@ def open(
     _check_open(url, durability, lease_ttl, inline_sleep_max, snapshot_every)
     _check_config(clock, retry, policy, approver_groups)
     rules = None if redact is None else _redact.rules_of(redact)  # checked before opening
+    priced = _budgets.check_prices(prices)
     if rules is not None and rules != _redact.active():
         _one_rule_set(url)
     store: Store
@@ -195,6 +205,7 @@ def open(
     except BaseException:
         store.close()
         raise
+    app.prices = priced
     if embed is not None:
         app.memory.embedder = embed
     if rules is not None:

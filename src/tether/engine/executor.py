@@ -23,6 +23,7 @@ from tether.engine.calls import Cancelling, Core, Stopping, Suspended, agent_bod
 from tether.engine.deps import Deps
 from tether.engine.journal import SECRET_TYPE, Journal, no_literal_secret
 from tether.engine.leases import Active, Leases
+from tether.engine.limits import meter
 from tether.engine.policy import Policy
 from tether.engine.registry import AgentDef, Registry
 from tether.engine.retry import Retry
@@ -39,6 +40,7 @@ from tether.errors import (
     TetherError,
 )
 from tether.model import codec, secrets
+from tether.model.budgets import Limits, Price, check_limits
 from tether.model import events as ev
 from tether.model.clock import new_run_id
 from tether.model.events import Event
@@ -96,6 +98,7 @@ class Executor:
         self.policy = policy
         self.inline_sleep_max = inline_sleep_max
         self.approver_groups = approver_groups  # names recorded with approval requests
+        self.prices: dict[str, Price] = {}  # model -> price (tether.open(prices=...))
 
     def create(
         self,
@@ -105,6 +108,7 @@ class Executor:
         session: Session | None = None,
         *,
         tenant: str | None = None,
+        limits: Limits | None = None,
     ) -> Prepared:
         """Create a run of ``d`` (in ``session``, when given) under this process's lease,
         ready to execute here: nothing runs yet (see :meth:`continue_run`). Its owner (its
@@ -116,6 +120,8 @@ class Executor:
         data = {"agent": d.name, "version": d.version, "input": payload, "code": d.code}
         if session is not None:
             data["session"] = session.id
+        if check_limits(limits, "limits") is not None:
+            data["limits"] = limits.data()
         created = ev.new(ev.RUN_CREATED, data, now)
         started = ev.new(ev.RUN_STARTED, {"by": self.deps.owner, "epoch": 1}, now, self.deps.owner)
         sid, owner = (session.id, session.owner) if session is not None else (None, tenant)
@@ -185,6 +191,7 @@ class Executor:
             actor=lease.owner,
             detached_end=detached_end,
         )
+        journal.meter = meter(d.limits, self.prices, state, self.deps.clock.now())
         cls = AsyncRun if d.is_async else Run
         self.active.add(journal)
         groups = self.approver_groups

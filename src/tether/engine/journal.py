@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether.engine.calls import Slot, Suspended, current_task
+from tether.engine.limits import Meter
 from tether.engine.retry import Retry
 from tether.errors import (
     EncodeError,
@@ -119,6 +120,7 @@ class Journal:
         self.pos = 0
         self.actor = actor
         self.poisoned: BaseException | None = None
+        self.meter: Meter | None = None  # prices and limits (tether.engine.limits), if any
         # a worker's execution: nothing waits for the run's final event, so its append
         # need not wait for the commit (a crash before it replays the run to the same end)
         self.detached_end = detached_end
@@ -171,6 +173,8 @@ class Journal:
             slot = Slot(pos, kind, name, recorded)
             if slot.done:
                 self.reused.append((slot.pos, name))
+            elif self.meter is not None:
+                self.meter.check(self, slot)  # a limit reached: wait or fail, before the call
             self._apply_fork_vars()
             return slot
 
@@ -411,6 +415,10 @@ class Journal:
             data["key"] = key
         if extra:
             data.update(extra)
+        if slot.kind == "llm" and self.meter is not None:
+            usage = self.meter.record(output, data.get("model"))
+            if usage is not None:  # computed here (prices), or a call that reported none
+                data["usage"] = usage
         try:
             event = self.event(ev.STEP_COMPLETED, data)
             no_literal_secret(
