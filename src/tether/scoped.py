@@ -19,7 +19,7 @@ limited to one tenant: every role, and ``by`` is whoever they say (as without a 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
 from tether.context.artifacts import Artifacts
@@ -348,6 +348,14 @@ class ScopedApp:
         who = by if self.local else self.by(by)
         self.allow("cancel", run_id)
         return self.app.cancel(run_id, compensate=compensate, by=who, reason=reason)
+
+    def raise_budget(
+        self, run_id: str, *, by: str | None = None, add: Mapping[str, Any], reason: str | None = None
+    ) -> RunState:
+        """Raise a run's budget, as this identity (see :meth:`tether.App.raise_budget`)."""
+        who = self.by(by)
+        self.allow("budget", run_id)
+        return self.app.raise_budget(run_id, by=who, add=add, reason=reason)
 
     def retry_run(self, run_id: str, *, in_queue: bool | None = None) -> RunHandle:
         """Retry a failed or blocked run (see :meth:`tether.App.retry_run`)."""

@@ -114,3 +114,28 @@ def run_cost(state: RunState) -> dict[str, Any]:
     ]
     total = Cost(u.cost, u.input_tokens, u.output_tokens, u.calls, 1).data()
     return {"total": total, "steps": steps, "budget": dict(state.budget or {}) or None}
+
+
+def describe(state: RunState) -> str | None:
+    """A run's budget in a line (``tether show``): the limit reached and what was used,
+    or the raises; None for a run without limits."""
+    budget = state.budget
+    if not budget:
+        return None
+    added = budget.get("added") or {}
+    raised = ", ".join(f"{_short(k)} +{v:g}" for k, v in added.items())
+    hit = budget.get("exceeded")
+    if hit:
+        used = (hit.get("used") or {}).get(hit["limit"])
+        text = (
+            f"budget exceeded: {hit['limit']} reached ({used:g} of at most {hit['max']:g}) "
+            f"before position {hit['position']}"
+        )
+        if hit.get("on_exceeded") == "wait":
+            text += f"; `tether budget {state.run_id} --add {hit['limit']}=N` raises it"
+        return text + (f" (raised before: {raised})" if raised else "")
+    return f"raised: {raised}" if raised else "limits set at the start"
+
+
+def _short(field_: str) -> str:
+    return field_.removeprefix("max_")
