@@ -148,3 +148,8 @@ class Access:
         """Put a failed or blocked run back in its queue: the server never executes runs."""
         retry = self.scope.retry_run
         return self.act("retry", run_id, lambda: retry(run_id, in_queue=True))
+
+    def raise_budget(self, run_id: str, *, add: dict[str, Any], reason: str | None) -> None:
+        """Raise the budget of a run waiting on one, as ``who`` (the recorded ``by``)."""
+        raise_ = self.scope.raise_budget
+        self.act("budget", run_id, lambda: raise_(run_id, add=add, reason=reason))
