@@ -31,8 +31,8 @@ from tether.engine.retry import Retry
 from tether.engine.runtime import AsyncRun, Run
 from tether.errors import (
     ApprovalDenied,
-    BudgetExceeded,
     ArtifactCorrupt,
+    BudgetExceeded,
     ClockSkew,
     Conflict,
     CorruptRecord,

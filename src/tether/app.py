@@ -34,13 +34,13 @@ from tether.model.durations import Duration
 from tether.model.events import Event
 from tether.model.state import RunState
 from tether.scoped import Tenancy
-from tether.settings import Settings
 from tether.services import control, export, retention, sessions, timetravel
 from tether.services.control import Control
 from tether.services.queues import QueueConfig, Queues
 from tether.services.reader import Reader
 from tether.services.worker import MAX_CONCURRENCY as MAX_CONCURRENCY
 from tether.services.worker import POISON_AFTER, Worker, check_worker
+from tether.settings import Settings
 from tether.store import AuditRecord, Effect, RunRecord, Store
 
 F = TypeVar("F", bound=Callable[..., Any])

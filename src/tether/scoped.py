@@ -350,7 +350,12 @@ class ScopedApp:
         return self.app.cancel(run_id, compensate=compensate, by=who, reason=reason)
 
     def raise_budget(
-        self, run_id: str, *, by: str | None = None, add: Mapping[str, Any], reason: str | None = None
+        self,
+        run_id: str,
+        *,
+        by: str | None = None,
+        add: Mapping[str, Any],
+        reason: str | None = None,
     ) -> RunState:
         """Raise a run's budget, as this identity (see :meth:`tether.App.raise_budget`)."""
         who = self.by(by)

@@ -5,7 +5,8 @@ tenant ``acme``, and an admin (every tenant). Runs belong to ``acme`` (own) or t
 ``globex`` (other). Another tenant's run is 404 (as an unknown id), before any role check;
 a role below the endpoint's is 403; no token is 401. An allowed act answers what the run's
 state makes of it: 409 for resolve (the run has no call in doubt), retry (the run has
-not failed) and budget (the run waits for an approval, not its budget) still shows the request got past authorization.
+not failed) and budget (the run waits for an approval, not its budget) still shows the
+request got past authorization.
 """
 
 from __future__ import annotations

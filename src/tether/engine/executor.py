@@ -40,8 +40,8 @@ from tether.errors import (
     TetherError,
 )
 from tether.model import codec, secrets
-from tether.model.budgets import Limits, Price, check_limits
 from tether.model import events as ev
+from tether.model.budgets import Limits, Price, check_limits
 from tether.model.clock import new_run_id
 from tether.model.events import Event
 from tether.model.state import RunState, fold
@@ -120,7 +120,8 @@ class Executor:
         data = {"agent": d.name, "version": d.version, "input": payload, "code": d.code}
         if session is not None:
             data["session"] = session.id
-        if check_limits(limits, "limits") is not None:
+        limits = check_limits(limits, "limits")
+        if limits is not None:
             data["limits"] = limits.data()
         created = ev.new(ev.RUN_CREATED, data, now)
         started = ev.new(ev.RUN_STARTED, {"by": self.deps.owner, "epoch": 1}, now, self.deps.owner)

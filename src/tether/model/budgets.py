@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, cast
 
 from tether.errors import InvalidInput
 from tether.model.durations import Duration, parse_duration
@@ -153,15 +153,14 @@ def exceeded(limits: Limits, kind: str, steps: int, usage: Usage, age: float) ->
     past, given the ``usage`` so far and the run's ``age`` in seconds; None: within."""
     if limits.max_steps is not None and steps > limits.max_steps:
         return "steps"
-    if kind == "llm" and limits.max_model_calls is not None:
-        if usage.calls >= limits.max_model_calls:
-            return "model_calls"
-    if limits.max_tokens is not None:
-        if usage.input_tokens + usage.output_tokens >= limits.max_tokens:
-            return "tokens"
+    calls, tokens = usage.calls, usage.input_tokens + usage.output_tokens
+    if kind == "llm" and limits.max_model_calls is not None and calls >= limits.max_model_calls:
+        return "model_calls"
+    if limits.max_tokens is not None and tokens >= limits.max_tokens:
+        return "tokens"
     if limits.max_cost is not None and usage.cost >= limits.max_cost:
         return "cost"
-    if limits.max_duration is not None and age >= float(limits.max_duration):
+    if limits.max_duration is not None and age >= cast(float, limits.max_duration):
         return "duration"
     return None
 
