@@ -37,7 +37,7 @@ from tether.services import control, export, listing, timetravel
 from tether.services.identity import Identity, Role, Tokens
 from tether.services.listing import InboxPage, RunPage
 from tether.services.queues import Start
-from tether.store import AuditRecord, Effect, RunRecord
+from tether.store import AuditRecord, Effect, RunRecord, UsageTotal
 
 if TYPE_CHECKING:
     from tether.app import App
@@ -290,6 +290,13 @@ class ScopedApp:
                 return RunPage([], None)
             tenant = self.tenant
         return self.app.list_runs(tenant=tenant, **filters)
+
+    def costs(self, *, by: str = "agent", **filters: Any) -> list[UsageTotal]:
+        """Model usage per agent or session of this tenant's runs (as ``App.costs``)."""
+        self._require("read")
+        if self.tenant is not None:
+            filters["tenant"] = self.tenant
+        return self.app.costs(by=by, **filters)
 
     def inbox(self, *, limit: int = listing.PAGE_DEFAULT, cursor: str | None = None) -> InboxPage:
         """The runs of this tenant waiting for a person (as :meth:`tether.App.inbox`)."""

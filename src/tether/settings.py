@@ -14,8 +14,10 @@ from tether.engine.retry import Retry
 from tether.engine.states import States
 from tether.model.budgets import Price, check_prices
 from tether.model.state import RunState
+from tether.services import budgets
 from tether.services.budgets import Budgets
 from tether.services.control import Control
+from tether.store import UsageTotal
 
 
 class Settings:
@@ -83,3 +85,8 @@ class Settings:
         ``reason``; the run is queued again (a worker or ``resume`` goes on). See
         :mod:`tether.services.budgets` for what is refused."""
         return self._budgets.raise_budget(run_id, by=by, add=add, reason=reason)
+
+    def costs(self, *, by: str = "agent", **filters: Any) -> list[UsageTotal]:
+        """Model usage (cost, tokens, calls, runs) per agent or per session (``by``) of the
+        runs ``filters`` select (as :meth:`list_runs`'s), costliest first; one query."""
+        return budgets.totals(self._states.store, by=by, **filters)

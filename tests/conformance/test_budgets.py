@@ -231,3 +231,35 @@ def test_raising_what_cannot_be_raised(app: tether.App, backend: Backend) -> Non
     assert unknown.returncode == 2 and "unknown limit 'cats'" in unknown.stderr
     gone = _cli(backend, "budget", done.id, "--add", "steps=3", "--by", "gus")
     assert gone.returncode != 0 and "finished run's budget cannot be raised" in gone.stderr
+
+
+def test_cost_totals_by_agent_and_by_session(app: tether.App) -> None:
+    model = Model()
+    chat = _chat(app, model)
+
+    @app.agent(name="reporting")
+    def reporting(run: tether.Run) -> None:  # its model reports its own cost
+        run.llm(
+            "one", lambda: {"usage": {"prompt_tokens": 10, "completion_tokens": 5, "cost": 0.25}}
+        )
+        run.step("plain", lambda: 1)  # not a model call: not counted
+
+    app.run(chat, 2)
+    app.run_in("s-1", chat, 1)
+    app.run_in("s-1", reporting)
+    by_agent = {t.key: t for t in app.costs(by="agent")}
+    assert by_agent["chat"].runs == 2 and by_agent["chat"].calls == 3
+    assert by_agent["chat"].cost == pytest.approx(0.006)  # priced: 0.002 a call
+    assert (by_agent["chat"].input_tokens, by_agent["chat"].output_tokens) == (3000, 1500)
+    assert by_agent["reporting"].cost == pytest.approx(0.25)
+    assert by_agent["reporting"].input_tokens == 10 and by_agent["reporting"].calls == 1
+    assert [t.key for t in app.costs(by="agent")] == ["reporting", "chat"]  # costliest first
+    by_session = {t.key: t for t in app.costs(by="session")}
+    assert by_session["s-1"].cost == pytest.approx(0.252) and by_session["s-1"].runs == 2
+    assert by_session[None].cost == pytest.approx(0.004)
+    (only,) = app.costs(by="session", agent="reporting")
+    assert only.key == "s-1" and only.cost == pytest.approx(0.25)
+    with pytest.raises(tether.InvalidInput, match="by 'agent' or by 'session'"):
+        app.costs(by="tenant")
+    with pytest.raises(tether.InvalidInput, match="no filter 'colour'"):
+        app.costs(colour="red")

@@ -32,6 +32,7 @@ GET  /api/runs/{run}/state        401   200 200 200 200   404 404 404 200
 GET  /api/runs/{run}/audit        401   200 200 200 200   404 404 404 200
 GET  /api/diff                    401   200 200 200 200   404 404 404 200
 GET  /api/approvals               401   200 200 200 200   200 200 200 200
+GET  /api/costs                   401   200 200 200 200   200 200 200 200
 GET  /api/queues                  401   403 403 403 200   403 403 403 200
 GET  /api/workers                 401   403 403 403 200   403 403 403 200
 GET  /api/runs/{run}/live         401   200 200 200 200   404 404 404 200

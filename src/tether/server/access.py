@@ -29,7 +29,7 @@ from tether.model.state import RunState
 from tether.services import timetravel
 from tether.services.identity import Identity
 from tether.services.listing import InboxPage, RunPage
-from tether.store import AuditRecord, RunRecord
+from tether.store import AuditRecord, RunRecord, UsageTotal
 
 T = TypeVar("T")
 
@@ -111,6 +111,10 @@ class Access:
     def runs(self, **filters: Any) -> RunPage:
         """A page of the runs ``who`` may see (its tenant's), filtered."""
         return self.scope.list_runs(**filters)
+
+    def costs(self, **filters: Any) -> list[UsageTotal]:
+        """Model usage per agent or session of the runs ``who`` may see."""
+        return self.scope.costs(**filters)
 
     def inbox(self, *, limit: int, cursor: str | None) -> InboxPage:
         """A page of the runs of ``who``'s tenant waiting for a person."""

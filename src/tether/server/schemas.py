@@ -137,6 +137,17 @@ class CancelIn(Strict):
     reason: str | None = Field(None, max_length=10_000)
 
 
+class CostTotal(BaseModel):
+    """Model usage summed per agent or per session (``key``: its name or id)."""
+
+    key: str | None
+    runs: int
+    calls: int
+    cost: float
+    input_tokens: int
+    output_tokens: int
+
+
 class BudgetIn(Strict):
     """What to add to a run's limits: ``{"steps": 10, "cost": 1.5}`` (steps, model_calls,
     tokens, cost, duration in seconds or "10m")."""

@@ -7,8 +7,8 @@ its queue, or ``tether resume``, in any process, goes on from the call it stoppe
 under the raised limits. Only a run waiting on its budget can be raised: a finished run
 cannot go on (fork it), and a run executing elsewhere folds its limits when it starts.
 
-:func:`cost_of` gives the cost and usage of one run per step and per agent-run total;
-:func:`totals` sums them over runs by agent or by session (what the metrics read).
+:func:`run_cost` gives one run's usage, in all and per model call; :func:`totals` sums
+the usage of many runs by agent or by session (what the metrics read).
 """
 
 from __future__ import annotations
@@ -18,12 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether.engine.states import States
-from tether.errors import Conflict, InvalidState
+from tether.errors import Conflict, InvalidInput, InvalidState
 from tether.model import budgets, inputs
 from tether.model import events as ev
 from tether.model.state import RunState
 from tether.model.status import FINISHED, RunStatus
+from tether.services import listing
 from tether.services.control import Control
+from tether.store import Store, UsageTotal
 
 
 class Budgets:
@@ -95,6 +97,31 @@ class Cost:
             "calls": self.calls,
             "runs": self.runs,
         }
+
+
+FILTERS = (
+    "status",
+    "agent",
+    "queue",
+    "session",
+    "tenant",
+    "text",
+    "created_after",
+    "created_before",
+)
+
+
+def totals(store: Store, *, by: str = "agent", **filters: Any) -> list[UsageTotal]:
+    """Model usage (cost, tokens, calls, runs) per agent (``by="agent"``) or per session
+    (``by="session"``) of the runs ``filters`` select (those of ``App.list_runs``:
+    status, agent, queue, session, tenant, text, created_after, created_before),
+    costliest first: one query (see Store.usage_totals). What the metrics read."""
+    if by not in ("agent", "session"):
+        raise InvalidInput(f"totals are by 'agent' or by 'session', not {inputs.show(by)}")
+    unknown = sorted(set(filters) - set(FILTERS))
+    if unknown:
+        raise InvalidInput(f"no filter {unknown[0]!r}; the filters: {', '.join(FILTERS)}")
+    return store.usage_totals(listing.check_filter(**filters), by=by)
 
 
 def run_cost(state: RunState) -> dict[str, Any]:
