@@ -416,7 +416,8 @@ class Journal:
         if extra:
             data.update(extra)
         if slot.kind == "llm" and self.meter is not None:
-            usage = self.meter.record(output, data.get("model"))
+            with self.lock:  # a fan-out's model calls count from several threads
+                usage = self.meter.record(output, data.get("model"))
             if usage is not None:  # computed here (prices), or a call that reported none
                 data["usage"] = usage
         try:
