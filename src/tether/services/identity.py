@@ -100,6 +100,7 @@ _VERBS = {
     "queues": "see the queues",
     "workers": "see the workers",
     "maintain": "run commands that span tenants",
+    "budget": "raise a budget",
 }
 
 
