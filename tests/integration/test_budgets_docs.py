@@ -56,4 +56,4 @@ def test_the_budgets_page_runs_as_written(tmp_path: Path, monkeypatch: pytest.Mo
             exec(compile(body, str(PAGE), "exec"), namespace)  # the page's own code
         else:
             ran += _console(body, env)
-    assert ran == 3
+    assert ran == 4

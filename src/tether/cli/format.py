@@ -188,6 +188,14 @@ def _why(waiting: str | None) -> str:
     return " (budget)" if waiting == "budget" else ""
 
 
+def costs_table(by: str, rows: Sequence[Mapping[str, Any]]) -> str:
+    """``tether costs``: one row per agent or session (``-``: runs outside a session)."""
+    heads = [by.upper(), "RUNS", "CALLS", "IN", "OUT", "COST"]
+    cells = ["key", "runs", "calls", "input_tokens", "output_tokens"]
+    body = [[*(r[c] if r[c] is not None else "-" for c in cells), money(r["cost"])] for r in rows]
+    return table(heads, body, right="RUNS CALLS IN OUT COST")
+
+
 def run_summary(record: RunRecord, state: RunState, expected: int | None = None) -> dict[str, Any]:
     """One run as plain data: identity, status, position."""
     return {
