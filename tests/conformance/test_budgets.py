@@ -263,3 +263,30 @@ def test_cost_totals_by_agent_and_by_session(app: tether.App) -> None:
         app.costs(by="tenant")
     with pytest.raises(tether.InvalidInput, match="no filter 'colour'"):
         app.costs(colour="red")
+
+
+def test_an_async_agent_stops_at_its_budget_too(app: tether.App) -> None:
+    import asyncio
+
+    model = Model()
+
+    @app.agent(limits=tether.Limits(max_model_calls=1))
+    async def fan(run: tether.AsyncRun) -> int:
+        await run.llm("first", model, "a")
+        await asyncio.gather(run.llm("second", model, "b"), run.llm("third", model, "c"))
+        return len(model.calls)
+
+    h = asyncio.run(app.arun(fan))
+    assert h.status == "waiting" and model.calls == ["a"]
+    app.raise_budget(h.id, by="hana", add={"model_calls": 2})
+    assert asyncio.run(app.aresume(h.id)).output == 3
+
+
+def test_limits_that_are_not_limits_create_no_run(app: tether.App) -> None:
+    model = Model()
+    chat = _chat(app, model)
+    with pytest.raises(tether.InvalidInput, match=r"takes tether\.Limits"):
+        app.run(chat, 1, limits={"max_steps": 1})  # type: ignore[arg-type]
+    with pytest.raises(tether.InvalidInput, match=r"takes tether\.Limits"):
+        app.start(chat, 1, limits=5)  # type: ignore[arg-type]
+    assert app.runs() == [] and model.calls == []
