@@ -290,3 +290,27 @@ def test_limits_that_are_not_limits_create_no_run(app: tether.App) -> None:
     with pytest.raises(tether.InvalidInput, match=r"takes tether\.Limits"):
         app.start(chat, 1, limits=5)  # type: ignore[arg-type]
     assert app.runs() == [] and model.calls == []
+
+
+def test_a_run_failed_by_its_budget_still_undoes_its_write_tools(app: tether.App) -> None:
+    charged: list[int] = []
+    refunded: list[int] = []
+
+    def refund(result: Any, amount: int, *, idempotency_key: str) -> None:
+        refunded.append(amount)
+
+    @app.tool(risk="write", compensate=refund)
+    def charge(amount: int, *, idempotency_key: str) -> str:
+        charged.append(amount)
+        return "ok"
+
+    @app.agent(limits=tether.Limits(max_steps=2, on_exceeded="fail"))
+    def shop(run: tether.Run) -> None:
+        run.tool(charge, 5)
+        run.tool(charge, 7)
+        run.tool(charge, 9)  # position 3: past max_steps
+
+    with pytest.raises(tether.RunFailed, match="budget exceeded: steps reached"):
+        app.run(shop)
+    assert charged == [5, 7]
+    assert refunded == [7, 5]  # the compensation is not held by the budget it ran out of

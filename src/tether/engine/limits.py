@@ -41,7 +41,7 @@ class Meter:
         """Raise (after appending ``budget.exceeded``) when the call at ``slot`` would go
         past a limit: Suspended to wait for a raise, or BudgetExceeded to fail."""
         limits = self.limits
-        if limits is None:
+        if limits is None or slot.kind == "compensate":  # undoing is never held by a budget
             return
         age = j.clock.now() - self.created_at
         limit = budgets.exceeded(limits, slot.kind, slot.pos, self.usage, age)

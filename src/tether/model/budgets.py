@@ -78,7 +78,7 @@ class Limits:
     def __post_init__(self) -> None:
         for name in ("max_steps", "max_model_calls", "max_tokens"):
             _count(getattr(self, name), f"Limits.{name}")
-        _amount(self.max_cost, "Limits.max_cost", MAX_COST)
+        object.__setattr__(self, "max_cost", _amount(self.max_cost, "Limits.max_cost", MAX_COST))
         seconds = parse_duration(self.max_duration, what="Limits.max_duration")
         object.__setattr__(self, "max_duration", seconds)
         if self.on_exceeded not in ON_EXCEEDED:
