@@ -314,3 +314,26 @@ def test_a_run_failed_by_its_budget_still_undoes_its_write_tools(app: tether.App
         app.run(shop)
     assert charged == [5, 7]
     assert refunded == [7, 5]  # the compensation is not held by the budget it ran out of
+
+
+def test_runs_and_show_give_the_reason(app: tether.App, backend: Backend) -> None:
+    model = Model()
+    chat = _chat(app, model, tether.Limits(max_model_calls=1))
+    waiting = app.run(chat, 2)
+
+    @app.agent(limits=tether.Limits(max_tokens=10, on_exceeded="fail"))
+    def greedy(run: tether.Run) -> None:
+        run.llm("one", model, "x")
+        run.llm("two", model, "y")
+
+    with pytest.raises(tether.RunFailed):
+        app.run(greedy)
+    listed = _cli(backend, "runs")
+    assert listed.returncode == 0, listed.stderr
+    rows = {line.split()[1]: line for line in listed.stdout.splitlines()[1:]}
+    assert "waiting (budget)" in rows["chat"] and "failed (budget)" in rows["greedy"]
+    shown = _cli(backend, "show", waiting.id)
+    assert (
+        f"budget     budget exceeded: model_calls reached (1 of at most 1) before position 2; "
+        f"`tether budget {waiting.id} --add model_calls=N` raises it"
+    ) in shown.stdout

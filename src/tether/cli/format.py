@@ -175,7 +175,7 @@ def runs_table(rows: Sequence[Mapping[str, Any]]) -> str:
             [
                 r["id"],
                 r["agent"],
-                r["status"] + (" (stalled)" * r["stalled"]) + _why(r.get("waiting")),
+                r["status"] + (" (stalled)" * r["stalled"]) + _why(r),
                 r["position"],
                 when(r["updated_at"]),
             ]
@@ -184,8 +184,9 @@ def runs_table(rows: Sequence[Mapping[str, Any]]) -> str:
     )
 
 
-def _why(waiting: str | None) -> str:
-    return " (budget)" if waiting == "budget" else ""
+def _why(r: Mapping[str, Any]) -> str:  # waiting on, or failed by, its budget
+    spent = r.get("waiting") == "budget" or "budget exceeded" in (r.get("reason") or "")[:15]
+    return " (budget)" if spent and r["status"] in ("waiting", "failed") else ""
 
 
 def costs_table(by: str, rows: Sequence[Mapping[str, Any]]) -> str:
