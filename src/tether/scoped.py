@@ -30,6 +30,7 @@ from tether.context.tenant_memory import TenantMemory
 from tether.engine.executor import RunHandle
 from tether.errors import Conflict, Forbidden, InvalidInput, NotFound
 from tether.model import codec, inputs
+from tether.model.budgets import Limits
 from tether.model.durations import Duration
 from tether.model.events import Event
 from tether.model.state import RunState
@@ -432,13 +433,14 @@ class ScopedApp:
         dedup_key: str | None = None,
         delay: Duration | None = None,
         concurrency_key: str | None = None,
+        limits: Limits | None = None,
         **kwargs: Any,
     ) -> str:
         """Enqueue a run of this tenant (see :meth:`tether.App.start`). A ``run_id`` or
         ``dedup_key`` held by another tenant's run raises Conflict (that run is not
         returned)."""
         self._require("start")
-        options = Start(queue, priority, run_id, dedup_key, delay, concurrency_key)
+        options = Start(queue, priority, run_id, dedup_key, delay, concurrency_key, limits)
         rid = self.app._queues.enqueue(None, agent, args, kwargs, options, tenant=self.tenant)
         if self.tenant is not None and self.app.store.get_run(rid).owner != self.tenant:
             raise Conflict(
@@ -447,9 +449,15 @@ class ScopedApp:
             )
         return rid
 
-    def run(self, agent: Callable[..., Any] | str, *args: Any, **kwargs: Any) -> RunHandle:
+    def run(
+        self,
+        agent: Callable[..., Any] | str,
+        *args: Any,
+        limits: Limits | None = None,
+        **kwargs: Any,
+    ) -> RunHandle:
         """Create a run of this tenant and execute it inline (see :meth:`tether.App.run`)."""
         self._require("start")
         ex = self.app._executor
         d = self.app._registry.resolve(agent)
-        return ex.continue_run(ex.create(d, args, kwargs, tenant=self.tenant))
+        return ex.continue_run(ex.create(d, args, kwargs, tenant=self.tenant, limits=limits))
