@@ -337,3 +337,33 @@ def test_runs_and_show_give_the_reason(app: tether.App, backend: Backend) -> Non
         f"budget     budget exceeded: model_calls reached (1 of at most 1) before position 2; "
         f"`tether budget {waiting.id} --add model_calls=N` raises it"
     ) in shown.stdout
+
+
+def test_calls_without_usage_count_the_same_in_every_process(
+    app: tether.App, backend: Backend, clock: tether.FakeClock
+) -> None:
+    said: list[str] = []
+
+    def plain(prompt: str) -> str:  # a model that reports no usage at all
+        said.append(prompt)
+        return prompt
+
+    def register(a: tether.App) -> Any:
+        @a.agent(name="talk", limits=tether.Limits(max_model_calls=2))
+        def talk(run: tether.Run) -> int:
+            for i in range(5):
+                run.llm(f"say{i}", plain, str(i))
+            return len(said)
+
+        return talk
+
+    h = app.run(register(app))
+    assert h.status == "waiting" and said == ["0", "1"]
+    other = tether.open(backend.url, clock=clock)  # folds the log afresh
+    try:
+        register(other)
+        assert other.get(h.id).usage.calls == 2
+        other.raise_budget(h.id, by="ivy", add={"model_calls": 1})
+        assert other.resume(h.id).status == "waiting" and said == ["0", "1", "2"]
+    finally:
+        other.close()
