@@ -1,4 +1,4 @@
-"""A drafting agent on a budget of model calls, for tests/acceptance/test_budgets.py.
+"""A drafting agent on a budget of model calls, for tests/acceptance/test_budget_workers.py.
 
 The database is $TETHER_TEST_DB; every model call actually made appends a line to
 $TETHER_TEST_DB.calls. usage: python _budgets.py start  (prints the queued run's id)
