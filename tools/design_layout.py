@@ -29,6 +29,7 @@ ORDER = [
     "services",
     "app",
     "scoped",
+    "settings",
     "__init__",
     "cli",
 ]

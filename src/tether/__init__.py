@@ -34,6 +34,7 @@ from tether.engine.tracing import Tracing
 from tether.errors import (
     ApprovalDenied,
     ArtifactCorrupt,
+    BudgetExceeded,
     ClockSkew,
     Conflict,
     CorruptRecord,
@@ -57,7 +58,9 @@ from tether.errors import (
     TetherError,
     WaitTimeout,
 )
+from tether.model import budgets as _budgets
 from tether.model import redact as _redact
+from tether.model.budgets import Limits, Price
 from tether.model.clock import Clock, FakeClock, SystemClock
 from tether.model.codec import decode, encode
 from tether.model.events import Event
@@ -75,6 +78,7 @@ __all__ = [
     "ApprovalDenied",
     "ArtifactCorrupt",
     "AsyncRun",
+    "BudgetExceeded",
     "Clock",
     "ClockSkew",
     "Conflict",
@@ -88,10 +92,12 @@ __all__ = [
     "InvalidInput",
     "InvalidState",
     "LeaseLost",
+    "Limits",
     "NondeterminismError",
     "NotATetherDatabase",
     "NotFound",
     "Policy",
+    "Price",
     "QueueFull",
     "Redact",
     "Retry",
@@ -140,6 +146,7 @@ def open(
     code: _Iterable[str] | None = None,
     redact: _Any = None,
     tracing: bool | Tracing | None = None,
+    prices: _Any = None,
     **options: _Any,
 ) -> App:
     """Open (creating if needed) a tether store and return its App.
@@ -161,6 +168,8 @@ def open(
     expressions. The rules are this process's: an ``open`` that names them sets them
     for every App of the process; None (the default) leaves them as they are (the
     defaults, unless an ``open`` changed them).
+    ``prices``: model name -> :class:`Price` (per million tokens) or a dict of the same
+    keys: the cost of a model call whose result reports none (see docs/budgets.md).
     ``options`` go to the backend: ``busy_timeout`` for SQLite; ``schema``,
     ``min_size``, ``max_size``, ``timeout``, ``lanes`` and ``linger`` for PostgreSQL, and
     ``read_only=True`` for a replica's URL (reads only: see docs/postgres.md, "Reads from
@@ -176,6 +185,7 @@ def open(
     _check_config(clock, retry, policy, approver_groups)
     rules = None if redact is None else _redact.rules_of(redact)  # checked before opening
     traced = _traces.configured(tracing)  # checked before opening
+    priced = _budgets.check_prices(prices)
     if rules is not None and rules != _redact.active():
         _one_rule_set(url)
     store: Store
@@ -203,6 +213,7 @@ def open(
     except BaseException:
         store.close()
         raise
+    app.prices = priced
     if embed is not None:
         app.memory.embedder = embed
     app._executor.tracing = traced

@@ -28,6 +28,7 @@ from tether.engine.registry import AgentDef, Registry, agent, tool
 from tether.engine.retry import NO_RETRY, Retry
 from tether.engine.states import States
 from tether.model import inputs
+from tether.model.budgets import Limits
 from tether.model.clock import Clock, SystemClock, process_owner
 from tether.model.durations import Duration
 from tether.model.events import Event
@@ -39,12 +40,13 @@ from tether.services.queues import QueueConfig, Queues
 from tether.services.reader import Reader
 from tether.services.worker import MAX_CONCURRENCY as MAX_CONCURRENCY
 from tether.services.worker import POISON_AFTER, Worker, check_worker
+from tether.settings import Settings
 from tether.store import AuditRecord, Effect, RunRecord, Store
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class App(Tenancy):
+class App(Tenancy, Settings):
     """Agents registered on one store. Create with :func:`tether.open`.
 
     Tokens, tenants and the paged run list and inbox (``tokens``, ``scoped``,
@@ -97,57 +99,28 @@ class App(Tenancy):
         """The modules a run's record may make this app import (see :meth:`allow_code`)."""
         return self._registry.code
 
-    @property
-    def retry(self) -> Retry:
-        """The retry policy of steps that name none (``tether.open(retry=...)``)."""
-        return self._executor.retry
-
-    @retry.setter
-    def retry(self, value: Retry) -> None:
-        self._executor.retry = value
-
-    @property
-    def policy(self) -> Policy:
-        """Which tools need a human's approval (``tether.open(policy=...)``)."""
-        return self._executor.policy
-
-    @policy.setter
-    def policy(self, value: Policy) -> None:
-        self._executor.policy = value
-
-    @property
-    def inline_sleep_max(self) -> float:
-        """The longest ``run.sleep`` that ``app.run`` waits out in its process."""
-        return self._executor.inline_sleep_max
-
-    @inline_sleep_max.setter
-    def inline_sleep_max(self, value: float) -> None:
-        self._executor.inline_sleep_max = value
-
-    @property
-    def snapshot_every(self) -> int:
-        """A load that folds this many events or more caches a snapshot."""
-        return self._states.snapshot_every
-
-    @snapshot_every.setter
-    def snapshot_every(self, value: int) -> None:
-        self._states.snapshot_every = value
-
     # -- registration -----------------------------------------------------
 
     @overload
     def agent(self, fn: F) -> F: ...
 
     @overload
-    def agent(self, *, name: str | None = None, version: str | None = None) -> Callable[[F], F]: ...
+    def agent(
+        self, *, name: str | None = None, version: str | None = None, limits: Limits | None = None
+    ) -> Callable[[F], F]: ...
 
     def agent(
-        self, fn: F | None = None, *, name: str | None = None, version: str | None = None
+        self,
+        fn: F | None = None,
+        *,
+        name: str | None = None,
+        version: str | None = None,
+        limits: Limits | None = None,
     ) -> F | Callable[[F], F]:
-        """Register an agent: a function whose first parameter is the ``run`` object."""
+        """Register an agent (its first parameter is the ``run``); ``limits``: see Limits."""
 
         def register(f: F) -> F:
-            agent(name=name, version=version)(f)
+            agent(name=name, version=version, limits=limits)(f)
             d: AgentDef = f.__tether_agent__  # type: ignore[attr-defined]
             self._registry.add(d)
             return f
@@ -237,6 +210,7 @@ class App(Tenancy):
         dedup_key: str | None = None,
         delay: Duration | None = None,
         concurrency_key: str | None = None,
+        limits: Limits | None = None,
         **kwargs: Any,
     ) -> str:
         """Enqueue a run for the workers and return its id (``queued``).
@@ -246,7 +220,7 @@ class App(Tenancy):
         starting a second one. ``delay`` (seconds, a timedelta or ``"10m"``) makes it
         claimable later; higher ``priority`` first. Raises QueueFull when the queue is at
         its ``max_depth``; ValueError or TypeError, naming the parameter, for a value
-        :mod:`tether.model.inputs` refuses.
+        :mod:`tether.model.inputs` refuses. ``limits``: the run's (see docs/budgets.md).
         """
         return self._queues.start(
             None,
@@ -258,6 +232,7 @@ class App(Tenancy):
             dedup_key=dedup_key,
             delay=delay,
             concurrency_key=concurrency_key,
+            limits=limits,
             **kwargs,
         )
 
@@ -272,6 +247,7 @@ class App(Tenancy):
         dedup_key: str | None = None,
         delay: Duration | None = None,
         concurrency_key: str | None = None,
+        limits: Limits | None = None,
         **kwargs: Any,
     ) -> str:
         """``start`` in a conversation: the queued run belongs to ``session`` (a Session or
@@ -288,6 +264,7 @@ class App(Tenancy):
             dedup_key=dedup_key,
             delay=delay,
             concurrency_key=concurrency_key,
+            limits=limits,
             **kwargs,
         )
 
@@ -321,13 +298,25 @@ class App(Tenancy):
 
     # -- starting and resuming --------------------------------------------
 
-    def run(self, agent: Callable[..., Any] | str, *args: Any, **kwargs: Any) -> RunHandle:
-        """Create a run and execute it inline, durably. Raises RunFailed if it fails."""
+    def run(
+        self,
+        agent: Callable[..., Any] | str,
+        *args: Any,
+        limits: Limits | None = None,
+        **kwargs: Any,
+    ) -> RunHandle:
+        """Create a run (with ``limits``) and execute it inline, durably; RunFailed if it fails."""
         ex = self._executor
-        return ex.continue_run(ex.create(self._registry.resolve(agent), args, kwargs))
+        d = self._registry.resolve(agent)
+        return ex.continue_run(ex.create(d, args, kwargs, limits=limits))
 
     def run_in(
-        self, session: Session | str, agent: Callable[..., Any] | str, *args: Any, **kwargs: Any
+        self,
+        session: Session | str,
+        agent: Callable[..., Any] | str,
+        *args: Any,
+        limits: Limits | None = None,
+        **kwargs: Any,
     ) -> RunHandle:
         """``run`` in a conversation: the run belongs to ``session`` (a Session or its id;
         recorded in its row and its ``run.created`` event) and the agent finds it as
@@ -335,7 +324,8 @@ class App(Tenancy):
         to the stored messages."""
         s = sessions.of(self._deps, session)
         ex = self._executor
-        return ex.continue_run(ex.create(self._registry.resolve(agent), args, kwargs, s))
+        d = self._registry.resolve(agent)
+        return ex.continue_run(ex.create(d, args, kwargs, s, limits=limits))
 
     def session(
         self,
@@ -361,10 +351,17 @@ class App(Tenancy):
             keep_last=keep_last,
         )
 
-    async def arun(self, agent: Callable[..., Any] | str, *args: Any, **kwargs: Any) -> RunHandle:
+    async def arun(
+        self,
+        agent: Callable[..., Any] | str,
+        *args: Any,
+        limits: Limits | None = None,
+        **kwargs: Any,
+    ) -> RunHandle:
         """``run`` for use inside an event loop (``async def`` agents)."""
         ex = self._executor
-        return await ex.acontinue_run(ex.create(self._registry.resolve(agent), args, kwargs))
+        d = self._registry.resolve(agent)
+        return await ex.acontinue_run(ex.create(d, args, kwargs, limits=limits))
 
     def resume(self, run_id: str) -> RunHandle:
         """Continue a run that stopped: completed steps are reused, the rest run.

@@ -240,5 +240,7 @@ def resumable(store: Store, clock: Clock, state: RunState) -> str | None:
         "doubt": f"tool {name!r} may or may not have run before a "
         f"{'timeout' if w.get('reason') == 'timeout' else 'crash'}: `tether resolve "
         f"{state.run_id} --happened|--not-happened --by NAME`",
+        "budget": f"it reached its {name} limit: `tether budget {state.run_id} --add "
+        f"{name}=N --by NAME` raises it",
     }
     return f"run {state.run_id} cannot resume yet: " + hints.get(str(kind), f"it waits ({kind})")
