@@ -17,7 +17,7 @@ from tether.model.state import RunState
 from tether.services import budgets
 from tether.services.budgets import Budgets
 from tether.services.control import Control
-from tether.store import UsageTotal
+from tether.store import Store, UsageTotal
 
 
 class Settings:
@@ -26,6 +26,7 @@ class Settings:
     _executor: Executor
     _states: States
     _control: Control
+    store: Store
 
     @functools.cached_property
     def _budgets(self) -> Budgets:
@@ -66,6 +67,13 @@ class Settings:
     @snapshot_every.setter
     def snapshot_every(self, value: int) -> None:
         self._states.snapshot_every = value
+
+    @property
+    def connection_budget(self) -> dict[str, int] | None:
+        """The most connections this App's store holds at once, by use, and their
+        ``total`` (PostgreSQL: see docs/postgres.md); None for SQLite (one file)."""
+        budget: dict[str, int] | None = getattr(self.store, "connection_budget", None)
+        return budget
 
     @property
     def prices(self) -> dict[str, Price]:
