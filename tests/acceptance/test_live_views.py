@@ -74,13 +74,20 @@ class Lines:
 def _setup(url: str, tmp_path: Path) -> tuple[dict[str, str], str, str]:
     (tmp_path / "work.py").write_text(WORKLOAD)
     gates = str(tmp_path / "g")
-    env = {**os.environ, "TETHER_TEST_DB": url, "TETHER_TEST_GATES": gates,
-           "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "TETHER_TEST_DB": url, "TETHER_TEST_GATES": gates, "PYTHONUNBUFFERED": "1"}
     env.pop("TETHER_LOG_FORMAT", None)
     made = subprocess.run(
-        [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import work; "
-         "print(work.app.start(work.staged))", str(tmp_path)],
-        env=env, capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.path.insert(0, sys.argv[1]); import work; "
+            "print(work.app.start(work.staged))",
+            str(tmp_path),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return env, gates, made.stdout.strip()
 
@@ -88,7 +95,10 @@ def _setup(url: str, tmp_path: Path) -> tuple[dict[str, str], str, str]:
 def _tether(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "tether.cli", *args],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 

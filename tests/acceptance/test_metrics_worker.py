@@ -54,8 +54,9 @@ def _families(url: str) -> dict[str, list[tuple[str, dict[str, str], float]]]:
     return out
 
 
-def _value(fams: dict[str, list[tuple[str, dict[str, str], float]]], sample: str,
-           **labels: str) -> float:
+def _value(
+    fams: dict[str, list[tuple[str, dict[str, str], float]]], sample: str, **labels: str
+) -> float:
     return sum(
         v
         for samples in fams.values()
@@ -72,7 +73,7 @@ def test_worker_serves_metrics_of_the_runs_it_executed(
     env = {**os.environ, "TETHER_TEST_DB": url, "PYTHONUNBUFFERED": "1"}
     sys.path.insert(0, str(tmp_path))
     try:
-        import work  # noqa: PLC0415 - the module the worker imports too
+        import work
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("work", None)
@@ -82,9 +83,20 @@ def test_worker_serves_metrics_of_the_runs_it_executed(
     finally:
         work.app.close()
     worker = subprocess.Popen(
-        [sys.executable, "-m", "tether.cli", "--app", f"{tmp_path / 'work.py'}:app",
-         "worker", "--metrics-port", "0"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "tether.cli",
+            "--app",
+            f"{tmp_path / 'work.py'}:app",
+            "worker",
+            "--metrics-port",
+            "0",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert worker.stdout is not None

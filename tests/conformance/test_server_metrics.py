@@ -4,7 +4,7 @@ admin token alone (the matrix in test_server_authz.py checks every role)."""
 from __future__ import annotations
 
 import pytest
-from _server import OWN, OTHER, bearer, client, done_run, register, tokens, waiting_run
+from _server import OTHER, OWN, bearer, client, done_run, register, tokens, waiting_run
 
 import tether
 

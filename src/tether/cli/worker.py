@@ -8,6 +8,7 @@ import logging
 
 from tether.app import MAX_CONCURRENCY, App
 from tether.cli import format as fmt
+from tether.cli import logs
 from tether.cli.arguments import positive_int, positive_seconds, whole_number
 from tether.cli.context import Command, CommandError, Context
 from tether.model.status import RunStatus
@@ -91,10 +92,8 @@ _runs_ahead = whole_number(0, MAX_CONCURRENCY)
 def _worker(args: argparse.Namespace, ctx: Context) -> int:
     if not ctx.app_ref:
         raise CommandError("tether worker needs the agents' code: --app pkg.module:app", 2)
-    logging.basicConfig(
-        level=logging.WARNING if args.quiet else logging.INFO,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
+    level = logging.WARNING if args.quiet else logging.INFO
+    logs.configure(ctx.log_format, level)
     try:
         cpu = cpus.check(args.cpu)
         if cpu is not None:
@@ -109,6 +108,7 @@ def _worker(args: argparse.Namespace, ctx: Context) -> int:
         cpu=cpu,
         prefetch=args.prefetch,
     )
+    logs.configure(ctx.log_format, level, worker=worker.id)  # every line names the worker
     try:
         pinned = worker.pin()
     except ValueError as e:  # a CPU this process may not run on

@@ -15,9 +15,7 @@ from typing import Any, Protocol
 class Observer(Protocol):
     """What the engine reports, as it happens, in the process executing runs."""
 
-    def step(
-        self, kind: str, agent: str, seconds: float, usage: Mapping[str, Any] | None
-    ) -> None:
+    def step(self, kind: str, agent: str, seconds: float, usage: Mapping[str, Any] | None) -> None:
         """A step's call returned after ``seconds``; a model call's ``usage`` (tokens,
         cost) when its result reports one."""
 

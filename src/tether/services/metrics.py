@@ -97,29 +97,37 @@ class Recorder:
             registry=reg,
         )
         self.cost = Counter(
-            "tether_cost", "Cost of the model calls, as their results report it", ["agent"],
+            "tether_cost",
+            "Cost of the model calls, as their results report it",
+            ["agent"],
             registry=reg,
         )
         self.retries = Counter(
-            "tether_step_retries", "Failed attempts of a step that scheduled another",
-            ["kind", "agent"], registry=reg,
+            "tether_step_retries",
+            "Failed attempts of a step that scheduled another",
+            ["kind", "agent"],
+            registry=reg,
         )
         self.leases_lost = Counter(
-            "tether_leases_lost", "Appends refused: another worker holds the run now",
+            "tether_leases_lost",
+            "Appends refused: another worker holds the run now",
             registry=reg,
         )
         self.executions = Counter(
-            "tether_executions", "Executions of runs by this process, by how they ended",
-            ["agent", "outcome"], registry=reg,
+            "tether_executions",
+            "Executions of runs by this process, by how they ended",
+            ["agent", "outcome"],
+            registry=reg,
         )
         self.execution_seconds = Histogram(
-            "tether_execution_seconds", "Time an execution of a run held its worker slot",
-            ["agent"], buckets=STEP_BUCKETS, registry=reg,
+            "tether_execution_seconds",
+            "Time an execution of a run held its worker slot",
+            ["agent"],
+            buckets=STEP_BUCKETS,
+            registry=reg,
         )
 
-    def step(
-        self, kind: str, agent: str, seconds: float, usage: Mapping[str, Any] | None
-    ) -> None:
+    def step(self, kind: str, agent: str, seconds: float, usage: Mapping[str, Any] | None) -> None:
         self.steps.labels(kind, agent).observe(seconds)
         if kind != "llm":
             return
