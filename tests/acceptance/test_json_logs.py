@@ -14,11 +14,12 @@ import pytest
 pytestmark = pytest.mark.acceptance
 
 WORKLOAD = """
-import logging, os, tether
+import logging, os, sys, tether
 app = tether.open(os.environ["TETHER_TEST_DB"])
 
 def charge(n):
-    logging.getLogger("work.billing").warning("charging %s \\"units\\"", n)
+    loaded = "prometheus_client" in sys.modules  # no --metrics-port: never imported
+    logging.getLogger("work.billing").warning("charging %s \\"units\\" (metrics %s)", n, loaded)
     return n
 
 @app.agent
@@ -53,9 +54,9 @@ def test_worker_log_lines_are_json_objects(tmp_path: Path, how: str) -> None:
     flag = ["--log-format", "json"] if how == "flag" else []
     if how == "env":
         env["TETHER_LOG_FORMAT"] = "json"
+    app_ref = f"{tmp_path / 'work.py'}:app"
     done = subprocess.run(
-        [sys.executable, "-m", "tether.cli", *flag, "--app", f"{tmp_path / 'work.py'}:app"]
-        + ["worker", "--until-idle"],
+        [sys.executable, "-m", "tether.cli", *flag, "--app", app_ref, "worker", "--until-idle"],
         env=env,
         capture_output=True,
         text=True,
@@ -68,9 +69,8 @@ def test_worker_log_lines_are_json_objects(tmp_path: Path, how: str) -> None:
     worker_ids = {x["worker"] for x in lines}
     assert len(worker_ids) == 1 and worker_ids.pop() in done.stdout
     charged = [x for x in lines if x["logger"] == "work.billing"]
-    assert charged == [
-        charged[0] | {"level": "warning", "message": 'charging 3 "units"', "run_id": run_id}
-    ]
+    said = 'charging 3 "units" (metrics False)'
+    assert charged == [charged[0] | {"level": "warning", "message": said, "run_id": run_id}]
     assert charged[0]["step"] == "charge"
     assert charged[0]["time"].endswith("Z")
 

@@ -21,12 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 from tether.engine import observe
 from tether.errors import TetherError
+from tether.services.workers import LeaseSetup
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
     from prometheus_client.metrics_core import Metric
-
-    from tether.app import App
 
 # seconds: a step of pure work takes microseconds, a model call seconds to minutes
 STEP_BUCKETS = (0.001, 0.005, 0.025, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, float("inf"))
@@ -39,8 +38,9 @@ def missing_extra() -> str:
     return "metrics need the metrics extra: pip install 'tether[metrics]'"
 
 
-def registry(app: App, *, with_engine: bool) -> CollectorRegistry:
-    """A registry with ``app``'s database gauges and, ``with_engine``, this process's
+def registry(app: LeaseSetup, *, with_engine: bool) -> CollectorRegistry:
+    """A registry with ``app``'s (an App, or anything with its store, clock and lease
+    ttl) database gauges and, ``with_engine``, this process's
     engine metrics (a :class:`Recorder` installed as the engine's observer). Raises
     ImportError without the extra (see :func:`missing_extra`)."""
     from prometheus_client import CollectorRegistry
@@ -153,7 +153,7 @@ class DatabaseCollector:
     workers' table). A database that does not answer gives ``tether_database_up 0`` and
     the scrape still succeeds."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: LeaseSetup) -> None:
         self.app = app
 
     def describe(self) -> list[Metric]:
