@@ -30,9 +30,7 @@ def _commands(body: str) -> list[tuple[str, list[str]]]:
     return found
 
 
-def test_the_metrics_page_runs_as_written(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_metrics_page_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     blocks = re.findall(r"```(python|console)\n(.*?)```", PAGE.read_text(), flags=re.S)
     assert [k for k, _ in blocks] == ["python", "python", "python", "console"] + ["console"] * 3
     monkeypatch.chdir(tmp_path)
