@@ -127,15 +127,34 @@ class Recorder:
             registry=reg,
         )
 
+        # labels() validates and locks on every call: each (kind, agent)'s children are
+        # looked up once, so a step costs its observations alone
+        self._children: dict[tuple[str, str], tuple[Any, ...]] = {}
+
+    def _of(self, kind: str, agent: str) -> tuple[Any, ...]:
+        found = self._children.get((kind, agent))
+        if found is None:
+            found = (self.steps.labels(kind, agent),)
+            if kind == "llm":
+                found += (
+                    self.model_calls.labels(agent),
+                    self.tokens.labels(agent, "input"),
+                    self.tokens.labels(agent, "output"),
+                    self.cost.labels(agent),
+                )
+            self._children[(kind, agent)] = found
+        return found
+
     def step(self, kind: str, agent: str, seconds: float, usage: Mapping[str, Any] | None) -> None:
-        self.steps.labels(kind, agent).observe(seconds)
+        children = self._of(kind, agent)
+        children[0].observe(seconds)
         if kind != "llm":
             return
-        self.model_calls.labels(agent).observe(seconds)
+        children[1].observe(seconds)
         if usage:
-            self.tokens.labels(agent, "input").inc(usage.get("input_tokens", 0))
-            self.tokens.labels(agent, "output").inc(usage.get("output_tokens", 0))
-            self.cost.labels(agent).inc(usage.get("cost", 0.0))
+            children[2].inc(usage.get("input_tokens", 0))
+            children[3].inc(usage.get("output_tokens", 0))
+            children[4].inc(usage.get("cost", 0.0))
 
     def retry(self, kind: str, agent: str) -> None:
         self.retries.labels(kind, agent).inc()
