@@ -87,3 +87,21 @@ def test_with_the_hook_off_nothing_is_recorded(app: tether.App) -> None:
 
     app.run(plain)
     assert _value(reg, "tether_step_seconds_count", kind="llm", agent="plain") == 0
+
+
+def test_a_cost_computed_from_prices_is_counted(backend: Any) -> None:
+    priced = tether.open(backend.url, prices={"m-1": tether.Price(input=1.0, output=2.0)})
+    reg = metrics.registry(priced, with_engine=True)
+    try:
+
+        @priced.agent
+        def cheap(run: tether.Run) -> None:
+            usage = {"input_tokens": 1_000_000, "output_tokens": 500_000}
+            run.llm("ask", lambda: {"model": "m-1", "text": "ok", "usage": usage})
+
+        priced.run(cheap)
+        assert _value(reg, "tether_cost_total", agent="cheap") == pytest.approx(2.0)
+        assert _value(reg, "tether_tokens_total", agent="cheap", direction="input") == 1e6
+    finally:
+        observe.install(None)
+        priced.close()

@@ -458,7 +458,8 @@ class Journal:
             self.defer([event])
         self.executed.append((slot.pos, slot.name))
         if observe.OBSERVER is not None:
-            usage = usage_of(output) if slot.kind == "llm" else None
+            # the usage stored with the step (its cost from prices), else what it reported
+            usage = (data.get("usage") or usage_of(output)) if slot.kind == "llm" else None
             observe.OBSERVER.step(slot.kind, self.agent, duration, usage)
 
     def _encode_error(self, slot: Slot, e: EncodeError) -> EncodeError:
