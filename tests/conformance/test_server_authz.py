@@ -35,6 +35,7 @@ GET  /api/approvals               401   200 200 200 200   200 200 200 200
 GET  /api/costs                   401   200 200 200 200   200 200 200 200
 GET  /api/queues                  401   403 403 403 200   403 403 403 200
 GET  /api/workers                 401   403 403 403 200   403 403 403 200
+GET  /metrics                     401   403 403 403 200   403 403 403 200
 GET  /api/runs/{run}/live         401   200 200 200 200   404 404 404 200
 GET  /api/live/runs               401   200 200 200 200   200 200 200 200
 POST /api/runs/{run}/fork         401   403 403 201 201   404 404 404 201

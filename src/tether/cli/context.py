@@ -81,6 +81,7 @@ class Context:
         self.app_ref = app_ref
         self.out = out or sys.stdout  # looked up now: a test may have replaced it
         self.code = frozenset(code)  # --code / $TETHER_CODE: modules runs may name
+        self.log_format = "text"  # --log-format / $TETHER_LOG_FORMAT: text or json
         self.given_tenant: str | None = None  # --tenant as given
         self.given_token: str | None = None  # --token as given
         self._app: tether.App | None = None
@@ -266,6 +267,13 @@ def global_options(default: Any) -> argparse.ArgumentParser:
         f"show, log, history, state, diff, export; serve's GET requests); default: "
         f"${READ_URL_ENV}. A replica lags: what it shows may be a moment old (see "
         f"docs/postgres.md)",
+    )
+    p.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default=default,
+        help="log lines as text, or as one JSON object per line (time, level, logger, "
+        "message, run_id and worker where known); default: $TETHER_LOG_FORMAT, else text",
     )
     p.add_argument(
         "--code",

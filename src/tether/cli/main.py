@@ -32,6 +32,7 @@ usage errors, 3 for an action the token's role does not allow); never as a trace
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -41,6 +42,7 @@ from tether.cli import (
     control,
     demo,
     export,
+    logs,
     retention,
     runs,
     serve,
@@ -84,7 +86,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command is None:
         parser.print_help(sys.stderr)
         return 2
+    try:
+        ctx_format = logs.chosen(args.log_format)
+    except ValueError as e:
+        return _fail(str(e), 2)
+    if ctx_format == "json":  # the CLI's own warnings too (text: Python's defaults)
+        logs.configure("json", logging.WARNING)
     ctx = Context(args.db, args.app)
+    ctx.log_format = ctx_format
     ctx.given_tenant, ctx.given_token = args.tenant, args.token
     ctx.given_read_url = args.read_url
     try:

@@ -7,7 +7,8 @@ import dataclasses
 
 import tether
 from tether.cli import format as fmt
-from tether.cli.arguments import positive_int, whole_number
+from tether.cli import live
+from tether.cli.arguments import positive_int, positive_seconds, whole_number
 from tether.cli.context import Command, Context
 from tether.model.status import STATUSES, RunStatus
 from tether.scoped import ScopedApp
@@ -26,22 +27,46 @@ def _runs_arguments(parser: argparse.ArgumentParser) -> None:
         "--limit", type=positive_int, default=20, help="at most this many (default 20)"
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--watch",
+        action="store_true",
+        help="redraw the list every --interval seconds until Ctrl-C (not on a terminal: "
+        "print it again each time it changes)",
+    )
+    _interval_argument(parser, 2.0)
+
+
+def _interval_argument(parser: argparse.ArgumentParser, default: float) -> None:
+    parser.add_argument(
+        "--interval",
+        type=positive_seconds,
+        default=default,
+        metavar="SECONDS",
+        help=f"seconds between two reads of the database (default {default:g})",
+    )
 
 
 def _runs(args: argparse.Namespace, ctx: Context) -> int:
     app = ctx.read_view()
+    if args.watch:
+        return live.watch(
+            ctx, lambda: _runs_text(args, app), interval=args.interval, title="tether runs"
+        )
+    ctx.print(_runs_text(args, app))
+    return 0
+
+
+def _runs_text(args: argparse.Namespace, app: ScopedApp) -> str:
     filters = {"queue": args.queue, "session": args.session, "text": args.text}
     records = app.runs(status=args.status, agent=args.agent, limit=args.limit, **filters)
     expected = _Expected(app)
     rows = [_summary_of(app, r, expected) for r in records]
     if args.json:
-        ctx.print(fmt.json_text(rows))
-    elif not rows:
+        return fmt.json_text(rows)
+    if not rows:
         narrowed = args.status or args.agent or any(filters.values())
-        ctx.print("no runs" + (" match" if narrowed else " yet"))
-    else:
-        ctx.print(fmt.runs_table(rows))
-    return 0
+        return "no runs" + (" match" if narrowed else " yet")
+    return fmt.runs_table(rows)
 
 
 def _summary_of(app: ScopedApp, record: RunRecord, expected: _Expected) -> dict[str, object]:
@@ -132,10 +157,23 @@ def _log_arguments(parser: argparse.ArgumentParser) -> None:
         "--after", type=whole_number(), default=0, metavar="N", help="only events with seq > N"
     )
     parser.add_argument("--json", action="store_true", help="print the full events as JSON lines")
+    parser.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="keep printing events as any process writes them, until the run ends (exit 0) "
+        "or Ctrl-C (exit 130)",
+    )
+    _interval_argument(parser, 0.2)
 
 
 def _log(args: argparse.Namespace, ctx: Context) -> int:
-    events = ctx.read_view().events(args.run, after=args.after)
+    view = ctx.read_view()
+    if args.follow:
+        return live.follow(
+            ctx, view, args.run, after=args.after, as_json=args.json, interval=args.interval
+        )
+    events = view.events(args.run, after=args.after)
     if args.json:
         for e in events:
             ctx.print(fmt.event_line(e))

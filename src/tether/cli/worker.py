@@ -6,8 +6,9 @@ import argparse
 import json
 import logging
 
-from tether.app import MAX_CONCURRENCY
+from tether.app import MAX_CONCURRENCY, App
 from tether.cli import format as fmt
+from tether.cli import logs
 from tether.cli.arguments import positive_int, positive_seconds, whole_number
 from tether.cli.context import Command, CommandError, Context
 from tether.model.status import RunStatus
@@ -57,6 +58,20 @@ def _worker_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-runs", type=positive_int, help="exit after claiming this many runs")
     parser.add_argument("--quiet", action="store_true", help="log warnings only")
+    parser.add_argument(
+        "--metrics-port",
+        type=whole_number(0, 65535),
+        metavar="PORT",
+        help="serve Prometheus metrics (this worker's steps, model calls, tokens, cost, "
+        "retries, leases lost; the database's runs, queues and workers) at "
+        "http://HOST:PORT/metrics (0: any free port, printed); needs tether[metrics]",
+    )
+    parser.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="the address --metrics-port listens on (default 127.0.0.1)",
+    )
 
 
 def _prefetch(text: str) -> int | None:
@@ -77,10 +92,8 @@ _runs_ahead = whole_number(0, MAX_CONCURRENCY)
 def _worker(args: argparse.Namespace, ctx: Context) -> int:
     if not ctx.app_ref:
         raise CommandError("tether worker needs the agents' code: --app pkg.module:app", 2)
-    logging.basicConfig(
-        level=logging.WARNING if args.quiet else logging.INFO,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
+    level = logging.WARNING if args.quiet else logging.INFO
+    logs.configure(ctx.log_format, level)
     try:
         cpu = cpus.check(args.cpu)
         if cpu is not None:
@@ -95,11 +108,14 @@ def _worker(args: argparse.Namespace, ctx: Context) -> int:
         cpu=cpu,
         prefetch=args.prefetch,
     )
+    logs.configure(ctx.log_format, level, worker=worker.id)  # every line names the worker
     try:
         pinned = worker.pin()
     except ValueError as e:  # a CPU this process may not run on
         raise CommandError(f"--cpu: {e}", 2) from None
     worker.leases.check_clock()  # before saying it claims (measured once: run() reuses it)
+    if args.metrics_port is not None:
+        _serve_metrics(ctx, app, args.metrics_host, args.metrics_port)
     if not args.quiet:
         on_cpu = "" if pinned is None else f", pinned to CPU {pinned}"
         ctx.print(
@@ -114,6 +130,21 @@ def _worker(args: argparse.Namespace, ctx: Context) -> int:
         f"interrupted {stats.interrupted}, paused {stats.paused}, blocked {stats.blocked}"
     )
     return 1 if stats.errors else 0
+
+
+def _serve_metrics(ctx: Context, app: App, host: str, port: int) -> None:
+    """Serve this worker's metrics (imported here: without the flag nothing loads them)."""
+    from tether.services import metrics
+
+    try:
+        reg = metrics.registry(app, with_engine=True)
+    except ImportError:
+        raise CommandError(metrics.missing_extra(), 2) from None
+    try:
+        bound = metrics.serve(reg, host, port)
+    except OSError as e:
+        raise CommandError(f"--metrics-port {port}: cannot listen on {host}: {e}", 2) from None
+    ctx.print(f"metrics at http://{bound[0]}:{bound[1]}/metrics")
 
 
 def _workers_arguments(parser: argparse.ArgumentParser) -> None:

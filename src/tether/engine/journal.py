@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tether.engine import observe
 from tether.engine.calls import Slot, Suspended, current_task
 from tether.engine.limits import Meter
 from tether.engine.retry import Retry
@@ -52,7 +53,7 @@ from tether.model.clock import Clock
 from tether.model.events import NewEvent
 from tether.model.state import RunState
 from tether.model.status import UNRECORDED, EffectStatus, RunStatus
-from tether.model.steps import StepState
+from tether.model.steps import StepState, usage_of
 from tether.store import EffectWrite, Lease, SignalTake, Store, Transition
 
 MAX_INPUT_REPR = 2000
@@ -115,6 +116,7 @@ class Journal:
         self.store = store
         self.clock = clock
         self.run_id = state.run_id
+        self.agent = state.agent or ""
         self.lease = lease
         self.seq = state.seq
         self.recorded = state.steps
@@ -361,6 +363,8 @@ class Journal:
             )
         except (LeaseLost, StoreUnavailable) as e:  # fenced out; or the connection died under
             self.poisoned = e  # the write, which may or may not have committed: write no more
+            if observe.OBSERVER is not None and isinstance(e, LeaseLost):
+                observe.OBSERVER.lease_lost()
             raise
 
     def seq_after(self, n: int) -> int:
@@ -453,6 +457,10 @@ class Journal:
         else:
             self.defer([event])
         self.executed.append((slot.pos, slot.name))
+        if observe.OBSERVER is not None:
+            # the usage stored with the step (its cost from prices), else what it reported
+            usage = (data.get("usage") or usage_of(output)) if slot.kind == "llm" else None
+            observe.OBSERVER.step(slot.kind, self.agent, duration, usage)
 
     def _encode_error(self, slot: Slot, e: EncodeError) -> EncodeError:
         path = e.path.replace("$.output", "$", 1) if e.path.startswith("$.output") else e.path
@@ -493,6 +501,8 @@ class Journal:
             "retry_at": now + delay if delay is not None else None,
         }
         self.append([self.event(ev.STEP_FAILED, data)])
+        if delay is not None and observe.OBSERVER is not None:
+            observe.OBSERVER.retry(slot.kind, self.agent)
         if delay is None:
             self.last_failure = (exc, self.failure_context(exc, slot, digest, inputs))
         return delay

@@ -12,7 +12,7 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from tether.app import App
-from tether.server import acts, errors, live, reads, schemas
+from tether.server import acts, errors, live, metrics, reads, schemas
 from tether.server.auth import Authenticator, Sessions
 from tether.server.deps import Server
 from tether.version import __version__
@@ -66,6 +66,7 @@ def create_app(
     api.include_router(reads.router)
     api.include_router(acts.router)
     api.include_router(live.router)
+    api.include_router(metrics.router)
     api.add_middleware(errors.BodyLimit, limit=max_body)
 
     api.mount("/static", StaticFiles(directory=STATIC), name="static")

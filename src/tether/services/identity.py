@@ -90,6 +90,7 @@ ACTIONS: dict[str, Role] = {
     "start": Role.OPERATOR,
     "queues": Role.ADMIN,
     "workers": Role.ADMIN,
+    "metrics": Role.ADMIN,  # GET /metrics names every tenant's agents, queues and workers
     "tokens": Role.ADMIN,
     "maintain": Role.ADMIN,  # gc, import, worker: commands that span tenants
 }
@@ -99,6 +100,7 @@ _VERBS = {
     "tokens": "manage tokens",
     "queues": "see the queues",
     "workers": "see the workers",
+    "metrics": "read the metrics",
     "maintain": "run commands that span tenants",
     "budget": "raise a budget",
 }

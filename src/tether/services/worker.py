@@ -48,6 +48,7 @@ from dataclasses import dataclass, field, replace
 from math import inf
 from typing import TYPE_CHECKING, Any
 
+from tether.engine import observe
 from tether.engine.calls import Stopping
 from tether.engine.deps import Deps
 from tether.engine.executor import Executor
@@ -491,22 +492,28 @@ class Worker:
 
     def _execute_one(self, record: RunRecord, lease: Lease) -> None:
         began = time.monotonic()
+        outcome = "error"
         try:
             handle = self.executor.execute_claimed(record, lease)
         except RunFailed:
             self.stats.failed += 1
+            outcome = "failed"
         except NondeterminismError as e:  # recorded as blocked: no lease, never claimed again
             self.stats.blocked += 1
+            outcome = "blocked"
             log.warning("worker %s: run %s is blocked: %s", self.id, record.id, e)
         except (LeaseLost, Conflict) as e:
+            outcome = "lost"
             log.warning("worker %s lost run %s: %s", self.id, record.id, e)
         except (Stopping, KeyboardInterrupt):
             self.stats.interrupted += 1
+            outcome = "interrupted"
             if record.queue:  # it went back to its queue: another worker takes it now
                 with suppress(Exception):
                     self.deps.store.notify_work(record.queue)
         except StoreUnavailable as e:  # the database went away under the run: paused
             self.stats.paused += 1
+            outcome = "paused"
             log.warning("worker %s: run %s paused: %s", self.id, record.id, e)
             self._give_back(record, lease, RESUME_AFTER)
         except NotFound as e:  # its agent is not here, or the run is gone: not its fault
@@ -520,10 +527,14 @@ class Worker:
         else:
             if handle.status == RunStatus.WAITING:
                 self.stats.waiting += 1
+                outcome = "waiting"
             else:
                 self.stats.completed += 1
+                outcome = str(handle.status)
         finally:
             took = time.monotonic() - began
+            if observe.OBSERVER is not None:
+                observe.OBSERVER.execution(record.agent, outcome, took)
             with self._lock:
                 self._active.pop(record.id, None)
                 self._ended += 1

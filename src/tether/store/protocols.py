@@ -25,6 +25,7 @@ from tether.store.records import (
     AuditRecord,
     Effect,
     EffectWrite,
+    Gauges,
     Lease,
     Loaded,
     NewRun,
@@ -277,6 +278,12 @@ class Workers(Protocol):
 
     def list_workers(self) -> list[WorkerRecord]:
         """Registered workers, newest heartbeat first."""
+        ...
+
+    def gauges(self, now: float) -> Gauges:
+        """The unfinished runs by status and agent, the queues' depths and oldest claimable
+        run (available by ``now``), and the runs in doubt: one read, each part a range of an
+        index (the finished runs, however many, are never counted)."""
         ...
 
     def remove_worker(self, worker_id: str, *, expire_leases: bool) -> None:

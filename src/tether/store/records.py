@@ -126,6 +126,20 @@ class WorkerRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class Gauges:
+    """What a metrics scrape reads of the database (:meth:`Store.gauges`), each from an index.
+
+    ``active``: ``(status, agent, runs)`` for the statuses a run leaves (queued, running,
+    waiting, blocked); ``queues``: ``(queue, queued runs, oldest claimable time or None)``;
+    ``in_doubt``: runs waiting for a person to resolve a tool call in doubt.
+    """
+
+    active: list[tuple[str, str, int]]
+    queues: list[tuple[str | None, int, float | None]]
+    in_doubt: int
+
+
+@dataclass(frozen=True, slots=True)
 class Lease:
     """A claim on a run: ``epoch`` is the fencing token every append must carry."""
 

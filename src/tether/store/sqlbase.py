@@ -38,6 +38,7 @@ from tether.store.records import (
     TOUCH_AFTER,
     AuditRecord,
     Effect,
+    Gauges,
     Lease,
     NewToken,
     RunFilter,
@@ -431,6 +432,17 @@ class SqlStore:
         with self._for_read() as conn:
             rows = conn.execute(self._Q["list_workers"]).fetchall()
         return [worker_record(r) for r in rows]
+
+    def gauges(self, now: float) -> Gauges:
+        with self._for_read() as conn:
+            active = conn.execute(self._Q["gauge_active_runs"]).fetchall()
+            queues = conn.execute(self._Q["gauge_queues"], {"now": now}).fetchall()
+            doubt = conn.execute(self._Q["gauge_in_doubt"]).fetchone()
+        return Gauges(
+            active=[(s, a, int(n)) for s, a, n in active],
+            queues=[(q, int(n), None if t is None else float(t)) for q, n, t in queues],
+            in_doubt=int(doubt[0]) if doubt else 0,
+        )
 
     # -- the database -----------------------------------------------------
 

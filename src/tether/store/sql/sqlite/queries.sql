@@ -390,3 +390,25 @@ SELECT CASE WHEN :by = 'session' THEN r.session_id ELSE r.agent END AS key,
 FROM runs AS r JOIN events AS e ON e.key > r.rk << 32 AND e.key < (r.rk + 1) << 32
 WHERE e.type = 'step.completed' AND json_extract(e.data, '$.kind') = 'llm' /*filters*/
 GROUP BY 1 ORDER BY 4 DESC, 1;
+
+-- == metrics (a scrape of /metrics): each a range of an index, never the finished runs ==
+
+-- name: gauge_active_runs
+-- The unfinished runs by status and agent (the runs_status index, one range per status).
+SELECT status, agent, COUNT(*) FROM runs
+WHERE status IN ('queued', 'running', 'waiting', 'blocked')
+GROUP BY status, agent;
+
+-- name: gauge_queues
+-- Queued runs per queue, and the oldest time one of them became claimable (by :now).
+SELECT queue, COUNT(*),
+       MIN(CASE WHEN COALESCE(available_at, created_at) <= :now
+                THEN COALESCE(available_at, created_at) END)
+FROM runs WHERE status = 'queued'
+GROUP BY queue;
+
+-- name: gauge_in_doubt
+-- Runs waiting for a person to resolve a tool call in doubt (the runs_inbox partial index).
+SELECT COUNT(*) FROM runs
+WHERE status = 'waiting' AND (waiting_for LIKE 'approval:%' OR waiting_for LIKE 'doubt:%')
+  AND waiting_for LIKE 'doubt:%';
