@@ -329,6 +329,7 @@ def test_tether_retry_puts_a_failed_queued_run_back_in_its_queue(
         "    return run.step('charge', charge)\n"
     )
     sys.path.insert(0, str(tmp_path))
+    sys.modules.pop(module, None)  # a second run in one process (mutmut) imports this file's
     try:
         app = importlib.import_module(module).app
     finally:
