@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from _conformance import T0, Backend, new_run
+from _conformance import T0, Backend, claimed, new_run
 
 import tether
 from tether.errors import Conflict
@@ -117,3 +117,29 @@ def test_the_app_and_its_worker_respect_a_live_lease_to_the_boundary(backend: Ba
         assert stats.claimed == 1 and app.get(rid).output == "done"
     finally:
         app.close()
+
+
+CLAIM_NEXT = {name: PATHS[name] for name in PATHS if name.startswith("claim_next")}
+DUE = T0 + 100.0
+
+
+@pytest.mark.parametrize("path", sorted(CLAIM_NEXT))
+def test_a_waiting_run_is_claimable_from_the_instant_it_is_due(store: Store, path: str) -> None:
+    """A timer or a retry that ends at ``available_at`` may be taken at that instant
+    (``available_at <= now``), not a moment later, nor a moment before."""
+    new_run(store, "run-1", owner=None, status="waiting", queue="q", available_at=DUE)
+    assert CLAIM_NEXT[path](store, DUE - 0.001) is False
+    assert CLAIM_NEXT[path](store, DUE) is True
+    assert store.get_run("run-1").status == "running"
+
+
+@pytest.mark.parametrize("status", ["waiting", "running"])
+def test_priority_wins_beyond_the_scan_of_one_claim(store: Store, status: str) -> None:
+    """A claim of one run scans one candidate of each kind: the best of its kind by
+    priority, not the oldest, or a high-priority run due later would wait behind every
+    older one (a due waiting run; a running run whose worker died)."""
+    leased = {"owner": "dead", "ttl": 1.0} if status == "running" else {"owner": None}
+    new_run(store, "old-low", status=status, queue="q", available_at=T0, **leased)
+    new_run(store, "new-high", status=status, queue="q", available_at=T0 + 5, priority=9,
+            now=T0 + 5, **leased)  # fmt: skip
+    assert claimed(store, QueueLimits("q", room=2), now=T0 + 60, capacity=1) == ["new-high"]
