@@ -55,9 +55,9 @@ TESTS = (
 # (pattern, replacement): one occurrence changed per mutant. The patterns see only the
 # statement's text after its WHERE/ON/SET keywords where a swap could still parse.
 OPERATORS: tuple[tuple[str, str], ...] = (
-    (r"(?<![<>!])<(?![=>])", "<="),
+    (r"(?<![<>!])<(?![=><])", "<="),  # not <<, a shift
     (r"<=", "<"),
-    (r"(?<![<>!-])>(?!=)", ">="),
+    (r"(?<![<>!-])>(?![=>])", ">="),  # not ->> (JSON) nor >>
     (r">=", ">"),
     (r"\bAND\b", "OR"),
     (r"\bOR\b", "AND"),
