@@ -40,6 +40,10 @@ CORE_BLOCKS = (
     "get_effect", "put_effect", "send_signal", "wake_for", "pending_signal", "take_signal",
     "request_cancel", "find_dedup", "queue_depth", "claim_candidates", "running_in_queue",
     "claims_since", "claim_picked", "expire_leases",
+    # PostgreSQL's names for its own statements, and fragments ({{_name}}) the others share
+    "create_run", "load_run", "enqueue", "claim_fast", "append_event_effect",
+    "append_event_transition", "append_events_transition", "append_events", "_fenced",
+    "_transition", "_logged_moved", "_claimable",
 )  # fmt: skip
 
 # The tests a mutant must fail: the store's own, the claim boundary, blocked runs,
