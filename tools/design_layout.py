@@ -28,7 +28,11 @@ ORDER = [
     "engine",
     "services",
     "app",
+    "registration",
     "scoped",
+    "settings",
+    "decisions",
+    "travel",
     "__init__",
     "cli",
 ]

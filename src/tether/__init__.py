@@ -23,15 +23,18 @@ from typing import Any as _Any
 from tether import context as context  # tether.context.build: the context window
 from tether.app import App
 from tether.context.memory import Embedder as _Embedder
+from tether.engine import tracing as _traces
 from tether.engine.calls import StepInfo, current_step
 from tether.engine.executor import RunHandle
 from tether.engine.policy import Policy
 from tether.engine.registry import AgentDef, agent, tool
 from tether.engine.retry import Retry
 from tether.engine.runtime import AsyncRun, Run
+from tether.engine.tracing import Tracing
 from tether.errors import (
     ApprovalDenied,
     ArtifactCorrupt,
+    BudgetExceeded,
     ClockSkew,
     Conflict,
     CorruptRecord,
@@ -55,7 +58,9 @@ from tether.errors import (
     TetherError,
     WaitTimeout,
 )
+from tether.model import budgets as _budgets
 from tether.model import redact as _redact
+from tether.model.budgets import Limits, Price
 from tether.model.clock import Clock, FakeClock, SystemClock
 from tether.model.codec import decode, encode
 from tether.model.events import Event
@@ -73,6 +78,7 @@ __all__ = [
     "ApprovalDenied",
     "ArtifactCorrupt",
     "AsyncRun",
+    "BudgetExceeded",
     "Clock",
     "ClockSkew",
     "Conflict",
@@ -86,10 +92,12 @@ __all__ = [
     "InvalidInput",
     "InvalidState",
     "LeaseLost",
+    "Limits",
     "NondeterminismError",
     "NotATetherDatabase",
     "NotFound",
     "Policy",
+    "Price",
     "QueueFull",
     "Redact",
     "Retry",
@@ -109,6 +117,7 @@ __all__ = [
     "StoreUnavailable",
     "SystemClock",
     "TetherError",
+    "Tracing",
     "Usage",
     "WaitTimeout",
     "__version__",
@@ -136,6 +145,8 @@ def open(
     embed: _Embedder | None = None,
     code: _Iterable[str] | None = None,
     redact: _Any = None,
+    tracing: bool | Tracing | None = None,
+    prices: _Any = None,
     **options: _Any,
 ) -> App:
     """Open (creating if needed) a tether store and return its App.
@@ -157,10 +168,15 @@ def open(
     expressions. The rules are this process's: an ``open`` that names them sets them
     for every App of the process; None (the default) leaves them as they are (the
     defaults, unless an ``open`` changed them).
+    ``prices``: model name -> :class:`Price` (per million tokens) or a dict of the same
+    keys: the cost of a model call whose result reports none (see docs/budgets.md).
     ``options`` go to the backend: ``busy_timeout`` for SQLite; ``schema``,
     ``min_size``, ``max_size``, ``timeout``, ``lanes`` and ``linger`` for PostgreSQL, and
     ``read_only=True`` for a replica's URL (reads only: see docs/postgres.md, "Reads from
     a replica"); another name is refused, listing these.
+    ``tracing``: OpenTelemetry spans of every execution (needs ``tether[otel]``; see
+    docs/telemetry.md): True with the global tracer provider, or a :class:`Tracing`
+    (its provider, and ``capture_content``); off by default.
     """
     from tether.store import Store
     from tether.store.sqlite import SQLiteStore, sqlite_path
@@ -168,6 +184,8 @@ def open(
     _check_open(url, durability, lease_ttl, inline_sleep_max, snapshot_every)
     _check_config(clock, retry, policy, approver_groups)
     rules = None if redact is None else _redact.rules_of(redact)  # checked before opening
+    traced = _traces.configured(tracing)  # checked before opening
+    priced = _budgets.check_prices(prices)
     if rules is not None and rules != _redact.active():
         _one_rule_set(url)
     store: Store
@@ -195,8 +213,10 @@ def open(
     except BaseException:
         store.close()
         raise
+    app.prices = priced
     if embed is not None:
         app.memory.embedder = embed
+    app._executor.tracing = traced
     if rules is not None:
         _redact.configure(rules)
     _RULED.add(app)

@@ -12,39 +12,43 @@ clock, lease holder, lease ttl) and the parts they need.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Collection, Iterable, Sequence
-from typing import Any, TextIO, TypeVar, overload
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from tether.context.artifacts import Artifacts, ArtifactStore, DatabaseArtifacts
 from tether.context.conversation import Session, Summarizer
 from tether.context.memory import Memory
+from tether.decisions import Decisions
 from tether.engine import gates
 from tether.engine.deps import Deps
-from tether.engine.effects import ToolDef
 from tether.engine.executor import Executor, RunHandle
 from tether.engine.leases import Active, Leases
 from tether.engine.policy import Policy
-from tether.engine.registry import AgentDef, Registry, agent, tool
+from tether.engine.registry import Registry
 from tether.engine.retry import NO_RETRY, Retry
 from tether.engine.states import States
 from tether.model import inputs
+from tether.model.budgets import Limits
 from tether.model.clock import Clock, SystemClock, process_owner
 from tether.model.durations import Duration
 from tether.model.events import Event
 from tether.model.state import RunState
+from tether.registration import Registration
 from tether.scoped import Tenancy
-from tether.services import control, export, retention, sessions, timetravel
+from tether.services import sessions
 from tether.services.control import Control
 from tether.services.queues import QueueConfig, Queues
 from tether.services.reader import Reader
 from tether.services.worker import MAX_CONCURRENCY as MAX_CONCURRENCY
 from tether.services.worker import POISON_AFTER, Worker, check_worker
-from tether.store import AuditRecord, Effect, RunRecord, Store
+from tether.settings import Settings
+from tether.store import RunRecord, Store
+from tether.travel import TimeTravel
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class App(Tenancy):
+class App(Registration, Tenancy, Settings, Decisions, TimeTravel):
     """Agents registered on one store. Create with :func:`tether.open`.
 
     Tokens, tenants and the paged run list and inbox (``tokens``, ``scoped``,
@@ -92,119 +96,6 @@ class App(Tenancy):
         )
         self._queues = Queues(deps, self._registry, self._executor)
 
-    @property
-    def code(self) -> frozenset[str]:
-        """The modules a run's record may make this app import (see :meth:`allow_code`)."""
-        return self._registry.code
-
-    @property
-    def retry(self) -> Retry:
-        """The retry policy of steps that name none (``tether.open(retry=...)``)."""
-        return self._executor.retry
-
-    @retry.setter
-    def retry(self, value: Retry) -> None:
-        self._executor.retry = value
-
-    @property
-    def policy(self) -> Policy:
-        """Which tools need a human's approval (``tether.open(policy=...)``)."""
-        return self._executor.policy
-
-    @policy.setter
-    def policy(self, value: Policy) -> None:
-        self._executor.policy = value
-
-    @property
-    def inline_sleep_max(self) -> float:
-        """The longest ``run.sleep`` that ``app.run`` waits out in its process."""
-        return self._executor.inline_sleep_max
-
-    @inline_sleep_max.setter
-    def inline_sleep_max(self, value: float) -> None:
-        self._executor.inline_sleep_max = value
-
-    @property
-    def snapshot_every(self) -> int:
-        """A load that folds this many events or more caches a snapshot."""
-        return self._states.snapshot_every
-
-    @snapshot_every.setter
-    def snapshot_every(self, value: int) -> None:
-        self._states.snapshot_every = value
-
-    # -- registration -----------------------------------------------------
-
-    @overload
-    def agent(self, fn: F) -> F: ...
-
-    @overload
-    def agent(self, *, name: str | None = None, version: str | None = None) -> Callable[[F], F]: ...
-
-    def agent(
-        self, fn: F | None = None, *, name: str | None = None, version: str | None = None
-    ) -> F | Callable[[F], F]:
-        """Register an agent: a function whose first parameter is the ``run`` object."""
-
-        def register(f: F) -> F:
-            agent(name=name, version=version)(f)
-            d: AgentDef = f.__tether_agent__  # type: ignore[attr-defined]
-            self._registry.add(d)
-            return f
-
-        return register(fn) if fn is not None else register
-
-    def agents(self) -> dict[str, AgentDef]:
-        """The registered agents by name."""
-        return dict(self._registry.agents)
-
-    def tool(
-        self,
-        fn: F | None = None,
-        *,
-        risk: str = "write",
-        compensate: Callable[..., Any] | None = None,
-        on_doubt: str | None = None,
-        retry: Retry | None = None,
-        name: str | None = None,
-        secret: Sequence[str] = (),
-    ) -> F | Callable[[F], F]:
-        """Register a tool: ``risk`` is ``read``, ``write`` (default) or ``irreversible``.
-
-        ``compensate(result, *args, **kwargs)`` undoes a completed call when the run
-        fails or is cancelled with compensation; ``on_doubt`` is ``retry`` (call again
-        with the same idempotency key) or ``ask`` (pause for a human) after a crash or
-        a timeout that hid whether the call happened. Left out, it is ``retry`` for a
-        ``write`` tool that takes ``idempotency_key`` and ``ask`` otherwise (see
-        :mod:`tether.engine.effects` and docs/guarantees.md). ``secret``: parameters
-        whose values are stored as secrets (``tether.Secret``), the function receiving
-        the plain values (see docs/secrets.md).
-        """
-
-        def register(f: F) -> F:
-            declared = tool(
-                risk=risk,
-                compensate=compensate,
-                on_doubt=on_doubt,
-                retry=retry,
-                name=name,
-                secret=secret,
-            )(f)
-            d: ToolDef = declared.__tether_tool__  # type: ignore[attr-defined]
-            self._registry.add(d)
-            return declared
-
-        return register(fn) if fn is not None else register
-
-    def tools(self) -> dict[str, ToolDef]:
-        """The registered tools by name."""
-        return dict(self._registry.tools)
-
-    def allow_code(self, *modules: str) -> None:
-        """Allow importing ``modules`` (and their submodules) to find the agents and tools
-        of runs this app did not register (see :mod:`tether.engine.registry`)."""
-        self._registry.allow(modules)
-
     def queue(
         self,
         name: str,
@@ -237,6 +128,7 @@ class App(Tenancy):
         dedup_key: str | None = None,
         delay: Duration | None = None,
         concurrency_key: str | None = None,
+        limits: Limits | None = None,
         **kwargs: Any,
     ) -> str:
         """Enqueue a run for the workers and return its id (``queued``).
@@ -246,7 +138,7 @@ class App(Tenancy):
         starting a second one. ``delay`` (seconds, a timedelta or ``"10m"``) makes it
         claimable later; higher ``priority`` first. Raises QueueFull when the queue is at
         its ``max_depth``; ValueError or TypeError, naming the parameter, for a value
-        :mod:`tether.model.inputs` refuses.
+        :mod:`tether.model.inputs` refuses. ``limits``: the run's (see docs/budgets.md).
         """
         return self._queues.start(
             None,
@@ -258,6 +150,7 @@ class App(Tenancy):
             dedup_key=dedup_key,
             delay=delay,
             concurrency_key=concurrency_key,
+            limits=limits,
             **kwargs,
         )
 
@@ -272,6 +165,7 @@ class App(Tenancy):
         dedup_key: str | None = None,
         delay: Duration | None = None,
         concurrency_key: str | None = None,
+        limits: Limits | None = None,
         **kwargs: Any,
     ) -> str:
         """``start`` in a conversation: the queued run belongs to ``session`` (a Session or
@@ -288,6 +182,7 @@ class App(Tenancy):
             dedup_key=dedup_key,
             delay=delay,
             concurrency_key=concurrency_key,
+            limits=limits,
             **kwargs,
         )
 
@@ -321,13 +216,25 @@ class App(Tenancy):
 
     # -- starting and resuming --------------------------------------------
 
-    def run(self, agent: Callable[..., Any] | str, *args: Any, **kwargs: Any) -> RunHandle:
-        """Create a run and execute it inline, durably. Raises RunFailed if it fails."""
+    def run(
+        self,
+        agent: Callable[..., Any] | str,
+        *args: Any,
+        limits: Limits | None = None,
+        **kwargs: Any,
+    ) -> RunHandle:
+        """Create a run (with ``limits``) and execute it inline, durably; RunFailed if it fails."""
         ex = self._executor
-        return ex.continue_run(ex.create(self._registry.resolve(agent), args, kwargs))
+        d = self._registry.resolve(agent)
+        return ex.continue_run(ex.create(d, args, kwargs, limits=limits))
 
     def run_in(
-        self, session: Session | str, agent: Callable[..., Any] | str, *args: Any, **kwargs: Any
+        self,
+        session: Session | str,
+        agent: Callable[..., Any] | str,
+        *args: Any,
+        limits: Limits | None = None,
+        **kwargs: Any,
     ) -> RunHandle:
         """``run`` in a conversation: the run belongs to ``session`` (a Session or its id;
         recorded in its row and its ``run.created`` event) and the agent finds it as
@@ -335,7 +242,8 @@ class App(Tenancy):
         to the stored messages."""
         s = sessions.of(self._deps, session)
         ex = self._executor
-        return ex.continue_run(ex.create(self._registry.resolve(agent), args, kwargs, s))
+        d = self._registry.resolve(agent)
+        return ex.continue_run(ex.create(d, args, kwargs, s, limits=limits))
 
     def session(
         self,
@@ -361,10 +269,17 @@ class App(Tenancy):
             keep_last=keep_last,
         )
 
-    async def arun(self, agent: Callable[..., Any] | str, *args: Any, **kwargs: Any) -> RunHandle:
+    async def arun(
+        self,
+        agent: Callable[..., Any] | str,
+        *args: Any,
+        limits: Limits | None = None,
+        **kwargs: Any,
+    ) -> RunHandle:
         """``run`` for use inside an event loop (``async def`` agents)."""
         ex = self._executor
-        return await ex.acontinue_run(ex.create(self._registry.resolve(agent), args, kwargs))
+        d = self._registry.resolve(agent)
+        return await ex.acontinue_run(ex.create(d, args, kwargs, limits=limits))
 
     def resume(self, run_id: str) -> RunHandle:
         """Continue a run that stopped: completed steps are reused, the rest run.
@@ -428,57 +343,6 @@ class App(Tenancy):
         """Runs, newest first (at most ``limit``; a status no run has matches none)."""
         return self._reader.runs(status=status, agent=agent, limit=limit)
 
-    # -- humans and the outside world (tether.services.control) ----------------
-
-    def approve(self, run_id: str, name: str, *, by: str, reason: str | None = None) -> None:
-        """Approve a waiting run's request ``name``; the run becomes resumable.
-
-        Refused (DecisionRefused, recorded in the audit log) when ``by`` is not an
-        approver, the request was already decided, or the run is not waiting for it.
-        """
-        self._control.approve(run_id, name, approved=True, by=by, reason=reason)
-
-    def deny(self, run_id: str, name: str, *, by: str, reason: str | None = None) -> None:
-        """Deny a waiting run's request ``name``: ``run.approve`` raises ApprovalDenied."""
-        self._control.approve(run_id, name, approved=False, by=by, reason=reason)
-
-    def resolve(
-        self, run_id: str, *, happened: bool, by: str, result: Any = control.NO_RESULT
-    ) -> None:
-        """Settle a tool call in doubt: it ``happened`` (with its ``result``) or not (retry).
-
-        ``happened=True`` needs the call's ``result`` (``None`` included) unless the tool
-        is registered here and annotated ``-> None``; refused (DecisionRefused, audited)
-        without it, and for ``by`` naming an approver group rather than a person."""
-        self._control.settle(run_id, happened=happened, by=by, result=result)
-
-    def signal(
-        self, run_id: str, name: str, payload: Any = None, *, sender: str | None = None
-    ) -> bool:
-        """Send a signal; kept until ``run.wait(name)`` takes it. Returns whether it woke
-        the run. A finished run refuses signals (InvalidState)."""
-        return self._control.send(run_id, name, payload, sender=sender)
-
-    def cancel(
-        self,
-        run_id: str,
-        *,
-        compensate: bool = False,
-        by: str | None = None,
-        reason: str | None = None,
-    ) -> RunHandle:
-        """Cancel a run that is not executing (queued, waiting, or crashed); with
-        ``compensate=True`` first undo its completed write tools, newest first."""
-        return self._control.cancel(run_id, compensate=compensate, by=by, reason=reason)
-
-    def effect(self, key: str) -> Effect | None:
-        """The effects-table row of an idempotency key (None if never called)."""
-        return self._reader.effect(key)
-
-    def audit(self, run_id: str) -> list[AuditRecord]:
-        """The run's audit records (refused decisions and the like)."""
-        return self._reader.audit(run_id)
-
     # -- lifecycle --------------------------------------------------------
 
     def close(self) -> None:
@@ -492,95 +356,6 @@ class App(Tenancy):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # -- time travel (services: timetravel, export, retention) ----------------------------
-
-    def history(self, run_id: str) -> timetravel.History:
-        """The run's row, every event with its seq, and its steps."""
-        return timetravel.history(self.store, inputs.lookup_id(run_id))
-
-    def state(
-        self,
-        run_id: str,
-        *,
-        at: int | None = None,
-        step: int | str | None = None,
-        when: timetravel.When = "after",
-    ) -> RunState:
-        """The exact state at seq ``at``, or before/after ``step`` (a position or a name);
-        the head when neither is given."""
-        return timetravel.state_at(
-            self._states, inputs.lookup_id(run_id), at=at, step=step, when=when
-        )
-
-    def diff(
-        self, a: RunState | str, b: RunState | str, *, bookkeeping: bool = False
-    ) -> timetravel.Diff:
-        """What differs from state ``a`` to state ``b`` (a run id means its head)."""
-        return timetravel.compare(self._states, a, b, bookkeeping=bookkeeping)
-
-    def fork(
-        self,
-        run_id: str,
-        *,
-        step: int | str | None = None,
-        at: int | None = None,
-        when: timetravel.When = "after",
-        input: dict[str, Any] | None = None,
-        vars: dict[str, Any] | None = None,
-    ) -> str:
-        """A new queued run branching off ``run_id`` after ``step`` (or at seq ``at``, or at
-        its head), with new ``input`` and edited task ``vars``; ``resume`` executes it."""
-        return timetravel.fork(
-            self._deps,
-            self._states,
-            inputs.lookup_id(run_id),
-            at=at,
-            step=step,
-            when=when,
-            input=input,
-            vars=vars,
-        )
-
-    def export_run(self, run_id: str, out: TextIO) -> int:
-        """Write the run to ``out`` as ``tether-run`` JSON lines; return how many events."""
-        return export.export_run(self.store, inputs.lookup_id(run_id), out)
-
-    def import_run(
-        self,
-        lines: Iterable[str],
-        *,
-        new_id: bool = False,
-        source: str = "<input>",
-        secret_env: Collection[str] = (),
-    ) -> str:
-        """Create a run from an export; a Secret.env in it needs its var in ``secret_env``."""
-        options: dict[str, Any] = {"new_id": new_id, "source": source, "secret_env": secret_env}
-        return export.import_run(self._deps, self._states, lines, **options)
-
-    def gc(
-        self,
-        *,
-        older_than: Duration | None = None,
-        status: Sequence[str] = (),
-        keep_last: int | None = None,
-        dry_run: bool = False,
-        vacuum: bool = True,
-        blob_grace: Duration = retention.BLOB_GRACE,
-    ) -> retention.GcResult:
-        """Delete finished runs by age (seconds, a timedelta or ``"30d"``), status and
-        keep-last-N per agent, sweep the snapshot pages no snapshot references and nothing
-        wrote for ``blob_grace``, then give the space back. See :mod:`tether.services.retention`."""
-        return retention.collect(
-            self.store,
-            self.clock,
-            older_than=older_than,
-            status=status,
-            keep_last=keep_last,
-            dry_run=dry_run,
-            vacuum=vacuum,
-            blob_grace=blob_grace,
-        )
 
     @functools.cached_property
     def memory(self) -> Memory:

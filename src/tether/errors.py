@@ -25,6 +25,7 @@
     │   └── DecisionRefused          an approval decision that cannot be taken (recorded in audit)
     ├── ApprovalDenied               raised inside the agent by a denied (or timed-out) approval
     ├── WaitTimeout                  raised inside the agent when ``run.wait`` times out
+    ├── BudgetExceeded               a run reached a limit whose policy is "fail" (names it)
     └── RunFailed                    raised by ``app.run`` when the run ends failed
 
 Some are built-in exceptions too, so that the ``except`` clause a caller already has
@@ -216,6 +217,23 @@ class ApprovalDenied(TetherError):
 
 class WaitTimeout(TetherError, TimeoutError):
     """Raised inside the agent when ``run.wait`` ran out of time before its signal came."""
+
+
+class BudgetExceeded(TetherError):
+    """A run reached one of its limits (``tether.Limits(..., on_exceeded="fail")``) before
+    its next call: ``limit`` (steps, model_calls, tokens, cost, duration), its ``maximum``
+    and what the run ``used``. The run fails; nothing more is called."""
+
+    def __init__(self, run_id: str, limit: str, maximum: Any, used: Any, where: str) -> None:
+        super().__init__(
+            f"run {run_id}: budget exceeded: {limit} reached ({used} of at most {maximum}) "
+            f"before {where}; nothing more was called. Give the run larger Limits, or "
+            f"on_exceeded='wait' to let a human raise them (tether budget RUN --add ...)"
+        )
+        self.run_id = run_id
+        self.limit = limit
+        self.maximum = maximum
+        self.used = used
 
 
 class RunFailed(TetherError):

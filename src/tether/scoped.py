@@ -19,7 +19,7 @@ limited to one tenant: every role, and ``by`` is whoever they say (as without a 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
 from tether.context.artifacts import Artifacts
@@ -30,6 +30,7 @@ from tether.context.tenant_memory import TenantMemory
 from tether.engine.executor import RunHandle
 from tether.errors import Conflict, Forbidden, InvalidInput, NotFound
 from tether.model import codec, inputs
+from tether.model.budgets import Limits
 from tether.model.durations import Duration
 from tether.model.events import Event
 from tether.model.state import RunState
@@ -37,7 +38,7 @@ from tether.services import control, export, listing, timetravel
 from tether.services.identity import Identity, Role, Tokens
 from tether.services.listing import InboxPage, RunPage
 from tether.services.queues import Start
-from tether.store import AuditRecord, Effect, RunRecord
+from tether.store import AuditRecord, Effect, RunRecord, UsageTotal
 
 if TYPE_CHECKING:
     from tether.app import App
@@ -291,6 +292,13 @@ class ScopedApp:
             tenant = self.tenant
         return self.app.list_runs(tenant=tenant, **filters)
 
+    def costs(self, *, by: str = "agent", **filters: Any) -> list[UsageTotal]:
+        """Model usage per agent or session of this tenant's runs (as ``App.costs``)."""
+        self._require("read")
+        if self.tenant is not None:
+            filters["tenant"] = self.tenant
+        return self.app.costs(by=by, **filters)
+
     def inbox(self, *, limit: int = listing.PAGE_DEFAULT, cursor: str | None = None) -> InboxPage:
         """The runs of this tenant waiting for a person (as :meth:`tether.App.inbox`)."""
         self._require("read")
@@ -348,6 +356,19 @@ class ScopedApp:
         who = by if self.local else self.by(by)
         self.allow("cancel", run_id)
         return self.app.cancel(run_id, compensate=compensate, by=who, reason=reason)
+
+    def raise_budget(
+        self,
+        run_id: str,
+        *,
+        by: str | None = None,
+        add: Mapping[str, Any],
+        reason: str | None = None,
+    ) -> RunState:
+        """Raise a run's budget, as this identity (see :meth:`tether.App.raise_budget`)."""
+        who = self.by(by)
+        self.allow("budget", run_id)
+        return self.app.raise_budget(run_id, by=who, add=add, reason=reason)
 
     def retry_run(self, run_id: str, *, in_queue: bool | None = None) -> RunHandle:
         """Retry a failed or blocked run (see :meth:`tether.App.retry_run`)."""
@@ -412,13 +433,14 @@ class ScopedApp:
         dedup_key: str | None = None,
         delay: Duration | None = None,
         concurrency_key: str | None = None,
+        limits: Limits | None = None,
         **kwargs: Any,
     ) -> str:
         """Enqueue a run of this tenant (see :meth:`tether.App.start`). A ``run_id`` or
         ``dedup_key`` held by another tenant's run raises Conflict (that run is not
         returned)."""
         self._require("start")
-        options = Start(queue, priority, run_id, dedup_key, delay, concurrency_key)
+        options = Start(queue, priority, run_id, dedup_key, delay, concurrency_key, limits)
         rid = self.app._queues.enqueue(None, agent, args, kwargs, options, tenant=self.tenant)
         if self.tenant is not None and self.app.store.get_run(rid).owner != self.tenant:
             raise Conflict(
@@ -427,9 +449,15 @@ class ScopedApp:
             )
         return rid
 
-    def run(self, agent: Callable[..., Any] | str, *args: Any, **kwargs: Any) -> RunHandle:
+    def run(
+        self,
+        agent: Callable[..., Any] | str,
+        *args: Any,
+        limits: Limits | None = None,
+        **kwargs: Any,
+    ) -> RunHandle:
         """Create a run of this tenant and execute it inline (see :meth:`tether.App.run`)."""
         self._require("start")
         ex = self.app._executor
         d = self.app._registry.resolve(agent)
-        return ex.continue_run(ex.create(d, args, kwargs, tenant=self.tenant))
+        return ex.continue_run(ex.create(d, args, kwargs, tenant=self.tenant, limits=limits))

@@ -116,6 +116,11 @@ def test_a_fork_made_before_its_parent_refunded_stops_at_the_undone_call(
         app.fork(child, step="charge")  # the child's copy of the charge is undone too
     with pytest.raises(tether.RunFailed, match="undone"):
         app.resume(child)
+    message = app.get(child).failure["message"]  # names the run that made the call
+    assert f"reuses the call run {parent} made (key {parent}:1:charge:" in message
+    assert f"app.fork({parent!r}, step=1, when='before')" in message
+    with pytest.raises(tether.InvalidState, match="a compensation has undone"):
+        app.resume(child)  # failed for that reason: a resume says so again
     assert shop.of("ship") == []  # the fork never shipped on a refunded charge
     assert len(shop.of("refund")) == 1  # and did not refund its parent's charge again
     assert app.get(child).failure["position"] == 1

@@ -372,3 +372,18 @@ def test_a_concurrent_task_may_make_calls_one_after_another_when_nothing_else_is
     assert [(s.position, s.name) for s in app.get(h.id).steps] == [
         (1, "one"), (2, "two"), (3, "one"), (4, "two"), (5, "three"),
     ]  # fmt: skip
+
+
+def test_a_fan_out_from_another_thread_is_refused_by_its_name(app: tether.App) -> None:
+    @app.agent
+    def agent(run: tether.Run) -> Any:
+        import concurrent.futures
+
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            fan = pool.submit(run.parallel, lambda: run.step("a", lambda: 1), lambda: 2)
+            return fan.result()
+
+    with pytest.raises(
+        (RunFailed, InvalidState), match=r"fan-out 'of 2 branches' was called from a thread"
+    ):
+        app.run(agent)

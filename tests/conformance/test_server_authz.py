@@ -4,8 +4,9 @@ Tokens are real (``app.tokens.create``): a viewer, an approver and an operator l
 tenant ``acme``, and an admin (every tenant). Runs belong to ``acme`` (own) or to
 ``globex`` (other). Another tenant's run is 404 (as an unknown id), before any role check;
 a role below the endpoint's is 403; no token is 401. An allowed act answers what the run's
-state makes of it: 409 for resolve (the run has no call in doubt) and retry (the run has
-not failed) still shows the request got past authorization.
+state makes of it: 409 for resolve (the run has no call in doubt), retry (the run has
+not failed) and budget (the run waits for an approval, not its budget) still shows the
+request got past authorization.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ GET  /api/runs/{run}/state        401   200 200 200 200   404 404 404 200
 GET  /api/runs/{run}/audit        401   200 200 200 200   404 404 404 200
 GET  /api/diff                    401   200 200 200 200   404 404 404 200
 GET  /api/approvals               401   200 200 200 200   200 200 200 200
+GET  /api/costs                   401   200 200 200 200   200 200 200 200
 GET  /api/queues                  401   403 403 403 200   403 403 403 200
 GET  /api/workers                 401   403 403 403 200   403 403 403 200
 GET  /api/runs/{run}/live         401   200 200 200 200   404 404 404 200
@@ -41,6 +43,7 @@ POST /api/runs/{run}/resolve      401   403 409 409 409   404 404 404 409
 POST /api/runs/{run}/signals/go   401   403 200 200 200   404 404 404 200
 POST /api/runs/{run}/cancel       401   403 403 200 200   404 404 404 200
 POST /api/runs/{run}/retry        401   403 403 409 409   404 404 404 409
+POST /api/runs/{run}/budget       401   403 403 409 409   404 404 404 409
 GET  /openapi.json                200   200 200 200 200   200 200 200 200
 GET  /                            200   200 200 200 200   200 200 200 200
 POST /api/logout                  204   204 204 204 204   204 204 204 204
@@ -56,6 +59,7 @@ BODIES: dict[str, Any] = {
     "go": {"payload": {"n": 1}},
     "cancel": {"reason": "matrix"},
     "retry": None,
+    "budget": {"add": {"steps": 1}},
 }
 
 

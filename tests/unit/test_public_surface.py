@@ -28,7 +28,11 @@ def _signature(obj: object) -> str:
 
 def _members(name: str, cls: type) -> list[str]:
     out = []
-    for attr, member in sorted(vars(cls).items()):
+    own: dict[str, object] = {}  # the class's and its tether mixins' (App: Tenancy, Settings)
+    for klass in reversed(cls.__mro__):
+        if klass.__module__.startswith("tether"):
+            own.update(vars(klass))
+    for attr, member in sorted(own.items()):
         if attr.startswith("_"):
             continue
         if isinstance(member, (property, functools.cached_property)):

@@ -1,4 +1,4 @@
-"""``tether approve|deny|signal|resolve|cancel|audit``: people and the outside world
+"""``tether approve|deny|signal|resolve|cancel|budget|audit``: people and the outside world
 deciding for runs (see :mod:`tether.engine.waits`)."""
 
 from __future__ import annotations
@@ -139,6 +139,48 @@ def _cancel(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
+def _budget_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="the run id (waiting on its budget)")
+    parser.add_argument(
+        "--add",
+        action="append",
+        required=True,
+        metavar="LIMIT=AMOUNT",
+        help="raise a limit by AMOUNT: steps, model_calls, tokens (whole numbers), cost "
+        "(a number), duration (seconds or 10m); repeat for several",
+    )
+    parser.add_argument(
+        "--by", help="who raises it (required without --token; with one: the token's name)"
+    )
+    parser.add_argument("--reason", help="why, kept in the run's log")
+
+
+def _amount(item: str) -> tuple[str, Any]:
+    name, sep, text = item.partition("=")
+    if not sep or not name or not text:
+        raise CommandError(f"--add takes LIMIT=AMOUNT, e.g. --add steps=10; not {item!r}", 2)
+    for kind in (int, float):
+        try:
+            return name, kind(text)
+        except ValueError:
+            pass
+    return name, text  # a duration's text ("10m"), or refused by the service
+
+
+def _budget(args: argparse.Namespace, ctx: Context) -> int:
+    app = ctx.view()
+    add: dict[str, Any] = {}
+    for item in args.add:
+        name, amount = _amount(item)
+        if name in add:
+            raise CommandError(f"--add {name} is given twice; give each limit once", 2)
+        add[name] = amount
+    app.raise_budget(args.run, by=args.by, add=add, reason=args.reason)
+    raised = ", ".join(f"{k} by {v}" for k, v in add.items())
+    ctx.print(f"raised the budget of run {args.run}: {raised}; {_goes_on(app, args.run)}")
+    return 0
+
+
 def _audit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", help="the run id")
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
@@ -206,6 +248,16 @@ COMMANDS = (
         "Cancels a queued, waiting or stopped run. With "
         "--compensate, the compensations of its completed write tools run first, "
         "newest first, each journaled.",
+    ),
+    Command(
+        "budget",
+        "raise the budget of a run waiting on one of its limits",
+        _budget_arguments,
+        _budget,
+        "A run that reached a limit of its tether.Limits (steps, model calls, tokens, "
+        "cost, duration) with on_exceeded='wait' waits; this adds to its limits, records "
+        "who raised them (--by or --token) in its log, and queues it again: a worker of "
+        "its queue, or `tether resume`, goes on from the call it stopped before.",
     ),
     Command("audit", "show a run's audit records (refused decisions)", _audit_arguments, _audit),
 )

@@ -22,6 +22,7 @@ from tether.model.events import Event
 from tether.model.state import RunState
 from tether.model.status import FINISHED, RunStatus
 from tether.model.steps import StepState
+from tether.services import budgets
 from tether.services.timetravel import Diff, History
 from tether.store import RunRecord
 
@@ -174,13 +175,26 @@ def runs_table(rows: Sequence[Mapping[str, Any]]) -> str:
             [
                 r["id"],
                 r["agent"],
-                r["status"] + (" (stalled)" * r["stalled"]),
+                r["status"] + (" (stalled)" * r["stalled"]) + _why(r),
                 r["position"],
                 when(r["updated_at"]),
             ]
             for r in rows
         ],
     )
+
+
+def _why(r: Mapping[str, Any]) -> str:  # waiting on, or failed by, its budget
+    spent = r.get("waiting") == "budget" or "budget exceeded" in (r.get("reason") or "")[:15]
+    return " (budget)" if spent and r["status"] in ("waiting", "failed") else ""
+
+
+def costs_table(by: str, rows: Sequence[Mapping[str, Any]]) -> str:
+    """``tether costs``: one row per agent or session (``-``: runs outside a session)."""
+    heads = [by.upper(), "RUNS", "CALLS", "IN", "OUT", "COST"]
+    cells = ["key", "runs", "calls", "input_tokens", "output_tokens"]
+    body = [[*(r[c] if r[c] is not None else "-" for c in cells), money(r["cost"])] for r in rows]
+    return table(heads, body, right="RUNS CALLS IN OUT COST")
 
 
 def run_summary(record: RunRecord, state: RunState, expected: int | None = None) -> dict[str, Any]:
@@ -191,6 +205,8 @@ def run_summary(record: RunRecord, state: RunState, expected: int | None = None)
         "version": record.version,
         "status": state.status,
         "stalled": stalled(record),
+        "waiting": state.waiting.get("kind") if state.waiting else None,
+        "reason": budgets.describe(state) if state.budget else None,
         "position": state.describe_position(expected),
         "committed": state.committed,
         "steps": len(state.steps),
@@ -224,6 +240,7 @@ def run_details(record: RunRecord, state: RunState) -> dict[str, Any]:
         "output": state.output,
         "failure": state.failure,
         "blocked": state.blocked,
+        "budget": state.budget,
         "vars": state.vars,
         "executions": state.executions,
         "usage": {
@@ -292,6 +309,8 @@ def header_text(record: RunRecord, state: RunState, expected: int | None = None)
     out[3:3] = _where_fields(record)
     if stalled(record):
         out.append(("note", f"no live process holds it: `tether resume {record.id}`"))
+    if state.budget:
+        out.append(("budget", str(budgets.describe(state))))
     out += [("var", f"{k} = {short(v)}") for k, v in state.vars.items()]
     out += [
         ("decision", f"{d.position} {d.name} = {short(d.output, 40)}; why: {short(d.why)}")

@@ -1,8 +1,9 @@
-"""``tether runs|show|log|resume|retry``: read runs and execute them again."""
+"""``tether runs|show|costs|log|resume|retry``: read runs and execute them again."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import tether
 from tether.cli import format as fmt
@@ -188,6 +189,27 @@ def _retry(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
+def _costs_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--by", choices=("agent", "session"), default="agent", help="sum per (default: agent)"
+    )
+    parser.add_argument("--agent", help="only runs of this agent")
+    parser.add_argument("--session", help="only runs of this session")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _costs(args: argparse.Namespace, ctx: Context) -> int:
+    found = ctx.read_view().costs(by=args.by, agent=args.agent, session=args.session)
+    rows = [dataclasses.asdict(t) for t in found]
+    if args.json:
+        ctx.print(fmt.json_text(rows))
+    elif not rows:
+        ctx.print("no model calls" + (" match" if args.agent or args.session else " yet"))
+    else:
+        ctx.print(fmt.costs_table(args.by, rows))
+    return 0
+
+
 COMMANDS = (
     Command(
         "runs",
@@ -206,6 +228,15 @@ COMMANDS = (
         "Shows a run's status, agent, position, usage totals, task variables and decisions, "
         "its failure (type, message, step, position; the traceback with --traceback) and a "
         "table of its steps: position, kind, name, status, attempts, duration, tokens, cost.",
+    ),
+    Command(
+        "costs",
+        "what model calls cost, per agent or per session",
+        _costs_arguments,
+        _costs,
+        "Sums the usage of the runs' model calls (cost, tokens, calls, runs) per agent or "
+        "per session, costliest first. A cost is the one the model reported, or the one "
+        "computed from the app's prices when the call was made (see docs/budgets.md).",
     ),
     Command(
         "log",

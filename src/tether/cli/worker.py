@@ -134,7 +134,7 @@ def _workers(args: argparse.Namespace, ctx: Context) -> int:
             ctx.print(json.dumps(row))
         return 0
     ctx.print(fmt.workers_table(rows) if rows else "no live workers")
-    budget = getattr(app.store, "connection_budget", None)
+    budget = app.connection_budget
     if budget is not None:  # the worker rows do not record their own: this configuration's
         ctx.print(
             f"connections per worker process, as configured here: at most {budget['total']} "

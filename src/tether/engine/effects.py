@@ -250,7 +250,8 @@ def tool_core(
     plain = codec.is_plain(inputs)  # the common case: nothing to reveal, one walk for both
     digest = _recorded_digest(j, tool.name, inputs, codec.digest(inputs, plain=plain))
     slot = j.slot("tool", tool.name, digest)
-    return _tool_call(j, slot, tool, inputs, digest, policy, plain)
+    core = _tool_call(j, slot, tool, inputs, digest, policy, plain)
+    return core if j.trace is None else j.trace.call(slot, core, args, kwargs)
 
 
 def _recorded_digest(j: Journal, name: str, inputs: Any, digest: str) -> str:

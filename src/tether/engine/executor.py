@@ -19,15 +19,18 @@ from typing import Any, NoReturn
 
 from tether.context.conversation import Session
 from tether.engine import compensation, gates
+from tether.engine import tracing as traces
 from tether.engine.calls import Cancelling, Core, Stopping, Suspended, agent_body
 from tether.engine.deps import Deps
 from tether.engine.journal import SECRET_TYPE, Journal, no_literal_secret
 from tether.engine.leases import Active, Leases
+from tether.engine.limits import meter
 from tether.engine.policy import Policy
 from tether.engine.registry import AgentDef, Registry
 from tether.engine.retry import Retry
 from tether.engine.runtime import AsyncRun, Run, adrive, drive
 from tether.engine.states import States
+from tether.engine.tracing import Tracing
 from tether.errors import (
     EncodeError,
     InvalidInput,
@@ -40,6 +43,7 @@ from tether.errors import (
 )
 from tether.model import codec, secrets
 from tether.model import events as ev
+from tether.model.budgets import Limits, Price, check_limits
 from tether.model.clock import new_run_id
 from tether.model.events import Event
 from tether.model.state import RunState, fold
@@ -96,6 +100,8 @@ class Executor:
         self.policy = policy
         self.inline_sleep_max = inline_sleep_max
         self.approver_groups = approver_groups  # names recorded with approval requests
+        self.tracing: Tracing | None = None  # tether.open(tracing=...): spans of executions
+        self.prices: dict[str, Price] = {}  # model -> price (tether.open(prices=...))
 
     def create(
         self,
@@ -105,6 +111,7 @@ class Executor:
         session: Session | None = None,
         *,
         tenant: str | None = None,
+        limits: Limits | None = None,
     ) -> Prepared:
         """Create a run of ``d`` (in ``session``, when given) under this process's lease,
         ready to execute here: nothing runs yet (see :meth:`continue_run`). Its owner (its
@@ -116,6 +123,16 @@ class Executor:
         data = {"agent": d.name, "version": d.version, "input": payload, "code": d.code}
         if session is not None:
             data["session"] = session.id
+        limits = check_limits(limits, "limits")  # before the span: a refusal leaves none open
+        if limits is not None:
+            data["limits"] = limits.data()
+        trace = None
+        if self.tracing is not None:  # the run's first execution: its span's context stored
+            sid = session.id if session is not None else None
+            trace = traces.start_run(self.tracing, d.name, run_id, session=sid, version=d.version)
+            traceparent = trace.traceparent()
+            if traceparent is not None:
+                data["trace"] = traceparent
         created = ev.new(ev.RUN_CREATED, data, now)
         started = ev.new(ev.RUN_STARTED, {"by": self.deps.owner, "epoch": 1}, now, self.deps.owner)
         sid, owner = (session.id, session.owner) if session is not None else (None, tenant)
@@ -142,6 +159,7 @@ class Executor:
             ]
         )
         journal, run = self._journal(d, state, lease)
+        journal.trace = trace
         if session is not None:
             run.bind_session(session)
         return d, journal, run, args, kwargs
@@ -185,6 +203,7 @@ class Executor:
             actor=lease.owner,
             detached_end=detached_end,
         )
+        journal.meter = meter(d.limits, self.prices, state, self.deps.clock.now())
         cls = AsyncRun if d.is_async else Run
         self.active.add(journal)
         groups = self.approver_groups
@@ -230,6 +249,8 @@ class Executor:
             self.deps.store.release(record.id, epoch=lease.epoch)
             return self.finished(record)
         journal, run = self._journal(d, state, lease, detached_end=worker)
+        if self.tracing is not None:
+            journal.trace = traces.resume_run(self.tracing, self.deps.store, d, record, state)
         started = {"by": lease.owner, "epoch": lease.epoch, "retry": retry}
         moved = None if worker else Transition(RunStatus.RUNNING)
         journal.defer([journal.event(ev.RUN_STARTED, started)], moved)
@@ -263,6 +284,12 @@ class Executor:
             import asyncio  # only for async agents: keeps `import tether` fast
 
             return asyncio.run(self.acontinue_run(prepared))
+        trace = None if isinstance(prepared, RunHandle) else prepared[1].trace
+        if trace is not None:
+            return trace.traced(self._continue, prepared)
+        return self._continue(prepared)
+
+    def _continue(self, prepared: RunHandle | Prepared) -> RunHandle:
         step = self._continuation(prepared)
         if isinstance(step, RunHandle):
             return step
@@ -273,6 +300,12 @@ class Executor:
 
     async def acontinue_run(self, prepared: RunHandle | Prepared) -> RunHandle:
         """:meth:`_continuation`, carried out in the running event loop."""
+        trace = None if isinstance(prepared, RunHandle) else prepared[1].trace
+        if trace is not None:
+            return await trace.atraced(self._acontinue, prepared)
+        return await self._acontinue(prepared)
+
+    async def _acontinue(self, prepared: RunHandle | Prepared) -> RunHandle:
         step = self._continuation(prepared)
         if isinstance(step, RunHandle):
             return step
@@ -321,7 +354,7 @@ class Executor:
             try:
                 with agent_body(journal.run_id):
                     output = d.fn(run, *args, **kwargs)
-                _raise_poison(journal)
+                journal.raise_poison()
             except BaseException as exc:
                 ended = self._ended(journal, exc)
                 if isinstance(ended, RunHandle):
@@ -347,7 +380,7 @@ class Executor:
                 with agent_body(journal.run_id):
                     result = d.fn(run, *args, **kwargs)
                     output = await result if inspect.isawaitable(result) else result
-                _raise_poison(journal)
+                journal.raise_poison()
             except BaseException as exc:
                 ended = self._ended(journal, exc)
                 if isinstance(ended, RunHandle):
@@ -364,7 +397,7 @@ class Executor:
         ``exc`` for a pause (a crash-like exit, a lost lease, the database gone)."""
         if isinstance(exc, Suspended):
             return self._waiting(journal, exc)
-        fault = _fault(journal, exc)
+        fault = journal.fault(exc)
         with suppress(LeaseLost, StoreUnavailable):  # poisons the journal: a pause below
             journal.flush()  # the step before the exception: its record, before the log is read
         if isinstance(exc, Cancelling):
@@ -430,7 +463,7 @@ class Executor:
         )
 
     def _stopped(self, journal: Journal, exc: BaseException, fault: BaseException) -> Core | None:
-        """Why execution stopped (``fault``: see :func:`_fault`): None for a pause
+        """Why execution stopped (``fault``: see :meth:`Journal.fault`): None for a pause
         (crash-like exit, lost lease), a block (raised), else the core that records the
         failure (compensating completed write tools first)."""
         if isinstance(fault, LeaseLost | StoreUnavailable):
@@ -552,23 +585,3 @@ class Executor:
             )
         except TetherError as e:  # best effort: the lease expires anyway
             log.warning("could not suspend run %s cleanly: %s", journal.run_id, e)
-
-
-def _fault(journal: Journal, exc: BaseException) -> BaseException:
-    """What stopped the execution: what poisoned the journal (a lost lease or database,
-    a code change, a call refused in a thread), else ``exc``. A lost lease or database
-    keeps the journal refusing writes; the agent's own fault does not stop tether's
-    records (the deferred step, the failure, the block)."""
-    poisoned = journal.poisoned
-    if isinstance(poisoned, LeaseLost | StoreUnavailable):
-        return poisoned
-    journal.poisoned = None
-    return poisoned if poisoned is not None else exc
-
-
-def _raise_poison(journal: Journal) -> None:
-    """Raise what made the journal refuse writes when the agent returned anyway: it caught
-    the error (a code change, a lease lost), or a thread of its own met it and nobody
-    read it. Its run must not end as if whole."""
-    if journal.poisoned is not None:
-        raise journal.poisoned

@@ -39,6 +39,20 @@ def approve_core(
     approvers are groups, so that no process deciding it later (a CLI without the app)
     takes a group's name for a person's."""
     slot = j.slot("approve", name)
+    if j.trace is not None:
+        return j.trace.gate(slot, lambda: _approve(j, slot, payload, approvers, timeout, groups))
+    return _approve(j, slot, payload, approvers, timeout, groups)
+
+
+def _approve(
+    j: Journal,
+    slot: Slot,
+    payload: Any,
+    approvers: Iterable[str] | None,
+    timeout: Any,
+    groups: Collection[str],
+) -> Any:
+    name = slot.name
     rec = slot.recorded
     if rec is not None and rec.status == StepStatus.COMPLETED:
         return _decision(j.run_id, name, rec.output)
@@ -116,7 +130,9 @@ def sleep_core(j: Journal, name: str, duration: Any, inline_max: float) -> Core:
     the run wait (no lease) until a worker or ``tether resume`` wakes it. The position
     is taken now, in the order of the calls; the core returned sleeps.
     """
-    return _sleep(j, j.slot("sleep", name), duration, inline_max)
+    slot = j.slot("sleep", name)
+    core = _sleep(j, slot, duration, inline_max)
+    return core if j.trace is None else j.trace.call(slot, core, (duration,), {})
 
 
 def _sleep(j: Journal, slot: Slot, duration: Any, inline_max: float) -> Core:
@@ -146,6 +162,13 @@ def _sleep(j: Journal, slot: Slot, duration: Any, inline_max: float) -> Core:
 def wait_core(j: Journal, name: str, timeout: Any) -> Any:
     """Wait for signal ``name``: take a pending one, or make the run wait for it."""
     slot = j.slot("wait", name)
+    if j.trace is not None:
+        return j.trace.gate(slot, lambda: _wait(j, slot, timeout))
+    return _wait(j, slot, timeout)
+
+
+def _wait(j: Journal, slot: Slot, timeout: Any) -> Any:
+    name = slot.name
     rec = slot.recorded
     if rec is not None and rec.status == StepStatus.COMPLETED:
         return _waited(j.run_id, name, rec.output)
@@ -217,5 +240,7 @@ def resumable(store: Store, clock: Clock, state: RunState) -> str | None:
         "doubt": f"tool {name!r} may or may not have run before a "
         f"{'timeout' if w.get('reason') == 'timeout' else 'crash'}: `tether resolve "
         f"{state.run_id} --happened|--not-happened --by NAME`",
+        "budget": f"it reached its {name} limit: `tether budget {state.run_id} --add "
+        f"{name}=N --by NAME` raises it",
     }
     return f"run {state.run_id} cannot resume yet: " + hints.get(str(kind), f"it waits ({kind})")

@@ -36,7 +36,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether.engine.calls import Slot, Suspended, current_task
+from tether.engine.limits import Meter
 from tether.engine.retry import Retry
+from tether.engine.tracing import RunTrace
 from tether.errors import (
     EncodeError,
     InvalidState,
@@ -119,6 +121,7 @@ class Journal:
         self.pos = 0
         self.actor = actor
         self.poisoned: BaseException | None = None
+        self.meter: Meter | None = None  # prices and limits (tether.engine.limits), if any
         # a worker's execution: nothing waits for the run's final event, so its append
         # need not wait for the commit (a crash before it replays the run to the same end)
         self.detached_end = detached_end
@@ -134,6 +137,7 @@ class Journal:
         self.lock = threading.RLock()
         self.thread = threading.get_ident()  # the agent's thread
         self.agent_task: object | None = None  # an async agent's task (the executor sets it)
+        self.trace: RunTrace | None = None  # this execution's spans (tether.engine.tracing)
         self._took: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self._in_flight: dict[Any, int] = {}  # task -> its calls taken and not finished
         self._fork_edits = sorted(state.fork_edits, key=lambda edit: edit[0])
@@ -171,6 +175,8 @@ class Journal:
             slot = Slot(pos, kind, name, recorded)
             if slot.done:
                 self.reused.append((slot.pos, name))
+            elif self.meter is not None:
+                self.meter.check(self, slot)  # a limit reached: wait or fail, before the call
             self._apply_fork_vars()
             return slot
 
@@ -295,6 +301,24 @@ class Journal:
             recorded = self.recorded[pos - 1] if pos <= len(self.recorded) else None
         return None if recorded is None or recorded.status == UNRECORDED else recorded
 
+    def fault(self, exc: BaseException) -> BaseException:
+        """What stopped the execution: what poisoned this journal (a lost lease or database,
+        a code change, a call refused in a thread), else ``exc``. A lost lease or database
+        keeps the journal refusing writes; the agent's own fault does not stop tether's
+        records (the deferred step, the failure, the block)."""
+        poisoned = self.poisoned
+        if isinstance(poisoned, LeaseLost | StoreUnavailable):
+            return poisoned
+        self.poisoned = None
+        return poisoned if poisoned is not None else exc
+
+    def raise_poison(self) -> None:
+        """Raise what made the journal refuse writes when the agent returned anyway: it
+        caught the error (a code change, a lease lost), or a thread of its own met it and
+        nobody read it. Its run must not end as if whole."""
+        if self.poisoned is not None:
+            raise self.poisoned
+
     # -- appends ----------------------------------------------------------
 
     def append(
@@ -411,6 +435,11 @@ class Journal:
             data["key"] = key
         if extra:
             data.update(extra)
+        if slot.kind == "llm" and self.meter is not None:
+            with self.lock:  # a fan-out's model calls count from several threads
+                usage = self.meter.record(output, data.get("model"))
+            if usage is not None:  # computed here (prices), or a call that reported none
+                data["usage"] = usage
         try:
             event = self.event(ev.STEP_COMPLETED, data)
             no_literal_secret(

@@ -37,6 +37,7 @@ from tether.engine.effects import ToolDef, define_tool, guarded
 from tether.engine.retry import Retry
 from tether.errors import InvalidInput, NotFound
 from tether.model import inputs
+from tether.model.budgets import Limits, check_limits
 from tether.store import RunRecord
 
 log = logging.getLogger("tether")
@@ -56,6 +57,7 @@ class AgentDef:
     fn: Callable[..., Any]
     is_async: bool
     code: dict[str, Any]
+    limits: Limits | None = None  # what each of its runs may spend (tether.model.budgets)
 
 
 class Registry:
@@ -250,19 +252,28 @@ def agent(fn: F) -> F: ...
 
 @overload
 def agent(
-    fn: None = None, *, name: str | None = None, version: str | None = None
+    fn: None = None,
+    *,
+    name: str | None = None,
+    version: str | None = None,
+    limits: Limits | None = None,
 ) -> Callable[[F], F]: ...
 
 
 def agent(
-    fn: F | None = None, *, name: str | None = None, version: str | None = None
+    fn: F | None = None,
+    *,
+    name: str | None = None,
+    version: str | None = None,
+    limits: Limits | None = None,
 ) -> F | Callable[[F], F]:
     """Declare an agent without an App (``@tether.agent``): any App runs it, and a
     resume in another process finds it by the module its run recorded, once the
     operator allows that module (``code=``, ``--code``: see :mod:`tether.engine.registry`)."""
 
     def declare(f: F) -> F:
-        f.__tether_agent__ = _define(f, name, version)  # type: ignore[attr-defined]
+        d = _define(f, name, version, check_limits(limits, "@agent(limits=...)"))
+        f.__tether_agent__ = d  # type: ignore[attr-defined]
         return f
 
     return declare(fn) if fn is not None else declare
@@ -315,7 +326,9 @@ def tool(
     return declare(fn) if fn is not None else declare
 
 
-def _define(fn: Callable[..., Any], name: str | None, version: str | None) -> AgentDef:
+def _define(
+    fn: Callable[..., Any], name: str | None, version: str | None, limits: Limits | None = None
+) -> AgentDef:
     if not callable(fn):
         raise TypeError(f"@app.agent decorates a function, not {fn!r}")
     params = list(inspect.signature(fn).parameters)
@@ -331,4 +344,4 @@ def _define(fn: Callable[..., Any], name: str | None, version: str | None) -> Ag
     source = inspect.getsourcefile(fn)
     if source:
         code["file"] = os.path.abspath(source)
-    return AgentDef(name, version, fn, inspect.iscoroutinefunction(fn), code)
+    return AgentDef(name, version, fn, inspect.iscoroutinefunction(fn), code, limits)

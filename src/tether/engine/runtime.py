@@ -186,6 +186,15 @@ class _RunBase:
         session = self.session
         return {} if session is None else {"prompt": session.prompt_refs(messages)}
 
+    def _llm_note(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """A model call's additions to its record: its prompt, and the ``model=`` it was
+        given when the app has prices (its cost is computed from that model's)."""
+        note = self._prompt(kwargs["messages"]) if "messages" in kwargs else {}
+        meter, model = self._j.meter, kwargs.get("model")
+        if meter is not None and meter.prices and isinstance(model, str):
+            note["model"] = model
+        return note
+
     @property
     def id(self) -> str:
         """The run id."""
@@ -215,8 +224,8 @@ class _RunBase:
         retry: Retry | None,
     ) -> Core:
         note = None
-        if kind == "llm" and "messages" in kwargs:  # plain steps pay nothing
-            note = partial(self._prompt, kwargs["messages"])
+        if kind == "llm" and ("messages" in kwargs or "model" in kwargs):  # steps pay nothing
+            note = partial(self._llm_note, kwargs)
         return step_core(self._j, kind, name, fn, args, kwargs, retry or self._retry, note)
 
     def _map_cores(

@@ -42,8 +42,10 @@ def step_core(
     slot = j.slot(kind, name)
     if slot.done:
         assert slot.recorded is not None
-        return replayed(slot.recorded.output)
-    return _step(j, slot, fn, args, kwargs, policy, note)
+        core = replayed(slot.recorded.output)
+    else:
+        core = _step(j, slot, fn, args, kwargs, policy, note)
+    return core if j.trace is None else j.trace.call(slot, core, args, kwargs)
 
 
 def replayed(value: Any) -> Core:

@@ -48,6 +48,9 @@ WAIT_STARTED = "wait.started"  # timeout_at: waiting for a signal
 # Compensation (tether.engine.compensation) and cancellation
 RUN_COMPENSATING = "run.compensating"  # reason, error: undoing completed write tools
 RUN_CANCELLED = "run.cancelled"  # by, reason
+# Budgets (tether.engine.limits): a limit reached before the call at pos; a human raised it
+BUDGET_EXCEEDED = "budget.exceeded"  # pos, name, kind, limit, max, used, on_exceeded
+BUDGET_RAISED = "budget.raised"  # add (limit field -> amount), by, reason
 
 ALL_TYPES = frozenset(
     {
@@ -72,6 +75,8 @@ ALL_TYPES = frozenset(
         WAIT_STARTED,
         RUN_COMPENSATING,
         RUN_CANCELLED,
+        BUDGET_EXCEEDED,
+        BUDGET_RAISED,
     }
 )
 

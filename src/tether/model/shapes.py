@@ -189,6 +189,8 @@ SHAPES: dict[str, tuple[Mapping[str, Check], Mapping[str, Check]]] = {
             "code": code,
             "queue": opt(name),
             "session": opt(name),
+            "trace": opt(text),  # a W3C traceparent (tether.open(tracing=...))
+            "limits": opt(obj),
         },
     ),
     ev.RUN_STARTED: ({}, {"by": opt(text), "epoch": count, "retry": flag}),
@@ -246,6 +248,11 @@ SHAPES: dict[str, tuple[Mapping[str, Check], Mapping[str, Check]]] = {
         {"reason": text, "from_position": pos},
         {"error": opt(obj)},
     ),
+    ev.BUDGET_EXCEEDED: (
+        {**STEP, "limit": name, "on_exceeded": name},
+        {"kind": name, "max": anything, "used": obj},
+    ),
+    ev.BUDGET_RAISED: ({"add": obj, "by": text}, {"reason": opt(text)}),
     ev.RUN_CANCELLED: (
         {},
         {"by": opt(text), "reason": opt(text), "compensation_failures": opt(entries)},

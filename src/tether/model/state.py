@@ -67,6 +67,9 @@ class RunState:
     compensating: Mapping[str, Any] | None = None  # why completed write tools are undone
     # the code no longer matches the log (status blocked): message, position, recorded, found
     blocked: Mapping[str, Any] | None = None
+    # limits given at the start ("limits"), raised since ("added": field -> amount), and the
+    # last limit reached ("exceeded": limit, max, used, position); see tether.model.budgets
+    budget: Mapping[str, Any] | None = None
 
     @property
     def error(self) -> Mapping[str, Any] | None:
@@ -190,6 +193,8 @@ def _created(f: _Fold, e: Event, d: dict[str, Any]) -> None:
         created_at=e.at,
         status=RunStatus.QUEUED,
     )
+    if d.get("limits"):
+        f.s["budget"] = {"limits": d["limits"], "added": {}}
 
 
 def _started(f: _Fold, e: Event, d: dict[str, Any]) -> None:
@@ -377,6 +382,24 @@ def _cancelled(f: _Fold, e: Event, d: dict[str, Any]) -> None:
     )
 
 
+def _budget_exceeded(f: _Fold, e: Event, d: dict[str, Any]) -> None:
+    keys = ("limit", "max", "used", "on_exceeded", "kind")
+    exceeded = {**{k: d.get(k) for k in keys}, "position": d["pos"], "at": e.at}
+    f.s["budget"] = {**(f.s["budget"] or {"added": {}}), "exceeded": exceeded}
+    if d["on_exceeded"] == "wait":
+        f.wait("budget", {"name": d["limit"], "pos": d["pos"]}, e, max=d.get("max"))
+
+
+def _budget_raised(f: _Fold, e: Event, d: dict[str, Any]) -> None:
+    budget = dict(f.s["budget"] or {})
+    added = dict(budget.get("added") or {})
+    for field_, amount in d["add"].items():
+        added[field_] = added.get(field_, 0) + amount
+    f.s["budget"] = {**budget, "added": added, "exceeded": None}
+    if (f.s["waiting"] or {}).get("kind") == "budget":
+        f.unwait()
+
+
 def _step_completed(f: _Fold, e: Event, d: dict[str, Any]) -> None:
     pos = d["pos"]
     old = f.get_step(pos, d, e)
@@ -497,6 +520,8 @@ _HANDLERS = {
     ev.WAIT_STARTED: _wait_started,
     ev.RUN_COMPENSATING: _compensating,
     ev.RUN_CANCELLED: _cancelled,
+    ev.BUDGET_EXCEEDED: _budget_exceeded,
+    ev.BUDGET_RAISED: _budget_raised,
     ev.STEP_COMPLETED: _step_completed,
     ev.STEP_FAILED: _step_failed,
     ev.DECISION: _decision,

@@ -6,8 +6,8 @@ A run's status (``RunState.status``, the ``runs.status`` column, ``tether runs -
     queued -> running -> completed | failed | cancelled
                  |  ^
                  v  |
-               waiting (approval, signal, timer, doubt)     blocked (the code no longer
-                                                            matches its log; `tether retry`)
+               waiting (approval, signal, timer, doubt,   blocked (the code no longer
+               budget)                                      matches its log; `tether retry`)
 
 ``completed``, ``failed`` and ``cancelled`` are final (:data:`FINISHED`). Both enums are
 ``str`` subclasses: ``state.status == "completed"`` holds, and they encode as plain strings.

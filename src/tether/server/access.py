@@ -29,7 +29,7 @@ from tether.model.state import RunState
 from tether.services import timetravel
 from tether.services.identity import Identity
 from tether.services.listing import InboxPage, RunPage
-from tether.store import AuditRecord, RunRecord
+from tether.store import AuditRecord, RunRecord, UsageTotal
 
 T = TypeVar("T")
 
@@ -112,6 +112,10 @@ class Access:
         """A page of the runs ``who`` may see (its tenant's), filtered."""
         return self.scope.list_runs(**filters)
 
+    def costs(self, **filters: Any) -> list[UsageTotal]:
+        """Model usage per agent or session of the runs ``who`` may see."""
+        return self.scope.costs(**filters)
+
     def inbox(self, *, limit: int, cursor: str | None) -> InboxPage:
         """A page of the runs of ``who``'s tenant waiting for a person."""
         return self.scope.inbox(limit=limit, cursor=cursor)
@@ -148,3 +152,8 @@ class Access:
         """Put a failed or blocked run back in its queue: the server never executes runs."""
         retry = self.scope.retry_run
         return self.act("retry", run_id, lambda: retry(run_id, in_queue=True))
+
+    def raise_budget(self, run_id: str, *, add: dict[str, Any], reason: str | None) -> None:
+        """Raise the budget of a run waiting on one, as ``who`` (the recorded ``by``)."""
+        raise_ = self.scope.raise_budget
+        self.act("budget", run_id, lambda: raise_(run_id, add=add, reason=reason))

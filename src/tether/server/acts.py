@@ -1,5 +1,5 @@
 """The routes that act on a run: fork, decide an approval, resolve a call in doubt, signal,
-cancel, retry; and the browser session's login and logout.
+cancel, retry, raise a budget; and the browser session's login and logout.
 
 Each acts as the caller's identity (its token's name is the recorded ``by``/``sender``),
 after :class:`~tether.server.access.Access` checked the tenant and the role. The server
@@ -78,6 +78,14 @@ def retry(caller: Caller, run_id: str) -> schemas.Done:
     """Put a failed (or blocked) run back in its queue, where a worker retries it from
     its failed step. Operator."""
     caller.retry(run_id)
+    return _done(caller, run_id)
+
+
+@router.post("/runs/{run_id}/budget", response_model=schemas.Done)
+def raise_budget(caller: Caller, run_id: str, body: schemas.BudgetIn) -> schemas.Done:
+    """Raise the limits of a run waiting on its budget by ``add``; a worker of its queue
+    (or ``tether resume``) goes on. Operator."""
+    caller.raise_budget(run_id, add=dict(body.add), reason=body.reason)
     return _done(caller, run_id)
 
 

@@ -3,6 +3,7 @@ approvals inbox, queues and workers (any role but the last two: admin)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request
@@ -61,6 +62,27 @@ def runs(
         cursor=cursor,
     )
     return schemas.RunList(runs=[views.summary(r) for r in page.runs], next_cursor=page.next_cursor)
+
+
+@router.get("/costs", response_model=list[schemas.CostTotal])
+def costs(
+    caller: Caller,
+    by: Literal["agent", "session"] = "agent",
+    agent: Name | None = None,
+    session: Name | None = None,
+    created_after: Annotated[float | None, Query(ge=0, le=1e11)] = None,
+    created_before: Annotated[float | None, Query(ge=0, le=1e11)] = None,
+) -> list[schemas.CostTotal]:
+    """Model usage (cost, tokens, calls, runs) per agent or per session of the runs the
+    filters select, costliest first. A tenant's token sums its tenant's runs alone."""
+    found = caller.costs(
+        by=by,
+        agent=agent,
+        session=session,
+        created_after=created_after,
+        created_before=created_before,
+    )
+    return [schemas.CostTotal(**dataclasses.asdict(t)) for t in found]
 
 
 @router.get("/runs/{run_id}", response_model=schemas.RunPage)

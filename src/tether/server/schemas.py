@@ -137,6 +137,25 @@ class CancelIn(Strict):
     reason: str | None = Field(None, max_length=10_000)
 
 
+class CostTotal(BaseModel):
+    """Model usage summed per agent or per session (``key``: its name or id)."""
+
+    key: str | None
+    runs: int
+    calls: int
+    cost: float
+    input_tokens: int
+    output_tokens: int
+
+
+class BudgetIn(Strict):
+    """What to add to a run's limits: ``{"steps": 10, "cost": 1.5}`` (steps, model_calls,
+    tokens, cost, duration in seconds or "10m")."""
+
+    add: dict[str, int | float | str] = Field(min_length=1, max_length=5)
+    reason: str | None = Field(None, max_length=10_000)
+
+
 class Done(BaseModel):
     """An act's outcome: the run's status after it."""
 

@@ -18,7 +18,7 @@ Roles are ordered; each includes the ones before it:
 ========  =================================================================
 viewer    read: runs, their state, events, history, diffs, audit, the inbox
 approver  + decide: approve, deny, resolve an effect in doubt, send a signal
-operator  + act on runs: cancel, retry, resume, fork, start
+operator  + act on runs: cancel, retry, resume, fork, start, raise a budget
 admin     + manage tokens; see queues and workers; gc, import, worker (span tenants)
 ========  =================================================================
 
@@ -86,6 +86,7 @@ ACTIONS: dict[str, Role] = {
     "retry": Role.OPERATOR,
     "resume": Role.OPERATOR,
     "fork": Role.OPERATOR,
+    "budget": Role.OPERATOR,  # raise a run's budget
     "start": Role.OPERATOR,
     "queues": Role.ADMIN,
     "workers": Role.ADMIN,
@@ -99,6 +100,7 @@ _VERBS = {
     "queues": "see the queues",
     "workers": "see the workers",
     "maintain": "run commands that span tenants",
+    "budget": "raise a budget",
 }
 
 

@@ -12,12 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether.context.conversation import Session
+from tether.engine import tracing as traces
 from tether.engine.deps import Deps
 from tether.engine.executor import Executor
 from tether.engine.registry import Registry
 from tether.errors import InvalidInput
 from tether.model import events as ev
 from tether.model import inputs
+from tether.model.budgets import Limits, check_limits
 from tether.model.clock import new_run_id
 from tether.model.durations import Duration, parse_duration
 from tether.model.status import RunStatus
@@ -108,11 +110,12 @@ class Queues:
         dedup_key: str | None = None,
         delay: Duration | None = None,
         concurrency_key: str | None = None,
+        limits: Limits | None = None,
         **kwargs: Any,
     ) -> str:
         """Enqueue a run of ``agent`` (in ``session``, when given) and return its id; see
         :meth:`tether.App.start` for the arguments."""
-        options = Start(queue, priority, run_id, dedup_key, delay, concurrency_key)
+        options = Start(queue, priority, run_id, dedup_key, delay, concurrency_key, limits)
         return self.enqueue(session, agent, args, kwargs, options)
 
     def enqueue(
@@ -130,6 +133,7 @@ class Queues:
         d = self.registry.resolve(agent)
         now = self.deps.clock.now()
         _check_start(o.queue, o.priority, o.run_id, o.dedup_key, o.concurrency_key)
+        check_limits(o.limits, "limits")
         seconds = parse_duration(o.delay, what="delay") or 0.0
         payload = self.executor.check_input(d, args, kwargs)
         if session is not None:  # after the checks: bad input creates no session either
@@ -158,6 +162,12 @@ class Queues:
         }
         if session is not None:
             data["session"] = session.id
+        tracing = self.executor.tracing
+        traceparent = tracing and traces.enqueued(tracing, d.name, new.id, o.queue)
+        if traceparent is not None:  # the trace its executions (on any worker) join
+            data["trace"] = traceparent
+        if o.limits is not None:
+            data["limits"] = o.limits.data()
         created = ev.new(ev.RUN_CREATED, data, now)
         rid, _ = self.deps.store.enqueue(
             new, [created], now=now, max_depth=self.config(o.queue).max_depth
@@ -175,6 +185,7 @@ class Start:
     dedup_key: str | None = None
     delay: Duration | None = None
     concurrency_key: str | None = None
+    limits: Limits | None = None  # the run's own (tether.model.budgets)
 
 
 def _check_rate(queue: str, rate: Any) -> None:

@@ -41,6 +41,7 @@ from tether.store.records import (
     Snapshot,
     TokenRecord,
     Transition,
+    UsageTotal,
     WorkerRecord,
     pick_within_limits,
 )
@@ -71,6 +72,7 @@ __all__ = [
     "Store",
     "TokenRecord",
     "Transition",
+    "UsageTotal",
     "WorkerRecord",
     "Workers",
     "pick_within_limits",

@@ -37,6 +37,7 @@ from tether.store.records import (
     Snapshot,
     TokenRecord,
     Transition,
+    UsageTotal,
     WorkerRecord,
 )
 
@@ -83,6 +84,12 @@ class RunLog(Protocol):
         of the previous page (keyset paging: a page costs the same at any depth, and runs
         created meanwhile never shift a page). One read; an index fits each filter
         (schema 11)."""
+        ...
+
+    def usage_totals(self, filters: RunFilter, *, by: str) -> list[UsageTotal]:
+        """Model usage per agent (``by="agent"``) or per session (``by="session"``) of the
+        runs matching ``filters``, costliest first: one read of the runs the filters select
+        (an index fits each) and of their model calls' events (by the events' key)."""
         ...
 
     def inbox_runs(

@@ -59,6 +59,19 @@ class RunFilter:
 
 
 @dataclass(frozen=True, slots=True)
+class UsageTotal:
+    """Model usage summed over runs (RunLog.usage_totals): ``key`` is the agent's name or
+    the session's id (None: runs outside a session); ``runs`` with a model call, ``calls``."""
+
+    key: str | None
+    runs: int
+    calls: int
+    cost: float
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
 class NewRun:
     """A run about to be created."""
 

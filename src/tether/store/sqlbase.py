@@ -46,6 +46,7 @@ from tether.store.records import (
     Snapshot,
     TokenRecord,
     Transition,
+    UsageTotal,
     WorkerRecord,
 )
 
@@ -148,7 +149,16 @@ class SqlStore:
     def page_runs(
         self, filters: RunFilter, *, limit: int, after: tuple[float, str] | None = None
     ) -> list[RunRecord]:
-        params: dict[str, Any] = {"limit": limit}
+        parts, params = self._filters(filters)
+        params["limit"] = limit
+        if after is not None:
+            parts.append(self._Q["page_runs_cursor"])
+            params.update(cursor_at=after[0], cursor_id=after[1])
+        return self._composed("page_runs", parts, params)
+
+    def _filters(self, filters: RunFilter) -> tuple[list[str], dict[str, Any]]:
+        """The page_runs_* conditions of ``filters`` and their parameters."""
+        params: dict[str, Any] = {}
         parts = []
         for name in ("status", "agent", "queue", "session", "tenant"):
             value = getattr(filters, name)
@@ -162,10 +172,16 @@ class SqlStore:
             if getattr(filters, bound) is not None:
                 parts.append(self._Q[f"page_runs_{name}"])
                 params[bound] = getattr(filters, bound)
-        if after is not None:
-            parts.append(self._Q["page_runs_cursor"])
-            params.update(cursor_at=after[0], cursor_id=after[1])
-        return self._composed("page_runs", parts, params)
+        return parts, params
+
+    def usage_totals(self, filters: RunFilter, *, by: str) -> list[UsageTotal]:
+        parts, params = self._filters(filters)
+        sql = self._Q["usage_totals"].replace("/*filters*/", " ".join(parts))
+        with self._for_read() as conn:
+            rows = conn.execute(sql, {**params, "by": by}).fetchall()
+        return [
+            UsageTotal(r[0], int(r[1]), int(r[2]), float(r[3]), int(r[4]), int(r[5])) for r in rows
+        ]
 
     def inbox_runs(
         self, *, tenant: str | None, limit: int, after: tuple[float, str] | None = None

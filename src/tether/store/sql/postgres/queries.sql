@@ -676,3 +676,22 @@ ORDER BY updated_at, id LIMIT %(limit)s::bigint;
 -- name: inbox_runs_cursor
 -- Keyset: the inbox's runs after the last one of the previous page (oldest first).
 AND (updated_at, id) > (%(cursor_at)s::float8, %(cursor_id)s::text)
+
+-- name: usage_totals
+-- Model usage per agent or per session (%(by)s) of the runs the page_runs_* filters (the
+-- /*filters*/ mark) select: each run's model calls' step.completed events, read by the
+-- events' key (run_id, seq); the usage recorded with a call (priced by tether) or its result's.
+SELECT CASE WHEN %(by)s::text = 'session' THEN r.session_id ELSE r.agent END AS key,
+       COUNT(DISTINCT r.id), COUNT(*),
+       SUM(COALESCE((j #>> '{usage,cost}')::float8, (j #>> '{output,usage,cost}')::float8,
+                    (j #>> '{output,usage,cost_usd}')::float8, 0)),
+       SUM(COALESCE((j #>> '{usage,input_tokens}')::bigint,
+                    (j #>> '{output,usage,input_tokens}')::bigint,
+                    (j #>> '{output,usage,prompt_tokens}')::bigint, 0)),
+       SUM(COALESCE((j #>> '{usage,output_tokens}')::bigint,
+                    (j #>> '{output,usage,output_tokens}')::bigint,
+                    (j #>> '{output,usage,completion_tokens}')::bigint, 0))
+FROM runs AS r JOIN events AS e ON e.run_id = r.id
+CROSS JOIN LATERAL (SELECT e.data::jsonb AS j) AS x
+WHERE e.type = 'step.completed' AND j ->> 'kind' = 'llm' /*filters*/
+GROUP BY 1 ORDER BY 4 DESC, 1;

@@ -370,3 +370,23 @@ ORDER BY updated_at, id LIMIT :limit;
 -- name: inbox_runs_cursor
 -- Keyset: the inbox's runs after the last one of the previous page (oldest first).
 AND (updated_at, id) > (:cursor_at, :cursor_id)
+
+-- name: usage_totals
+-- Model usage per agent or per session (:by) of the runs the page_runs_* filters (the
+-- /*filters*/ mark) select: each run's model calls' step.completed events, read as the
+-- run's range of the events B-tree; the usage recorded with a call (priced by tether) or its
+-- result's.
+SELECT CASE WHEN :by = 'session' THEN r.session_id ELSE r.agent END AS key,
+       COUNT(DISTINCT r.id), COUNT(*),
+       SUM(COALESCE(json_extract(e.data, '$.usage.cost'),
+                    json_extract(e.data, '$.output.usage.cost'),
+                    json_extract(e.data, '$.output.usage.cost_usd'), 0)),
+       SUM(COALESCE(json_extract(e.data, '$.usage.input_tokens'),
+                    json_extract(e.data, '$.output.usage.input_tokens'),
+                    json_extract(e.data, '$.output.usage.prompt_tokens'), 0)),
+       SUM(COALESCE(json_extract(e.data, '$.usage.output_tokens'),
+                    json_extract(e.data, '$.output.usage.output_tokens'),
+                    json_extract(e.data, '$.output.usage.completion_tokens'), 0))
+FROM runs AS r JOIN events AS e ON e.key > r.rk << 32 AND e.key < (r.rk + 1) << 32
+WHERE e.type = 'step.completed' AND json_extract(e.data, '$.kind') = 'llm' /*filters*/
+GROUP BY 1 ORDER BY 4 DESC, 1;

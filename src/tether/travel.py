@@ -1,0 +1,114 @@
+"""Time travel, export and retention (a mixin of :class:`tether.App`): a run's history,
+its state at any point, diffs, forks, export and import, and ``gc`` (see
+:mod:`tether.services.timetravel`, :mod:`tether.services.export`,
+:mod:`tether.services.retention`)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any, TextIO
+
+from tether.engine.deps import Deps
+from tether.engine.states import States
+from tether.model import inputs
+from tether.model.clock import Clock
+from tether.model.durations import Duration
+from tether.model.state import RunState
+from tether.services import export, retention, timetravel
+from tether.store import Store
+
+
+class TimeTravel:
+    """The App's methods of this module (a mixin of :class:`tether.App`)."""
+
+    store: Store
+    clock: Clock
+    _deps: Deps
+    _states: States
+
+    def history(self, run_id: str) -> timetravel.History:
+        """The run's row, every event with its seq, and its steps."""
+        return timetravel.history(self.store, inputs.lookup_id(run_id))
+
+    def state(
+        self,
+        run_id: str,
+        *,
+        at: int | None = None,
+        step: int | str | None = None,
+        when: timetravel.When = "after",
+    ) -> RunState:
+        """The exact state at seq ``at``, or before/after ``step`` (a position or a name);
+        the head when neither is given."""
+        return timetravel.state_at(
+            self._states, inputs.lookup_id(run_id), at=at, step=step, when=when
+        )
+
+    def diff(
+        self, a: RunState | str, b: RunState | str, *, bookkeeping: bool = False
+    ) -> timetravel.Diff:
+        """What differs from state ``a`` to state ``b`` (a run id means its head)."""
+        return timetravel.compare(self._states, a, b, bookkeeping=bookkeeping)
+
+    def fork(
+        self,
+        run_id: str,
+        *,
+        step: int | str | None = None,
+        at: int | None = None,
+        when: timetravel.When = "after",
+        input: dict[str, Any] | None = None,
+        vars: dict[str, Any] | None = None,
+    ) -> str:
+        """A new queued run branching off ``run_id`` after ``step`` (or at seq ``at``, or at
+        its head), with new ``input`` and edited task ``vars``; ``resume`` executes it."""
+        return timetravel.fork(
+            self._deps,
+            self._states,
+            inputs.lookup_id(run_id),
+            at=at,
+            step=step,
+            when=when,
+            input=input,
+            vars=vars,
+        )
+
+    def export_run(self, run_id: str, out: TextIO) -> int:
+        """Write the run to ``out`` as ``tether-run`` JSON lines; return how many events."""
+        return export.export_run(self.store, inputs.lookup_id(run_id), out)
+
+    def import_run(
+        self,
+        lines: Iterable[str],
+        *,
+        new_id: bool = False,
+        source: str = "<input>",
+        secret_env: Collection[str] = (),
+    ) -> str:
+        """Create a run from an export; a Secret.env in it needs its var in ``secret_env``."""
+        options: dict[str, Any] = {"new_id": new_id, "source": source, "secret_env": secret_env}
+        return export.import_run(self._deps, self._states, lines, **options)
+
+    def gc(
+        self,
+        *,
+        older_than: Duration | None = None,
+        status: Sequence[str] = (),
+        keep_last: int | None = None,
+        dry_run: bool = False,
+        vacuum: bool = True,
+        blob_grace: Duration = retention.BLOB_GRACE,
+    ) -> retention.GcResult:
+        """Delete finished runs by age (seconds, a timedelta or ``"30d"``), status and
+        keep-last-N per agent, sweep the snapshot pages no snapshot references and nothing
+        wrote for ``blob_grace``, then give the space back. See :mod:`tether.services.retention`."""
+        return retention.collect(
+            self.store,
+            self.clock,
+            older_than=older_than,
+            status=status,
+            keep_last=keep_last,
+            dry_run=dry_run,
+            vacuum=vacuum,
+            blob_grace=blob_grace,
+        )

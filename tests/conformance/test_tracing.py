@@ -1,0 +1,317 @@
+"""Traces (tether.open(tracing=...)): the spans of runs, recorded with the OpenTelemetry
+SDK's in-memory exporter, on both stores: the span tree and its GenAI and tether
+attributes, a later execution in the same trace with its replayed calls marked, errors,
+fork lineage, a queued run's trace, and content only when asked for, never a secret."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from _conformance import Backend
+
+import tether
+
+pytest.importorskip("opentelemetry.sdk")
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+    InMemorySpanExporter,
+)
+from opentelemetry.trace import StatusCode
+
+pytestmark = pytest.mark.conformance
+
+TOKEN = "tok-4c1d9e7f2a6b"  # a Secret's value: must appear in no span
+API_KEY = "sk-" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6"  # the default redaction rules match it
+
+
+@pytest.fixture
+def spans() -> InMemorySpanExporter:
+    return InMemorySpanExporter()
+
+
+def _open(backend: Backend, exporter: InMemorySpanExporter, **tracing: Any) -> tether.App:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return tether.open(backend.url, tracing=tether.Tracing(provider, **tracing))
+
+
+@pytest.fixture
+def app(backend: Backend, spans: InMemorySpanExporter) -> Iterator[tether.App]:
+    a = _open(backend, spans)
+    yield a
+    a.close()
+
+
+def _model(**kwargs: Any) -> dict[str, Any]:
+    return {"text": "ok", "usage": {"input_tokens": 12, "output_tokens": 5}}
+
+
+def _tree(app: tether.App) -> Any:
+    @app.tool(risk="read")
+    def lookup(order: str) -> dict[str, Any]:
+        return {"order": order, "total": 30}
+
+    @app.agent
+    def refund(run: tether.Run, order: str) -> Any:
+        found = run.step("parse", str.upper, order)
+        run.llm("ask", _model, model="gpt-test", messages=[{"role": "user", "content": order}])
+        info = run.tool(lookup, found)
+        run.approve("send", payload=info)
+        return info["total"]
+
+    return refund
+
+
+def _by_name(spans: list[ReadableSpan]) -> dict[str, list[ReadableSpan]]:
+    out: dict[str, list[ReadableSpan]] = {}
+    for s in spans:
+        out.setdefault(s.name, []).append(s)
+    return out
+
+
+def test_a_run_is_a_tree_of_genai_spans_and_its_resume_continues_the_trace(
+    app: tether.App, spans: InMemorySpanExporter
+) -> None:
+    handle = app.run(_tree(app), "o-1")
+    assert handle.status == "waiting"
+    first = spans.get_finished_spans()
+    names = [s.name for s in first]
+    calls = ["step parse", "chat gpt-test", "execute_tool lookup", "approve send"]
+    assert names == [*calls, "invoke_agent refund"]
+    root = first[-1]
+    assert root.parent is None
+    assert all(
+        s.parent is not None and s.parent.span_id == root.context.span_id for s in first[:-1]
+    )
+    assert dict(root.attributes or {}) == {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": "refund",
+        "gen_ai.agent.id": "refund",
+        "tether.run.id": handle.id,
+        "tether.run.status": "waiting",
+    }
+    step, chat, tool, approve = (dict(s.attributes or {}) for s in first[:-1])
+    assert step["tether.position"] == 1 and step["tether.step.kind"] == "step"
+    assert step["tether.attempt"] == 1 and step["tether.replayed"] is False
+    assert step["tether.idempotency_key"].startswith(f"{handle.id}:1:parse:")
+    assert "gen_ai.operation.name" not in step
+    assert chat["gen_ai.operation.name"] == "chat"
+    assert chat["gen_ai.request.model"] == "gpt-test"
+    assert (chat["gen_ai.usage.input_tokens"], chat["gen_ai.usage.output_tokens"]) == (12, 5)
+    assert first[1].kind.name == "CLIENT"
+    assert tool["gen_ai.operation.name"] == "execute_tool"
+    assert tool["gen_ai.tool.name"] == "lookup" and tool["tether.position"] == 3
+    assert tool["gen_ai.tool.call.id"] == tool["tether.idempotency_key"]
+    assert approve["tether.waiting"] == "approval:send" and approve["tether.position"] == 4
+    # content is off by default
+    everything = [k for s in first for k in (s.attributes or {})]
+    assert not [k for k in everything if k.startswith(("gen_ai.input", "gen_ai.output"))]
+    assert "gen_ai.tool.call.arguments" not in everything and "tether.input" not in everything
+    # the trace context is stored with the run
+    created = tether.decode(app.events(handle.id)[0].data)
+    _version, trace_id, span_id, _flags = created["trace"].split("-")
+    assert trace_id == f"{root.context.trace_id:032x}"
+    assert span_id == f"{root.context.span_id:016x}"
+
+    spans.clear()
+    app.approve(handle.id, "send", by="alice")
+    assert app.resume(handle.id).output == 30
+    second = spans.get_finished_spans()
+    root2 = second[-1]
+    assert root2.name == "invoke_agent refund"
+    assert root2.context.trace_id == root.context.trace_id  # one trace
+    assert root2.parent is not None and root2.parent.span_id == root.context.span_id
+    assert root2.attributes is not None and root2.attributes["tether.run.status"] == "completed"
+    replayed = second[:-1]
+    assert [s.name for s in replayed] == calls
+    for s in replayed:
+        assert s.attributes is not None and s.attributes["tether.replayed"] is True
+        assert s.end_time == s.start_time  # not timed again: it ran before
+        assert s.parent is not None and s.parent.span_id == root2.context.span_id
+
+
+def test_failures_and_retries_are_recorded_on_their_spans(
+    app: tether.App, spans: InMemorySpanExporter
+) -> None:
+    tries: list[int] = []
+
+    def flaky() -> str:
+        tries.append(1)
+        if len(tries) == 1:
+            raise ConnectionError("reset by peer")
+        return "ok"
+
+    def broken() -> None:
+        raise ValueError("bad row 7")
+
+    @app.agent
+    def etl(run: tether.Run) -> None:
+        run.step("fetch", flaky, retry=tether.Retry(max_attempts=2, backoff=0.0, jitter=0.0))
+        run.step("load", broken)
+
+    with pytest.raises(tether.RunFailed):
+        app.run(etl)
+    got = _by_name(spans.get_finished_spans())
+    fetch, load, root = got["step fetch"][0], got["step load"][0], got["invoke_agent etl"][0]
+    assert fetch.status.status_code == StatusCode.UNSET
+    assert fetch.attributes is not None and fetch.attributes["tether.attempt"] == 2
+    assert [e.name for e in fetch.events] == ["exception", "tether.wait"]
+    assert fetch.events[0].attributes is not None
+    assert fetch.events[0].attributes["exception.type"] == "ConnectionError"
+    assert load.status.status_code == StatusCode.ERROR
+    assert "bad row 7" in (load.status.description or "")
+    assert [e.name for e in load.events] == ["exception"]
+    assert root.status.status_code == StatusCode.ERROR
+    assert any(e.name == "exception" for e in root.events)
+
+
+def test_waits_sleeps_and_a_fork_lineage(app: tether.App, spans: InMemorySpanExporter) -> None:
+    @app.agent
+    def patient(run: tether.Run) -> Any:
+        run.sleep(0.01, name="nap")
+        got = run.wait("go")
+        run.step("after", lambda: got)
+        return got
+
+    handle = app.run(patient)
+    assert handle.status == "waiting"
+    app.signal(handle.id, "go", {"n": 1})
+    assert app.resume(handle.id).output == {"n": 1}
+    got = _by_name(spans.get_finished_spans())
+    nap = got["sleep nap"]
+    assert [s.attributes["tether.replayed"] for s in nap if s.attributes] == [False, True]
+    wait = got["wait go"]
+    assert [dict(s.attributes or {}).get("tether.waiting") for s in wait] == ["signal:go", None]
+    assert [s.attributes["tether.replayed"] for s in wait if s.attributes] == [False, False]
+    first_root = got["invoke_agent patient"][0]
+
+    spans.clear()
+    fork = app.fork(handle.id, step="after", when="before")
+    assert app.resume(fork).status == "completed"
+    forked = _by_name(spans.get_finished_spans())
+    root = forked["invoke_agent patient"][0]
+    assert root.attributes is not None and root.attributes["tether.fork.parent"] == handle.id
+    assert root.attributes["tether.fork.at"] == 2
+    assert root.context.trace_id != first_root.context.trace_id  # a run of its own…
+    assert [link.context.trace_id for link in root.links] == [first_root.context.trace_id]
+
+
+def test_a_queued_run_is_traced_from_its_enqueue(
+    app: tether.App, spans: InMemorySpanExporter
+) -> None:
+    @app.agent
+    def job(run: tether.Run, n: int) -> int:
+        return int(run.step("inc", lambda: n + 1))
+
+    run_id = app.start(job, 1)
+    app.worker(concurrency=1, poll=0.01).run(until_idle=True, install_signals=False)
+    assert app.get(run_id).output == 2
+    got = _by_name(spans.get_finished_spans())
+    enq, root = got["enqueue job"][0], got["invoke_agent job"][0]
+    assert enq.attributes is not None and enq.attributes["tether.run.id"] == run_id
+    assert root.context.trace_id == enq.context.trace_id
+    assert root.parent is not None and root.parent.span_id == enq.context.span_id
+
+
+def test_content_only_when_asked_and_never_a_secret(
+    backend: Backend, spans: InMemorySpanExporter
+) -> None:
+    app = _open(backend, spans, capture_content=True)
+    try:
+
+        @app.tool(risk="read", secret=["token"])
+        def call_api(path: str, token: str) -> dict[str, Any]:
+            return {"path": path, "echo": f"used {token}"}
+
+        def chat(messages: list[Any], model: str) -> dict[str, Any]:
+            return {"text": f"your key is {API_KEY}", "usage": {"input_tokens": 1}}
+
+        @app.agent
+        def agent(run: tether.Run) -> Any:
+            run.step("auth", len, tether.Secret(TOKEN))
+            run.llm("ask", chat, messages=[{"role": "user", "content": "hi"}], model="m1")
+            return run.tool(call_api, "/orders", TOKEN)
+
+        assert app.run(agent).status == "completed"
+    finally:
+        app.close()
+    got = _by_name(spans.get_finished_spans())
+    chat_attrs = dict(got["chat m1"][0].attributes or {})
+    assert '"content":"hi"' in chat_attrs["gen_ai.input.messages"]
+    assert "your key is" in chat_attrs["gen_ai.output.messages"]
+    tool_attrs = dict(got["execute_tool call_api"][0].attributes or {})
+    assert "/orders" in tool_attrs["gen_ai.tool.call.arguments"]
+    assert "used" in tool_attrs["gen_ai.tool.call.result"]
+    step_attrs = dict(got["step auth"][0].attributes or {})
+    assert step_attrs["tether.output"] == str(len(TOKEN))
+    dumped = repr(
+        [(s.attributes, [e.attributes for e in s.events]) for g in got.values() for s in g]
+    )
+    assert TOKEN not in dumped
+    assert API_KEY not in dumped
+
+
+def test_a_no_op_tracer_provider_traces_nothing_and_stores_no_context(backend: Backend) -> None:
+    from opentelemetry.trace import NoOpTracerProvider
+
+    app = tether.open(backend.url, tracing=tether.Tracing(NoOpTracerProvider()))
+    try:
+
+        @app.agent
+        def one(run: tether.Run) -> int:
+            return int(run.step("s", lambda: 1))
+
+        handle = app.run(one)
+        assert handle.output == 1
+        assert "trace" not in tether.decode(app.events(handle.id)[0].data)
+        assert app.resume(handle.id).output == 1
+    finally:
+        app.close()
+
+
+def test_tracing_is_refused_unless_true_false_or_a_tracing(backend: Backend) -> None:
+    with pytest.raises(tether.InvalidInput, match="tracing is True"):
+        tether.open(backend.url, tracing="yes")
+    with pytest.raises(tether.InvalidInput, match="capture_content"):
+        tether.Tracing(capture_content="yes")  # type: ignore[arg-type]
+
+
+def test_async_agents_and_fan_outs_are_traced_alike(backend: Backend) -> None:
+    import asyncio
+
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    app = tether.open(backend.url, tracing=tether.Tracing(provider))
+
+    async def fetch(n: int) -> int:
+        await asyncio.sleep(0)
+        return n * 10
+
+    def nested() -> None:  # the step's span is current inside the call: ours nest in it
+        with provider.get_tracer("mine").start_as_current_span("mine"):
+            pass
+
+    @app.agent
+    async def gather(run: tether.AsyncRun) -> list[int]:
+        got = await asyncio.gather(run.step("a", fetch, 1), run.step("b", fetch, 2))
+        await run.step("nested", nested)
+        return list(got) + await run.map("m", lambda x: x + 1, [5, 6])
+
+    try:
+        assert app.run(gather).output == [10, 20, 6, 7]
+    finally:
+        app.close()
+    got = _by_name(spans.get_finished_spans())
+    root = got["invoke_agent gather"][0]
+    calls = ["step a", "step b", "step nested", "step m[0]", "step m[1]"]
+    for position, name in enumerate(calls, 1):
+        (span,) = got[name]
+        assert span.parent is not None and span.parent.span_id == root.context.span_id, name
+        assert span.attributes is not None and span.attributes["tether.position"] == position
+    (mine,) = got["mine"]
+    assert mine.parent is not None
+    assert mine.parent.span_id == got["step nested"][0].context.span_id
