@@ -54,6 +54,7 @@ TESTS = (
     "tests/conformance/test_store_concurrency.py", "tests/conformance/test_claim_boundary.py",
     "tests/conformance/test_blocked.py", "tests/conformance/test_resume_paths.py",
     "tests/conformance/test_decisions.py", "tests/conformance/test_fanout.py",
+    "tests/conformance/test_snapshot_pages.py",
 )  # fmt: skip
 
 # (pattern, replacement): one occurrence changed per mutant. The patterns see only the
@@ -141,9 +142,9 @@ def mutants(dialect: str, blocks: tuple[str, ...]) -> list[Mutant]:
                     continue
                 for m in re.finditer(pattern, line):
                     mutated = line[: m.start()] + replacement + line[m.end() :]
+                    at = lo + m.start()
                     found.append(
-                        Mutant(dialect, block, index, lo + m.start(), m.group(0), replacement,
-                               mutated.strip())  # fmt: skip
+                        Mutant(dialect, block, index, at, m.group(0), replacement, mutated.strip())
                     )
                     index += 1
     return found
@@ -154,7 +155,9 @@ def _run(mutant: Mutant, workdir: Path, timeout: float) -> tuple[Mutant, str]:
     src = workdir / "src"
     sql = src / "tether/store/sql" / mutant.dialect / "queries.sql"
     original = (ROOT / "src/tether/store/sql" / mutant.dialect / "queries.sql").read_text()
-    planted = original[: mutant.start] + mutant.after + original[mutant.start + len(mutant.before) :]
+    planted = (
+        original[: mutant.start] + mutant.after + original[mutant.start + len(mutant.before) :]
+    )
     sql.write_text(planted)
     env = dict(os.environ, PYTHONPATH=str(src))
     if mutant.dialect == "sqlite":
@@ -224,7 +227,9 @@ def main(argv: list[str] | None = None) -> int:
                     if verdict == "survived" and m.name in equivalent:
                         verdict = "equivalent"
                     results.append((m, verdict))
-                    print(f"{verdict:16} {m.name:32} {m.before} -> {m.after}   {m.line}", flush=True)
+                    print(
+                        f"{verdict:16} {m.name:32} {m.before} -> {m.after}   {m.line}", flush=True
+                    )
     return _summary(results, args.report)
 
 

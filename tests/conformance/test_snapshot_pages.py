@@ -111,3 +111,38 @@ def test_a_format_1_snapshot_still_loads(app: tether.App) -> None:
     old = fold(events[:10])
     app.store.save_snapshot(Snapshot(run_id, old.seq, codec.encode(to_data(old)), T0))
     assert app.load(run_id) == fold(events)
+
+
+def test_a_worker_claims_a_run_with_several_snapshots_from_the_newest(backend: Any) -> None:
+    """A claim reads the run's newest snapshot and the events after it in the same round
+    trip (PostgreSQL's claim_fast prefetch): the oldest snapshot, or another run's, or
+    the events after the wrong one would replay steps again or lose some."""
+    app = tether.open(backend.url, snapshot_every=2)
+    try:
+        calls: list[str] = []
+
+        @app.agent
+        def long(run: tether.Run) -> list[str]:
+            out = []
+            for gate in ("one", "two", "three"):
+                for i in range(3):
+                    name = f"{gate}-{i}"
+                    out.append(run.step(name, lambda n=name: calls.append(n) or n.replace("-", "")))
+                run.approve(gate)
+            return out
+
+        other = app.start(long)  # a second run with snapshots of its own, left waiting
+        rid = app.start(long)
+        for gate in ("one", "two", "three"):
+            app.worker().run(until_idle=True, install_signals=False)
+            for run_id in (rid, other):
+                app.load(run_id)  # folds the log since the last snapshot and caches one
+                app.approve(run_id, gate, by="alice")
+        app.worker().run(until_idle=True, install_signals=False)
+        expected = [f"{g}{i}" for g in ("one", "two", "three") for i in range(3)]
+        assert app.get(rid).output == expected and app.get(other).output == expected
+        names = [f"{g}-{i}" for g in ("one", "two", "three") for i in range(3)]
+        assert sorted(calls) == sorted(names * 2)  # each step of each run ran once
+        assert app.store.load(rid).snapshot is not None
+    finally:
+        app.close()
