@@ -1,5 +1,5 @@
 """docs/metrics.md runs as written, in a fresh directory: its first Python block is
-``agents.py``, the others run in order in one namespace, and every ``$ …`` line of its
+``shop.py``, the others run in order in one namespace, and every ``$ …`` line of its
 console blocks runs (in the page's order, between them) as a real command whose output
 starts with the lines the page shows under it."""
 
@@ -35,12 +35,13 @@ def test_the_metrics_page_runs_as_written(tmp_path: Path, monkeypatch: pytest.Mo
     assert [k for k, _ in blocks] == ["python", "python", "python", "console"] + ["console"] * 3
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    (tmp_path / "agents.py").write_text(blocks[0][1])
+    (tmp_path / "shop.py").write_text(blocks[0][1])
     env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["TETHER_DB"] = "agent.db"
     namespace: dict[str, object] = {}
     ran = 0
+    sys.modules.pop("shop", None)  # the page's module, not another test's of that name
     try:
         for kind, body in blocks[1:]:
             if kind == "python":
@@ -54,7 +55,7 @@ def test_the_metrics_page_runs_as_written(tmp_path: Path, monkeypatch: pytest.Mo
                 assert out.stdout.splitlines()[: len(shown)] == shown, command
                 ran += 1
     finally:
-        sys.modules.pop("agents", None)
+        sys.modules.pop("shop", None)
         app = namespace.get("app")
         if app is not None:
             app.close()  # type: ignore[attr-defined]
