@@ -1,6 +1,8 @@
 """The mutation report (tools/mutation_report.md) from mutmut's results and the SQL run.
 
-    .venv/bin/python tools/mutation_report.py > tools/mutation_report.md
+    .venv/bin/python tools/mutation_report.py [--results SAVED] > tools/mutation_report.md
+
+(``SAVED``: the output of ``mutmut results --all true`` kept from a run.)
 
 Reads ``mutmut results --all true`` (the Python core) and ``mutants/sql_survivors.md``
 (written by tools/sql_mutation.py), takes the mutants that
@@ -23,11 +25,15 @@ KILLED = {"killed", "timeout", "segfault"}  # a mutant that made the tests fail 
 SURVIVED = {"survived"}
 
 
-def _python_results() -> dict[str, str]:
-    out = subprocess.run(
-        [str(ROOT / ".venv/bin/mutmut"), "results", "--all", "true"],
-        cwd=ROOT, capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+def _python_results(saved: str | None) -> dict[str, str]:
+    """mutmut's verdicts by mutant: live, or from a saved ``mutmut results --all true``."""
+    if saved is not None:
+        out = Path(saved).read_text()
+    else:
+        out = subprocess.run(
+            [str(ROOT / ".venv/bin/mutmut"), "results", "--all", "true"],
+            cwd=ROOT, capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
     results = {}
     for line in out.splitlines():
         m = re.match(r"\s*(\S+): (.+)$", line)
@@ -41,10 +47,12 @@ def _module(name: str) -> str:
     return name.split(".x", 1)[0] if ".x" in name else name.rsplit(".", 1)[0]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    args = argv if argv is not None else sys.argv[1:]
+    saved = args[1] if len(args) == 2 and args[0] == "--results" else None
     equivalent_all = tomllib.loads((ROOT / "tools/mutation_equivalent.toml").read_text())
     equivalent = equivalent_all.get("python", {})
-    results = _python_results()
+    results = _python_results(saved)
     if not results:
         print("no mutmut results: run tools/mutation.sh first", file=sys.stderr)
         return 2
@@ -61,12 +69,14 @@ def main() -> int:
             survivors.append(name)
         else:  # not checked, no tests, skipped...: reported, never counted as killed
             per[mod][status] += 1
+    checked = sum(c["killed"] + c["survived"] + c["no tests"] for c in per.values())
     print("# Mutation report (tools/mutation.sh)\n")
     print("Score = killed / (killed + survived); equivalent mutants are listed with why in")
     print("tools/mutation_equivalent.toml and not counted; 'no tests' means no in-process")
     print("test calls the function (counted as survived).\n")
-    print("| module | killed | survived | no tests | equivalent | score |")
-    print("|---|---|---|---|---|---|")
+    print(f"{len(results)} mutants; {checked} checked, the rest not yet run.\n")
+    print("| module | killed | survived | no tests | equivalent | not checked | score |")
+    print("|---|---|---|---|---|---|---|")
     total = collections.Counter[str]()
     for mod, c in sorted(per.items()):
         total.update(c)
@@ -88,7 +98,7 @@ def _row(mod: str, c: collections.Counter[str]) -> str:
     counted = c["killed"] + c["survived"] + no_tests
     score = 100.0 * c["killed"] / counted if counted else 100.0
     return (f"| {mod} | {c['killed']} | {c['survived']} | {no_tests} | {c['equivalent']} "
-            f"| {score:.1f}% |")  # fmt: skip
+            f"| {c['not checked']} | {score:.1f}% |")  # fmt: skip
 
 
 if __name__ == "__main__":
