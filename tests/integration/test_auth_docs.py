@@ -12,20 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from _docs import console_commands
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "auth.md"
 
 pytestmark = pytest.mark.integration
-
-
-def _commands(body: str) -> list[tuple[str, list[str]]]:
-    found: list[tuple[str, list[str]]] = []
-    for line in body.splitlines():
-        if line.startswith("$ "):
-            found.append((line[2:], []))
-        elif found:
-            found[-1][1].append(line)
-    return found
 
 
 def test_the_auth_page_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -44,7 +35,7 @@ def test_the_auth_page_runs_as_written(tmp_path: Path, monkeypatch: pytest.Monke
     for kind, body in blocks:
         if kind != "console":
             continue
-        for command, shown in _commands(body):
+        for command, shown in console_commands(body):
             out = subprocess.run(
                 ["bash", "-c", command], env=env, capture_output=True, text=True, timeout=60
             )

@@ -12,25 +12,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from _docs import console_commands
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "budgets.md"
 
 pytestmark = pytest.mark.integration
 
 
-def _commands(body: str) -> list[tuple[str, list[str]]]:
-    found: list[tuple[str, list[str]]] = []
-    for line in body.splitlines():
-        if line.startswith("$ "):
-            found.append((line[2:], []))
-        elif found:
-            found[-1][1].append(line)
-    return found
-
-
 def _console(body: str, env: dict[str, str]) -> int:
     ran = 0
-    for command, shown in _commands(body):
+    for command, shown in console_commands(body):
         out = subprocess.run(
             ["bash", "-c", command], env=env, capture_output=True, text=True, timeout=60
         )

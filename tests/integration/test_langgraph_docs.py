@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _docs import console_commands
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "langgraph.md"
 
@@ -19,17 +20,6 @@ pytestmark = pytest.mark.integration
 
 def _blocks() -> list[tuple[str, str]]:
     return re.findall(r"```(python|console)\n(.*?)```", PAGE.read_text(), flags=re.S)
-
-
-def _commands(body: str) -> list[tuple[str, list[str]]]:
-    """Each ``$ command`` with the output lines shown under it."""
-    found: list[tuple[str, list[str]]] = []
-    for line in body.splitlines():
-        if line.startswith("$ "):
-            found.append((line[2:], []))
-        elif found:
-            found[-1][1].append(line)
-    return found
 
 
 def _shell(command: str, cwd: Path) -> str:
@@ -55,7 +45,7 @@ def test_the_langgraph_page_runs_as_written(
     for kind, body in blocks[1:]:
         if kind != "console":
             continue
-        for command, shown in _commands(body):
+        for command, shown in console_commands(body):
             out = outputs[command] = _shell(command, tmp_path)
             assert out.splitlines()[: len(shown)] == shown, command
     assert (tmp_path / "refunds.log").read_text() == "refunded order 42\n"  # once

@@ -12,22 +12,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from _docs import console_commands
 
 pytest.importorskip("prometheus_client", reason="the metrics extra: pip install 'tether[metrics]'")
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
 pytestmark = pytest.mark.integration
-
-
-def _commands(body: str) -> list[tuple[str, list[str]]]:
-    found: list[tuple[str, list[str]]] = []
-    for line in body.splitlines():
-        if line.startswith("$ "):
-            found.append((line[2:], []))
-        elif found:
-            found[-1][1].append(line)
-    return found
 
 
 def test_the_metrics_page_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -47,7 +38,7 @@ def test_the_metrics_page_runs_as_written(tmp_path: Path, monkeypatch: pytest.Mo
             if kind == "python":
                 exec(compile(body, str(PAGE), "exec"), namespace)  # the page's own code
                 continue
-            for command, shown in _commands(body):
+            for command, shown in console_commands(body):
                 out = subprocess.run(
                     ["bash", "-c", command], env=env, capture_output=True, text=True, timeout=60
                 )
