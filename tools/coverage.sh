@@ -14,7 +14,8 @@ py=.venv/bin/python
 export COVERAGE_FILE="$PWD/.coverage"
 "$py" -m coverage erase
 status=0
-"$py" -m coverage run -m pytest -p no:cacheprovider "$@" || status=$?
+# -n 0: one pytest process (the suite's xdist workers would be measured too, untested here)
+"$py" -m coverage run -m pytest -p no:cacheprovider -n 0 "$@" || status=$?
 "$py" -m coverage combine -q
 "$py" -m coverage report || true
 "$py" -m coverage json -q -o coverage.json

@@ -163,7 +163,7 @@ def _run(mutant: Mutant, workdir: Path, timeout: float) -> tuple[Mutant, str]:
     if mutant.dialect == "sqlite":
         env["TETHER_SKIP_PG"] = "1"
     env.pop("TETHER_PGBOUNCER_URL", None)
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider",
            "-p", "no:randomly", "-k", mutant.dialect, *TESTS]  # fmt: skip
     try:
         done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, timeout=timeout)
