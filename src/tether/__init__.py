@@ -68,7 +68,9 @@ from tether.model.redact import Redact
 from tether.model.secrets import Secret
 from tether.model.state import RunState, fold
 from tether.model.steps import StepState, Usage
+from tether.services import otel_metrics as _otel_metrics
 from tether.services.identity import Identity, Role
+from tether.services.otel_metrics import Metrics
 from tether.store import urls as _urls
 from tether.version import __version__
 
@@ -93,6 +95,7 @@ __all__ = [
     "InvalidState",
     "LeaseLost",
     "Limits",
+    "Metrics",
     "NondeterminismError",
     "NotATetherDatabase",
     "NotFound",
@@ -146,6 +149,7 @@ def open(
     code: _Iterable[str] | None = None,
     redact: _Any = None,
     tracing: bool | Tracing | None = None,
+    metrics: bool | Metrics | None = None,
     prices: _Any = None,
     **options: _Any,
 ) -> App:
@@ -177,6 +181,9 @@ def open(
     ``tracing``: OpenTelemetry spans of every execution (needs ``tether[otel]``; see
     docs/telemetry.md): True with the global tracer provider, or a :class:`Tracing`
     (its provider, and ``capture_content``); off by default.
+    ``metrics``: OpenTelemetry metrics of this process's executions and of the database
+    (needs ``tether[otel]``; see docs/metrics.md): True with the global meter provider, or
+    a :class:`Metrics` (its provider); off by default.
     """
     from tether.store import Store
     from tether.store.sqlite import SQLiteStore, sqlite_path
@@ -185,6 +192,7 @@ def open(
     _check_config(clock, retry, policy, approver_groups)
     rules = None if redact is None else _redact.rules_of(redact)  # checked before opening
     traced = _traces.configured(tracing)  # checked before opening
+    metered = _otel_metrics.configured(metrics)
     priced = _budgets.check_prices(prices)
     if rules is not None and rules != _redact.active():
         _one_rule_set(url)
@@ -217,6 +225,8 @@ def open(
     if embed is not None:
         app.memory.embedder = embed
     app._executor.tracing = traced
+    if metered is not None:
+        _otel_metrics.attach(app, metered)
     if rules is not None:
         _redact.configure(rules)
     _RULED.add(app)

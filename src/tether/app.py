@@ -79,6 +79,7 @@ class App(Registration, Tenancy, Settings, Decisions, TimeTravel):
         self._registry = Registry(code)  # modules a run's record may make us import
         self._leases = Leases(deps, Active())
         self._active = self._leases.active.journals  # executions in this process, by run id
+        self._on_close: list[Callable[[App], None]] = []  # what stops with it (its metrics)
         store.unwritten_end = self._leases.unwritten_end  # the Store protocol's hook
         self._executor = Executor(
             deps,
@@ -348,6 +349,8 @@ class App(Registration, Tenancy, Settings, Decisions, TimeTravel):
     def close(self) -> None:
         """Stop the heartbeat and close the store."""
         self._closed = True  # tether.open: its redaction rules no longer bind the process
+        for release in self._on_close:
+            release(self)
         self._leases.stop()
         self.store.close()
 

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from _observed import priced_agent
 
 import tether
 from tether.engine import observe
@@ -33,22 +34,7 @@ def _value(reg: Any, name: str, **labels: str) -> float:
 def test_steps_model_calls_tokens_cost_and_retries_are_counted_once(
     app: tether.App, registry: Any
 ) -> None:
-    attempts = {"n": 0}
-
-    def model() -> dict[str, Any]:
-        return {"text": "ok", "usage": {"prompt_tokens": 7, "completion_tokens": 2, "cost": 0.25}}
-
-    def flaky() -> int:
-        attempts["n"] += 1
-        if attempts["n"] == 1:
-            raise ConnectionError("once")
-        return 1
-
-    @app.agent
-    def priced(run: tether.Run) -> int:
-        run.llm("ask", model)
-        return int(run.step("flaky", flaky, retry=tether.Retry(max_attempts=3, backoff=0.001)))
-
+    priced = priced_agent(app)
     handle = app.run(priced)
     assert _value(registry, "tether_step_seconds_count", kind="llm", agent="priced") == 1
     assert _value(registry, "tether_step_seconds_count", kind="step", agent="priced") == 1

@@ -47,9 +47,16 @@ def registry(app: LeaseSetup, *, with_engine: bool) -> CollectorRegistry:
 
     reg = CollectorRegistry(auto_describe=True)
     reg.register(DatabaseCollector(app))
-    if with_engine:
-        observe.install(Recorder(reg))
+    if with_engine:  # the process's one Prometheus recorder (OpenTelemetry's stays beside)
+        global _RECORDER
+        if _RECORDER is not None:
+            observe.detach(_RECORDER)
+        _RECORDER = Recorder(reg)
+        observe.attach(_RECORDER)
     return reg
+
+
+_RECORDER: Recorder | None = None
 
 
 def text(reg: CollectorRegistry) -> bytes:
