@@ -199,6 +199,39 @@ def test_waits_sleeps_and_a_fork_lineage(app: tether.App, spans: InMemorySpanExp
     assert [link.context.trace_id for link in root.links] == [first_root.context.trace_id]
 
 
+def test_decisions_task_variables_and_undo_calls_have_spans(
+    app: tether.App, spans: InMemorySpanExporter
+) -> None:
+    undone: list[str] = []
+
+    @app.tool(risk="write", compensate=lambda booking, order: undone.append(booking))
+    def book(order: str) -> str:
+        return f"booking-{order}"
+
+    @app.agent
+    def trip(run: tether.Run, order: str) -> Any:
+        run.decide("route", "rail", why="cheaper")
+        run.vars["order"] = order
+        run.tool(book, order)
+        run.approve("pay")  # waits: denied below, which compensates
+        return "paid"
+
+    handle = app.run(trip, "o-1")
+    assert handle.status == "waiting"
+    app.deny(handle.id, "pay", by="ann")  # ApprovalDenied fails the run: its booking undone
+    with pytest.raises(tether.RunFailed):  # replays the decision, the var and the booking
+        app.resume(handle.id)
+    assert undone == ["booking-o-1"]
+    got = _by_name(spans.get_finished_spans())
+    for name in ("decide route", "var vars.order"):
+        replayed = [dict(s.attributes or {})["tether.replayed"] for s in got[name]]
+        assert replayed[0] is False and set(replayed[1:]) == {True}, (name, replayed)
+    undo = got["compensate undo:book"]
+    assert len(undo) == 1 and undo[0].attributes is not None
+    assert undo[0].attributes["tether.replayed"] is False
+    assert undo[0].attributes["tether.step.kind"] == "compensate"
+
+
 def test_a_queued_run_is_traced_from_its_enqueue(
     app: tether.App, spans: InMemorySpanExporter
 ) -> None:

@@ -93,6 +93,8 @@ def _undo(j: Journal, target: StepState, tool: ToolDef, default_retry: Retry) ->
     digest = codec.digest({"of": target.position, "key": target.key})
     slot = j.slot("compensate", name, digest)
     if slot.done:
+        if j.trace is not None:  # a zero-length span marked replayed
+            j.trace.gate(slot, lambda: None)
         return None
     key = step_key(j.run_id, slot.pos, name, digest)
     inputs = (target.detail or {}).get("input") or {"args": [], "kwargs": {}}
@@ -129,5 +131,8 @@ def _undo(j: Journal, target: StepState, tool: ToolDef, default_retry: Retry) ->
 
     policy = tool.retry or default_retry
     done = [mark(EffectStatus.COMPENSATED)]
-    yield from attempts(j, slot, call, policy, digest, key, intent, effect, also=done)
+    core = attempts(j, slot, call, policy, digest, key, intent, effect, also=done)
+    if j.trace is not None:  # its content (opted in) as recorded: never a revealed Secret
+        core = j.trace.call(slot, core, [target.output, *inputs.get("args", [])], kwargs)
+    yield from core
     return None

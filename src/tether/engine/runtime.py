@@ -18,7 +18,7 @@ from typing import Any
 
 from tether.context.conversation import Session, session_of_run
 from tether.engine import fanout
-from tether.engine.calls import Call, Core, Sleep
+from tether.engine.calls import Call, Core, Sleep, Slot
 from tether.engine.effects import ToolDef, mark_secrets, tool_core
 from tether.engine.gates import approve_core, sleep_core, wait_core
 from tether.engine.journal import Journal, no_literal_secret
@@ -122,6 +122,12 @@ class Vars(MutableMapping[str, Any]):
                 f"run {self._j.run_id}: task variable names are non-empty str, not {key!r}"
             )
         slot = self._j.slot("var", f"vars.{key}")
+        if self._j.trace is not None:  # a span (replayed: marked so)
+            self._j.trace.gate(slot, lambda: self._record(slot, type_, key, value))
+        else:
+            self._record(slot, type_, key, value)
+
+    def _record(self, slot: Slot, type_: str, key: str, value: Any) -> None:
         if slot.done:
             return
         data = {"pos": slot.pos, "name": slot.name, "key": key, "value": value}
@@ -274,6 +280,12 @@ class _RunBase:
 
     def _decide(self, name: str, choice: Any, why: str, details: dict[str, Any]) -> Any:
         slot = self._j.slot("decide", name)
+        if self._j.trace is not None:  # a span (replayed: marked so)
+            return self._j.trace.gate(slot, lambda: self._decision(slot, choice, why, details))
+        return self._decision(slot, choice, why, details)
+
+    def _decision(self, slot: Slot, choice: Any, why: str, details: dict[str, Any]) -> Any:
+        name = slot.name
         if slot.done:
             assert slot.recorded is not None
             return slot.recorded.output
