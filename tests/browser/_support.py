@@ -2,7 +2,8 @@
 a reply, waits for a person to approve sending it, then sends it (a line in a side file).
 
 The database is $TETHER_TEST_DB. ``python _support.py start T...`` queues one run per ticket
-(run id ``ticket-T``) for the workers.
+(run id ``ticket-T``) for the workers; ``python _support.py digest T`` queues ``digest-T``, a
+run whose budget allows one model call of the two it makes.
 """
 
 from __future__ import annotations
@@ -35,6 +36,14 @@ def support(run: tether.Run, ticket: str) -> dict[str, Any]:
     return {"sent": draft}
 
 
+@app.agent(limits=tether.Limits(max_model_calls=1))
+def digest(run: tether.Run, ticket: str) -> str:
+    first = run.llm("summarize", lambda: {"text": f"ticket {ticket}", "usage": {"input_tokens": 9}})
+    second = run.llm("polish", lambda: {"text": first["text"] + ", polished"})
+    return str(second["text"])
+
+
 if __name__ == "__main__":
+    agent, prefix = (digest, "digest") if sys.argv[1] == "digest" else (support, "ticket")
     for ticket in sys.argv[2:]:
-        print(app.start(support, ticket, run_id=f"ticket-{ticket}"))
+        print(app.start(agent, ticket, run_id=f"{prefix}-{ticket}"))

@@ -240,3 +240,33 @@ def test_an_admin_sees_the_queues_and_the_worker_with_its_leases(
     page.click("a[data-nav=queues]")
     expect(page.locator("table#queues tbody tr")).to_contain_text("default", timeout=BOUND)
     _shot(page, "queues")
+
+
+def test_an_operator_raises_a_budget_and_the_run_goes_on(
+    served: tuple[str, dict[str, str], Path], page: Page
+) -> None:
+    url, tokens, db = served
+    env = {**os.environ, "TETHER_TEST_DB": str(db), "PYTHONPATH": str(HERE)}
+    subprocess.run([sys.executable, "_support.py", "digest", "7"], cwd=HERE, env=env, check=True)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    _login(page, url, tokens["vic"])  # a viewer sees the budget, cannot raise it
+    page.goto(url + "#/runs/digest-7")
+    expect(page.locator("#budget")).to_contain_text("model_calls reached its limit (1)", timeout=BOUND)
+    expect(page.locator("#raise button")).to_be_disabled()
+    page.click("#logout")
+    _login(page, url, tokens["alice"])
+    page.goto(url + "#/runs/digest-7")
+    expect(page.locator("#budget")).to_contain_text("used steps 1 · model_calls 1", timeout=BOUND)
+    _shot(page, "budget")
+    page.fill("#raise input[name=amount]", "1")
+    page.fill("#raise input[name=reason]", "one more call")
+    page.click("#raise button")
+    expect(page.locator("#raise [role=status]")).to_contain_text("Raised", timeout=BOUND)
+    page.goto(url + "#/runs/digest-7")
+    expect(page.locator("#run-head .badge")).to_have_text("completed", timeout=BOUND)
+    assert errors == []
+    with tether.open(str(db)) as app:  # raised once, by the token's identity, in the log
+        raised = [json.loads(e.data) for e in app.events("digest-7") if e.type == "budget.raised"]
+        assert [(r["by"], r["add"]) for r in raised] == [("alice", {"max_model_calls": 1})]
+        assert app.get("digest-7").output == "ticket 7, polished"

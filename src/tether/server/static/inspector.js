@@ -199,6 +199,7 @@ async function runPage(id) {
     lineage.parent_id ? h("dl", {}, h("dt", {}, "forked from"), h("dd", {}, runLink(lineage.parent_id), ` after position ${lineage.fork_position}`)) : null);
   const extra = [
     state.waiting ? h("div", { class: "card", id: "waiting" }, h("h2", {}, `Waiting for ${state.waiting.kind} ${state.waiting.name || ""}`), json(state.waiting.payload ?? state.waiting)) : null,
+    budgetCard(id, state),
     state.failure ? h("div", { class: "card", id: "failure" }, h("h2", {}, "Failure"), json(state.failure)) : null,
     state.blocked ? h("div", { class: "card", id: "blocked" }, h("h2", {}, "Blocked: the code no longer matches the log"), json(state.blocked)) : null,
     run.status === "completed" ? h("div", { class: "card", id: "output" }, h("h2", {}, "Output"), json(state.output)) : null,
@@ -277,6 +278,39 @@ async function runPage(id) {
       runPage.reload = setTimeout(() => location.hash.startsWith(`#/runs/${encodeURIComponent(id)}`) && runPage(id), 300);
     },
   });
+}
+
+const LIMITS = ["steps", "model_calls", "tokens", "cost", "duration"];
+const usedText = (u) => LIMITS.filter((k) => u && u[k] !== undefined).map((k) => `${k} ${k === "duration" ? secs(u[k]) : u[k]}`).join(" · ");
+
+// A run's budget: its limits, what was raised, the limit it reached; while it waits on
+// it, a form that raises it (POST runs/{id}/budget, operator) so that the run goes on.
+function budgetCard(id, state) {
+  const b = state.budget;
+  if (!b) return null;
+  const x = b.exceeded;
+  const card = h("div", { class: "card", id: "budget" }, h("h2", {}, "Budget"),
+    b.limits ? h("p", {}, "limits: ", h("code", {}, JSON.stringify(b.limits))) : null,
+    Object.keys(b.added || {}).length ? h("p", {}, "raised by: ", h("code", {}, JSON.stringify(b.added))) : null,
+    x ? h("p", { class: "s-waiting" }, `stopped before position ${x.position}: ${x.limit} reached its limit (${x.max}); used ${usedText(x.used)}`) : null);
+  if (!state.waiting || state.waiting.kind !== "budget") return card;
+  const limit = h("select", { name: "limit" }, LIMITS.map((k) => h("option", { value: k, selected: x && x.limit === k }, k)));
+  const amount = h("input", { name: "amount", size: 8, required: true, placeholder: "10, 1.5, 10m" });
+  const reason = h("input", { name: "reason", size: 30, placeholder: "reason (optional)" });
+  const out = h("div");
+  card.append(h("form", { id: "raise", onsubmit: async (ev) => {
+    ev.preventDefault();
+    const raw = amount.value.trim();
+    const add = { [limit.value]: /^\d+(\.\d+)?$/.test(raw) ? Number(raw) : raw };
+    try {
+      const done = await api(`runs/${encodeURIComponent(id)}/budget`, { method: "POST", body: { add, reason: reason.value || null } });
+      out.replaceChildren(h("p", { class: "s-completed", role: "status" }, `Raised: ${id} is ${done.status}.`));
+    } catch (e) {
+      out.replaceChildren(fail(e));
+    }
+  } }, h("label", {}, "raise", limit), h("label", {}, "by", amount), reason,
+    h("button", { type: "submit", disabled: !may("operator") }, "Raise budget"), needs("operator"), out));
+  return card;
 }
 
 async function inboxPage() {
