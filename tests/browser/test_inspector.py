@@ -252,7 +252,8 @@ def test_an_operator_raises_a_budget_and_the_run_goes_on(
     page.on("pageerror", lambda e: errors.append(str(e)))
     _login(page, url, tokens["vic"])  # a viewer sees the budget, cannot raise it
     page.goto(url + "#/runs/digest-7")
-    expect(page.locator("#budget")).to_contain_text("model_calls reached its limit (1)", timeout=BOUND)
+    reached = "model_calls reached its limit (1)"
+    expect(page.locator("#budget")).to_contain_text(reached, timeout=BOUND)
     expect(page.locator("#raise button")).to_be_disabled()
     page.click("#logout")
     _login(page, url, tokens["alice"])
