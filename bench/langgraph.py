@@ -16,8 +16,8 @@ dropped at the end).
 * **Storage**: a chat graph (``add_messages``) of ``--turns`` turns, each adding a ~800
   byte user message and a ~200 byte reply; the model sees the whole history. *Content*
   is the UTF-8 bytes of every message's text; *stored* is what the database grew by: on
-  SQLite the file (WAL checkpointed into it) over the same empty store, on PostgreSQL
-  the total relation size of the system's schema over the empty schema.
+  SQLite its pages (WAL included) over the same empty store's, on PostgreSQL the total
+  relation size of the system's schema over the empty schema.
 
 Ratios are against TetherSaver on the same backend, measured in this run.
 """
@@ -201,12 +201,17 @@ def postgres_saver(tmp: Path) -> Iterator[tuple[Any, Callable[[], int]]]:
 
 
 def _file_size(path: Path, conn: sqlite3.Connection | None = None) -> int:
-    if conn is not None:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    else:
-        with sqlite3.connect(path) as c:
-            c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    return path.stat().st_size
+    """The database's size: its pages (as a reader sees the last commit, WAL included)
+    times the page size. Not the file's size: a WAL checkpoint from another connection
+    gives up while tether's store has the file open, and the pages in the WAL (the empty
+    schema's, at first) would then be counted in the thread's bytes."""
+    c = conn if conn is not None else sqlite3.connect(path)
+    try:
+        pages = c.execute("PRAGMA page_count").fetchone()[0]
+        return int(pages) * int(c.execute("PRAGMA page_size").fetchone()[0])
+    finally:
+        if conn is None:
+            c.close()
 
 
 @contextmanager
