@@ -16,7 +16,7 @@ import builtins
 import copy
 import random
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -40,17 +40,17 @@ from tether.model.events import Event, NewEvent
 from tether.model.status import RunStatus
 from tether.store import NewRun, Transition
 
-from .encode import ThreadCodec
+from .compact import Compactor
 from .preview import preview
 from .records import NewBlobs
-from .thread import KIND_CHECKPOINT, KIND_DROP, KIND_WRITES, Thread
+from .thread import KIND_CHECKPOINT, KIND_WRITES, Thread
 from .thread import Checkpoint as Stored
 
 AGENT = "langgraph"  # the agent name of every thread's run: `tether runs --agent langgraph`
 _ALL = 1_000_000_000  # list_runs' limit when every thread is wanted
 
 
-class TetherSaver(ThreadCodec, BaseCheckpointSaver[str]):
+class TetherSaver(Compactor, BaseCheckpointSaver[str]):
     """A LangGraph checkpointer on a tether App (SQLite or PostgreSQL).
 
     ``graph.compile(checkpointer=TetherSaver(app))``; each ``thread_id`` is a tether run of
@@ -290,38 +290,53 @@ class TetherSaver(ThreadCodec, BaseCheckpointSaver[str]):
                 self.store.delete_runs([thread_id])
             self._threads.pop(thread_id, None)
 
-    def _drop(self, thread_id: str, which: builtins.list[Stored]) -> None:
+    def _rewrite(self, thread_id: str, keep: Callable[[Thread], builtins.list[Stored]]) -> None:
+        """Replace the thread's log with one holding only the checkpoints ``keep`` picks
+        (with their pending writes), in one transaction, when that drops any: the space
+        of the others is given back (compact.py). Conflict when another writer appended
+        after this read."""
         with self._lock(thread_id):
             th = self._read(thread_id)
-            if th is None or not which:
+            if th is None:
                 return
-            lg = {"drop": [[c.ns, c.id] for c in which]}
-            summary = {"dropped": [c.id for c in which]}
-            self._append(thread_id, th, KIND_DROP, "drop", lg, output=summary)
+            kept = keep(th)
+            if len(kept) == len(th.checkpoints) and not th.dropped:
+                return  # nothing to give back
+            now = self.app.clock.now()
+            first = [
+                ev.new(ev.RUN_CREATED, {"agent": AGENT, "version": None, "input": {}}, now),
+                ev.new(ev.RUN_COMPLETED, {"output": None}, now),
+            ]
+            events = first + self._compacted(th, kept, len(first) + 1, now)
+            self._threads.pop(thread_id, None)  # read again after
+            try:
+                self.store.replace_log(thread_id, events, expected_seq=th.seq, now=now)
+            except Conflict as e:
+                raise _conflict(thread_id, th.seq) from e
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Drop the checkpoints (and their writes) that LangGraph runs ``run_ids`` made, in
-        every thread. Each thread's drop is one append to its log."""
+        """Remove the checkpoints (and their writes) that LangGraph runs ``run_ids`` made,
+        in every thread: each thread that had some is rewritten without them (one
+        transaction per thread), and their space is given back."""
         wanted = set(run_ids)
         if not wanted:
             return
         for r in self.store.list_runs(agent=AGENT, limit=_ALL):
-            th = self._read(r.id)
-            if th is not None:
-                self._drop(r.id, [c for c in th.live() if c.record.get("run") in wanted])
+            self._rewrite(
+                r.id, lambda th: [c for c in th.live() if c.record.get("run") not in wanted]
+            )
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """``"keep_latest"``: drop every checkpoint but the newest of each namespace (one
-        append per thread); ``"delete"``: delete the threads."""
+        """``"keep_latest"``: keep only the newest checkpoint of each namespace (with its
+        pending writes), rewriting the thread's log without the others (one transaction
+        per thread: their space is given back); ``"delete"``: delete the threads."""
         if strategy not in ("keep_latest", "delete"):
             raise InvalidInput(f"prune strategy {strategy!r}: use 'keep_latest' or 'delete'")
         for thread_id in thread_ids:
             if strategy == "delete":
                 self.delete_thread(thread_id)
-                continue
-            th = self._read(thread_id)
-            if th is not None:
-                self._drop(thread_id, _all_but_newest(th.live()))
+            else:
+                self._rewrite(thread_id, lambda th: _newest(th.live()))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy the source thread's whole log into a new thread (one ``create_run``). Raises
@@ -410,15 +425,15 @@ def _name(task_path: str, channel: str) -> str:
     return task_path.rsplit(",", 1)[-1].strip() or channel
 
 
-def _all_but_newest(live: list[Stored]) -> list[Stored]:
-    """``live`` is newest first: keep the first of each namespace."""
+def _newest(live: list[Stored]) -> list[Stored]:
+    """``live`` is newest first: the first of each namespace."""
     seen: set[str] = set()
-    dropped = []
+    kept = []
     for c in live:
-        if c.ns in seen:
-            dropped.append(c)
+        if c.ns not in seen:
+            kept.append(c)
         seen.add(c.ns)
-    return dropped
+    return kept
 
 
 def _stored(run_id: str, events: list[NewEvent], first_seq: int) -> list[Event]:
