@@ -66,7 +66,7 @@ class Chat(TypedDict):
     messages: Annotated[list[AnyMessage], add_messages]
 
 
-def chain_graph(saver: BaseCheckpointSaver[Any]) -> Any:
+def chain_graph(saver: BaseCheckpointSaver[Any] | None) -> Any:
     g = StateGraph(Chain)
     names = [f"n{i}" for i in range(NODES)]
     for name in names:
@@ -151,6 +151,18 @@ def user(k: int) -> str:
 # -- the systems: each yields (saver, size()) on a fresh store ------------------------------
 
 System = Callable[[Path], Any]
+
+
+@contextmanager
+def no_checkpointer(tmp: Path) -> Iterator[tuple[Any, Callable[[], int]]]:
+    yield None, lambda: 0  # LangGraph alone: the floor of a superstep
+
+
+@contextmanager
+def in_memory(tmp: Path) -> Iterator[tuple[Any, Callable[[], int]]]:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    yield InMemorySaver(), lambda: 0  # LangGraph's own saver, a dict: no database
 
 
 @contextmanager
@@ -257,7 +269,9 @@ def latency(systems: dict[tuple[str, str], Any], runs: int) -> dict[tuple[str, s
             for name, graph in graphs.items():
                 config = {"configurable": {"thread_id": f"t{r}"}}
                 t0 = time.perf_counter()
-                graph.invoke({"value": "", "n": 0}, config, durability="sync")
+                # (LangGraph 1.x fails on durability= without a checkpointer)
+                sync: dict[str, Any] = {"durability": "sync"} if graph.checkpointer else {}
+                graph.invoke({"value": "", "n": 0}, config, **sync)
                 samples[name].append((time.perf_counter() - t0) / NODES * 1e6)
     return {name: statistics.median(v) for name, v in samples.items()}
 
@@ -280,6 +294,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="30 turns, 5 runs")
     args = parser.parse_args()
     turns, runs = (30, 5) if args.quick else (100, 30)
+    floors = {("-", "no checkpointer"): no_checkpointer, ("-", "InMemorySaver"): in_memory}
     rows = [
         ("sqlite", "TetherSaver", tether_sqlite),
         ("sqlite", "SqliteSaver", sqlite_saver),
@@ -293,7 +308,7 @@ def main() -> None:
                 available[(backend, name)] = system
         except ImportError as e:
             print(f"{backend:8} {name:14} not installed ({e.name})")
-    speeds = latency(available, runs)
+    speeds = latency({**floors, **available}, runs)
     results: dict[tuple[str, str], tuple[float, int, int]] = {}
     for key, system in available.items():
         content, stored = storage(system, turns)
@@ -311,6 +326,31 @@ def main() -> None:
             f"{backend:8} {name:14} {us:12.0f} {speed:>9} {stored:10d} "
             f"{stored / content:8.1f}x {size:>9}"
         )
+    print("\nLangGraph's own floor, the same chain in the same run (no database):")
+    for (_, name), us in ((k, v) for k, v in speeds.items() if k in floors):
+        print(f"{'-':8} {name:14} {us:12.0f}")
+    print(verdict(speeds))
+
+
+def verdict(speeds: dict[tuple[str, str], float]) -> str:
+    """Whether ≥ 5x faster than SqliteSaver per superstep is possible at all: a saver
+    cannot take less than no saver (LangGraph's own work per superstep)."""
+    floor = speeds[("-", "no checkpointer")]
+    lines = []
+    for backend, other in (("sqlite", "SqliteSaver"), ("postgres", "PostgresSaver")):
+        mine, theirs = speeds.get((backend, "TetherSaver")), speeds.get((backend, other))
+        if mine is None or theirs is None:
+            continue
+        goal = theirs / 5
+        lines.append(
+            f"{backend}: {other} {theirs:.0f} µs, TetherSaver {mine:.0f} µs "
+            f"({theirs / mine:.2f}x faster); 5x would need {goal:.0f} µs per superstep, "
+            f"LangGraph alone takes {floor:.0f} µs"
+            + (": 5x is impossible" if goal <= floor else "")
+            + f"; TetherSaver's own share {mine - floor:.0f} µs, {other}'s {theirs - floor:.0f} µs "
+            f"({(theirs - floor) / max(mine - floor, 1e-9):.1f}x)"
+        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from langgraph.graph.message import add_messages
 
 import tether
 from tether.integrations.langgraph import TetherSaver
+from tether.model.events import Event
 
 
 class Chat(TypedDict):
@@ -261,3 +262,42 @@ def test_a_thread_written_in_the_earlier_format_reads_and_goes_on(app: tether.Ap
     added = [e.payload() for e in app.events("old")[len(saved) :]]
     assert added and all("blobs" not in d for d in added)
     assert any("b" in d for d in added)
+
+
+class Keys(TypedDict):
+    api_key: str
+
+
+def test_what_redaction_would_rewrite_is_stored_serialized(app: tether.App) -> None:
+    """tether's redaction rules rewrite events (docs/secrets.md): a checkpoint whose JSON
+    they would change (a channel named like a credential, whose version is then the
+    value of an ``"api_key"`` key) is stored serialized instead, values are blobs whose
+    text no rule matches, and only the previews shown by the CLI are redacted."""
+    key = "sk-" + "a1B2" * 10
+
+    def rotate(state: Keys) -> dict[str, str]:
+        return {"api_key": key}
+
+    g = StateGraph(Keys)
+    g.add_node("rotate", rotate)
+    g.add_edge(START, "rotate")
+    g.add_edge("rotate", END)
+    graph = g.compile(checkpointer=TetherSaver(app))
+    config: Any = {"configurable": {"thread_id": "keys"}}
+    graph.invoke({"api_key": "old"}, config, durability="sync")
+    fresh = g.compile(checkpointer=TetherSaver(app))  # read back from the log alone
+    assert fresh.get_state(config).values == {"api_key": key}
+    payloads = map(Event.payload, app.events("keys"))
+    writes = [d["output"] for d in payloads if d.get("name") == "rotate"]
+    assert writes == [{"api_key": "[redacted:credential-key]"}]
+
+    saver = TetherSaver(app)
+    ck = empty_checkpoint()
+    ck["channel_versions"] = {"api_key": "000000000001.abc"}  # not written here: in its JSON
+    stored = saver.put(
+        {"configurable": {"thread_id": "versions", "checkpoint_ns": ""}}, ck, {"step": -1}, {}
+    )
+    tup = TetherSaver(app).get_tuple(stored)
+    assert tup is not None and tup.checkpoint["channel_versions"] == ck["channel_versions"]
+    (record,) = [e.payload()["lg"] for e in app.events("versions")[2:]]
+    assert "d" in record["ck"]  # serialized, not JSON

@@ -109,3 +109,13 @@ def test_a_checkpoint_s_stored_form_gives_it_back(ts: str) -> None:
     assert from_stored(stored, values) == ck
     other = {**ck, "updated_channels": ["a"]}  # not what its values imply: kept
     assert from_stored(to_stored(other, values), values) == other
+
+
+@given(st.binary(max_size=400))
+def test_a_blob_s_text_has_no_dash_or_underscore(data: bytes) -> None:
+    """Credential patterns (``sk-``, ``xoxb-``, ``ghp_``) need them: tether's redaction
+    rules never rewrite a blob in an event."""
+    for kind in ("msgpack", "json"):
+        entry = blob_entry((kind, data))
+        text = entry if isinstance(entry, str) else entry[1]
+        assert "-" not in text and "_" not in text

@@ -5,13 +5,11 @@ records and back (:mod:`.thread` describes the records): a mixin of the saver, w
 from __future__ import annotations
 
 import builtins
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
-
-from tether.errors import TetherError
-from tether.model import codec
 
 from .records import NewBlobs, ck_delta, digest_of, to_stored
 from .thread import CHAIN, PULL, Ref, Thread
@@ -83,14 +81,15 @@ class ThreadCodec:
         again = self.serde.loads_typed(typed).model_copy(update={"id": mid})
         return digest_of(self.serde.dumps_typed(again)) == digest
 
-    def _pack(self, th: Thread, value: Mapping[str, Any], new: NewBlobs) -> dict[str, Any]:
-        """A checkpoint's or metadata's dict: ``{"j": value}`` when JSON keeps it exactly
-        (readable in ``tether show``), else ``{"d": blob}`` of its serialized bytes."""
-        try:
-            if codec.decode(codec.encode(value)) == value:
-                return {"j": value}
-        except TetherError:  # not JSON (bytes, a tuple, an object): serialized instead
-            pass
+    def _pack(
+        self, th: Thread, value: Mapping[str, Any], new: NewBlobs, plain: bool = True
+    ) -> dict[str, Any]:
+        """A checkpoint's or metadata's dict: ``{"j": value}`` when it is JSON as it is
+        (readable in ``tether show``) and ``plain``, else ``{"d": blob}`` of its
+        serialized bytes (the saver packs again with ``plain`` False when tether's
+        redaction rules would rewrite the JSON)."""
+        if plain and _json(value):
+            return {"j": value}
         return {"d": self._blob(th, value, new)}
 
     def _pack_ck(
@@ -101,12 +100,13 @@ class ThreadCodec:
         ck: dict[str, Any],
         values: builtins.list[builtins.list[Any]],
         new: NewBlobs,
+        plain: bool = True,
     ) -> dict[str, Any]:
         """A checkpoint without its values, in its stored form: as the delta of its
         parent's when both are plain JSON (at most CHAIN deltas in a row), else as
         :meth:`_pack` keeps it."""
         stored = to_stored(ck, values)
-        packed = self._pack(th, stored, new)
+        packed = self._pack(th, stored, new, plain)
         before = th.checkpoints.get((ns, parent)) if parent else None
         base = th.stored_ck(before) if before is not None else None
         if "j" not in packed or before is None or base is None:
@@ -114,21 +114,21 @@ class ThreadCodec:
         depth = before.record["ck"].get("n", 0) + 1
         if depth > CHAIN:
             return packed
-        plain = dict(packed["j"])
-        plain.pop("id", None)  # the record's id, put back by Thread.stored_ck
+        mine = dict(packed["j"])
+        mine.pop("id", None)  # the record's id, put back by Thread.stored_ck
         out: dict[str, Any] = {"n": depth}
-        if type(plain.get("ts")) is int and type(base.get("ts")) is int:
-            out["t"] = plain["ts"] - base["ts"]  # microseconds after the parent's
-            plain["ts"] = base["ts"]
+        if type(mine.get("ts")) is int and type(base.get("ts")) is int:
+            out["t"] = mine["ts"] - base["ts"]  # microseconds after the parent's
+            mine["ts"] = base["ts"]
         implied = {ch: ver for ch, ver, _ in values}
         versions = stored.get("channel_versions", {})
         if all(versions.get(ch) == v for ch, v in implied.items()):
             # the versions this checkpoint wrote are in its values: not written twice
-            plain["channel_versions"] = {k: v for k, v in versions.items() if k not in implied} | {
+            mine["channel_versions"] = {k: v for k, v in versions.items() if k not in implied} | {
                 k: v for k, v in base.get("channel_versions", {}).items() if k in implied
             }
             out["v"] = 1
-        out["x"] = ck_delta({**base, "id": None}, {**plain, "id": None})
+        out["x"] = ck_delta({**base, "id": None}, {**mine, "id": None})
         return out
 
     def _unpack(self, th: Thread, packed: dict[str, Any]) -> Any:
@@ -157,17 +157,19 @@ class ThreadCodec:
         md: Mapping[str, Any],
         refs: builtins.list[builtins.list[Any]],
         new: NewBlobs,
+        plain: bool = True,
     ) -> dict[str, Any]:
-        """A checkpoint event's ``lg`` (thread.py: what is left out, and why)."""
+        """A checkpoint event's ``lg`` (thread.py: what is left out, and why); ``plain``
+        False: its checkpoint and metadata serialized (see :meth:`_pack`)."""
         parent = ids[1]
         lg: dict[str, Any] = {}  # the id: in the event's output
         if ns:
             lg["ns"] = ns
         if parent != th.head.get(ns):
             lg["parent"] = parent
-        lg["ck"] = self._pack_ck(th, ns, parent, ck, refs, new)
-        if md != {"source": md.get("source"), "step": md.get("step"), "parents": {}}:
-            lg["md"] = self._pack(th, md, new)
+        lg["ck"] = self._pack_ck(th, ns, parent, ck, refs, new, plain)
+        if not plain or md != {"source": md.get("source"), "step": md.get("step"), "parents": {}}:
+            lg["md"] = self._pack(th, md, new, plain)
         if md.get("run_id") is not None:
             lg["run"] = md["run_id"]
         versions = {ver for _, ver, _ in refs}
@@ -209,3 +211,20 @@ class ThreadCodec:
 def _name(task_path: str, channel: str) -> str:
     """A writes step's name: its task's node (the path's last part), else the channel."""
     return task_path.rsplit(",", 1)[-1].strip() or channel
+
+
+def _json(value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` is JSON as it is (decoding its JSON gives it back): strings,
+    ints, finite floats, booleans, None, and lists and str-keyed dicts of them."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return True
+    if kind is float:
+        return math.isfinite(value)
+    if depth > 64:
+        return False
+    if kind is list:
+        return all(_json(v, depth + 1) for v in value)
+    if kind is dict:
+        return all(type(k) is str and _json(v, depth + 1) for k, v in value.items())
+    return False

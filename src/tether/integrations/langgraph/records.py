@@ -2,14 +2,14 @@
 
 Serialized values are *blobs*: an event carries, under ``"b"``, the blobs that no earlier
 event of the thread carried, each as text (a JSON event holds no bytes): ``"y"`` and the
-base85 of the bytes compressed by zlib with :data:`ZDICT` as its preset dictionary (what
-every serialized message repeats: a message costs its content, not its class's field
-names) when that is shorter, else ``"r"`` and the base85 of the bytes (``"z"``: zlib
-without a dictionary, the earlier format's); ``[type, text]`` when the serializer's type
-is not ``msgpack``. A blob is
-referred to by its *ordinal*, its position among the thread's blobs in log order (a
-number of a few digits, where a digest took 34 characters); its SHA-256 is computed when
-a writer needs to know whether the thread holds a value already, never stored.
+base85 (``"."`` and ``","`` for ``"-"`` and ``"_"``: :func:`_b85`) of the bytes
+compressed by zlib with :data:`ZDICT` as its preset dictionary (what every serialized
+message repeats: a message costs its content, not its class's field names) when that is
+shorter, else ``"r"`` and the base85 of the bytes (``"z"``: zlib without a dictionary,
+the earlier format's); ``[type, text]`` when the serializer's type is not ``msgpack``. A
+blob is referred to by its *ordinal*, its position among the thread's blobs in log order
+(a number of a few digits, where a digest took 34 characters); its SHA-256 is computed
+when a writer needs to know whether the thread holds a value already, never stored.
 
 A checkpoint (without its values) is kept in a *stored form*: its ``ts`` as microseconds
 since the epoch (an int) when that gives the same text back, and its
@@ -76,21 +76,29 @@ def blob_entry(typed: Typed) -> Entry:
     data = typed[1]
     squeeze = zlib.compressobj(6, zdict=ZDICT)
     packed = squeeze.compress(data) + squeeze.flush()
-    if len(packed) < len(data):
-        text = "y" + base64.b85encode(packed).decode("ascii")
-    else:
-        text = "r" + base64.b85encode(data).decode("ascii")
+    text = "y" + _b85(packed) if len(packed) < len(data) else "r" + _b85(data)
     return text if typed[0] == DEFAULT_TYPE else [typed[0], text]
 
 
 def entry_typed(entry: Entry) -> Typed:
     """The inverse of :func:`blob_entry`."""
     kind, text = (DEFAULT_TYPE, entry) if isinstance(entry, str) else entry
-    data = base64.b85decode(text[1:])
+    data = base64.b85decode(text[1:].translate(_FROM_SAFE))
     if text[0] == "y":
         unsqueeze = zlib.decompressobj(zdict=ZDICT)
         return kind, unsqueeze.decompress(data) + unsqueeze.flush()
     return kind, zlib.decompress(data) if text[0] == "z" else data
+
+
+# base85 with "-" and "_" as "." and ",": no credential pattern of tether's redaction rules
+# (``sk-…``, ``xoxb-…``, ``ghp_…``) can appear in a blob's text and be rewritten in it
+# (the earlier format's plain base85 has neither "." nor ",": it decodes the same)
+_TO_SAFE = str.maketrans("-_", ".,")
+_FROM_SAFE = str.maketrans(".,", "-_")
+
+
+def _b85(data: bytes) -> str:
+    return base64.b85encode(data).decode("ascii").translate(_TO_SAFE)
 
 
 def from_old_entry(value: list[str]) -> Entry:

@@ -19,6 +19,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
+import orjson
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -179,13 +180,24 @@ class TetherSaver(Compactor, BaseCheckpointSaver[str]):
         lg: dict[str, Any],
         output: Any,
         new: NewBlobs | None = None,
+        again: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
-        """Append one step event to the thread (create its run first when new)."""
+        """Append one step event to the thread (create its run first when new). When
+        tether's redaction rules would rewrite part of ``lg`` (a checkpoint's string that
+        looks like a credential), ``again()`` gives the record to store instead."""
         now = self.app.clock.now()
         data = {"pos": th.steps + 1, "name": name, "kind": kind, "lg": lg, "output": output}
         if new is not None and new.entries:
             data["b"] = new.entries
         event = ev.new(ev.STEP_COMPLETED, data, now)
+        folded = _as_stored(event.data, data)
+        if folded is None:
+            if again is None:
+                raise InvalidInput(
+                    f"thread {thread_id}: {name!r}'s record holds text that tether's "
+                    f"redaction rules rewrite (docs/secrets.md); it cannot be stored"
+                )
+            return self._append(thread_id, th, kind, name, again(), output, new)
         if th.seq == 0:
             first = [
                 ev.new(ev.RUN_CREATED, {"agent": AGENT, "version": None, "input": {}}, now),
@@ -197,7 +209,7 @@ class TetherSaver(Compactor, BaseCheckpointSaver[str]):
                 self.store.create_run(run, first, lease_owner=None, now=now, ttl=0.0)
             except Conflict as e:  # another writer created the thread first
                 raise _conflict(thread_id, 0) from e
-            th.fold(_stored(thread_id, first, 1))
+            th.fold(_stored(thread_id, first, 1), folded)
             self._threads[thread_id] = th
         else:
             if th.stale:
@@ -213,7 +225,7 @@ class TetherSaver(Compactor, BaseCheckpointSaver[str]):
             except Conflict as e:
                 th.stale = True  # until a read: no later write of this run may go through
                 raise _conflict(thread_id, th.seq) from e
-            th.fold(_stored(thread_id, events, seq - len(events) + 1))
+            th.fold(_stored(thread_id, events, seq - len(events) + 1), folded)
         if new is not None:
             th.learn(new)
 
@@ -243,9 +255,13 @@ class TetherSaver(Compactor, BaseCheckpointSaver[str]):
             md = get_serializable_checkpoint_metadata(config, metadata)
             ids = (checkpoint["id"], conf.get("checkpoint_id"))
             lg = self._checkpoint_record(th, ns, ids, ck, md, refs, new)
+
+            def serialized() -> dict[str, Any]:
+                return self._checkpoint_record(th, ns, ids, ck, md, refs, new, plain=False)
+
             summary = {"checkpoint": ids[0], "step": md.get("step"), "source": md.get("source")}
             name = f"step:{md.get('step')}" if not ns else f"{ns}/step:{md.get('step')}"
-            self._append(thread_id, th, KIND_CHECKPOINT, name, lg, summary, new)
+            self._append(thread_id, th, KIND_CHECKPOINT, name, lg, summary, new, serialized)
         return _config(thread_id, ns, checkpoint["id"])
 
     def put_writes(
@@ -434,6 +450,20 @@ def _newest(live: list[Stored]) -> list[Stored]:
             kept.append(c)
         seen.add(c.ns)
     return kept
+
+
+def _as_stored(text: str, data: dict[str, Any]) -> dict[str, Any] | None:
+    """The step event ``data`` as its stored ``text`` decodes (a copy: folded into the
+    thread's indexes), or None when tether's redaction rules rewrote part of its
+    record (``lg``, ``b``; a preview in ``output`` may be redacted)."""
+    try:
+        if text == orjson.dumps(data).decode():  # nothing was redacted: the fast path
+            return dict(orjson.loads(text))
+    except orjson.JSONEncodeError:
+        pass
+    stored: dict[str, Any] = codec.decode(text)
+    same = stored.get("lg") == data["lg"] and stored.get("b") == data.get("b")
+    return stored if same else None
 
 
 def _stored(run_id: str, events: list[NewEvent], first_seq: int) -> list[Event]:

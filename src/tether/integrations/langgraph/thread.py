@@ -107,15 +107,17 @@ class Thread:
     # each channel's newest list value: (version, chain depth, elements)
     lists: dict[tuple[str, str], tuple[Any, int, list[Any]]] = field(default_factory=dict)
 
-    def fold(self, events: Iterable[Event]) -> None:
-        """Apply events read after :attr:`seq` (other event types are skipped)."""
-        for e in events:
+    def fold(self, events: Iterable[Event], last: dict[str, Any] | None = None) -> None:
+        """Apply events read after :attr:`seq` (other event types are skipped); ``last``:
+        the last event's data decoded already (the writer's own append)."""
+        events = list(events)
+        for i, e in enumerate(events):
             self.seq, self.last = e.seq, e.data
             if e.type != STEP_COMPLETED:
                 self.settled = e.type == RUN_COMPLETED
                 continue
             self.steps += 1
-            d = e.payload()
+            d = last if last is not None and i == len(events) - 1 else e.payload()
             lg = d.get("lg")
             if not isinstance(lg, dict):
                 continue
