@@ -11,7 +11,7 @@ from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from .records import NewBlobs, ck_delta, digest_of, to_stored
+from .records import IMMUTABLE, NewBlobs, ck_delta, digest_of, to_stored
 from .thread import CHAIN, PULL, Ref, Thread
 
 
@@ -34,13 +34,24 @@ class ThreadCodec:
         return self.serde.loads_typed(th.typed(x[0])).model_copy(update={"id": x[1]})
 
     def _blob(self, th: Thread, value: Any, new: NewBlobs) -> int:
-        """The ordinal of ``value``'s blob: the thread's, or a new one in ``new``."""
+        """The ordinal of ``value``'s blob: the thread's, or a new one in ``new``. An
+        immutable value (a string, a number) that was just stored is known by identity:
+        a node's write is the object the next checkpoint holds, not serialized twice."""
+        immutable = type(value) in IMMUTABLE
+        if immutable:
+            seen = new.recent.get(id(value)) or th.recent.get(id(value))
+            if seen is not None and seen[0] is value:
+                return int(seen[1])
         typed = self.serde.dumps_typed(value)
         digest = digest_of(typed)
         found = new.get(digest)
         if found is None:
             found = th.find(digest)
-        return new.add(digest, typed) if found is None else found
+        if found is None:
+            found = new.add(digest, typed)
+        if immutable:
+            new.recent[id(value)] = (value, found)
+        return found
 
     def _element_ref(self, th: Thread, value: Any, new: NewBlobs) -> Any:
         """A list element's reference: its blob or, for a message the thread holds with

@@ -4,12 +4,13 @@ Serialized values are *blobs*: an event carries, under ``"b"``, the blobs that n
 event of the thread carried, each as text (a JSON event holds no bytes): ``"y"`` and the
 base85 (``"."`` and ``","`` for ``"-"`` and ``"_"``: :func:`_b85`) of the bytes
 compressed by zlib with :data:`ZDICT` as its preset dictionary (what every serialized
-message repeats: a message costs its content, not its class's field names) when that is
-shorter, else ``"r"`` and the base85 of the bytes (``"z"``: zlib without a dictionary,
-the earlier format's); ``[type, text]`` when the serializer's type is not ``msgpack``. A
-blob is referred to by its *ordinal*, its position among the thread's blobs in log order
-(a number of a few digits, where a digest took 34 characters); its SHA-256 is computed
-when a writer needs to know whether the thread holds a value already, never stored.
+message repeats: a message costs its content, not its class's field names); ``"z"`` for
+zlib without a dictionary (a value that is not a message); ``"r"`` for the bytes as they
+are when compressing does not make them shorter; ``[type, text]`` when the serializer's
+type is not ``msgpack``. A blob is referred to by its *ordinal*, its position among the
+thread's blobs in log order (a number of a few digits, where a digest took 34
+characters); its SHA-256 is computed when a writer needs to know whether the thread
+holds a value already, never stored.
 
 A checkpoint (without its values) is kept in a *stored form*: its ``ts`` as microseconds
 since the epoch (an int) when that gives the same text back, and its
@@ -74,9 +75,12 @@ def blob_entry(typed: Typed) -> Entry:
     """A serialized value as an event keeps it (see the module docstring); base85's
     alphabet has no quote or backslash: JSON keeps it as it is."""
     data = typed[1]
-    squeeze = zlib.compressobj(6, zdict=ZDICT)
-    packed = squeeze.compress(data) + squeeze.flush()
-    text = "y" + _b85(packed) if len(packed) < len(data) else "r" + _b85(data)
+    if b"langchain_core" in data:  # a message (or holds one): its fields are in ZDICT
+        squeeze = zlib.compressobj(6, zdict=ZDICT)
+        packed, tag = squeeze.compress(data) + squeeze.flush(), "y"
+    else:  # a value of the graph's own: zlib alone (no dictionary to load)
+        packed, tag = zlib.compress(data, 6), "z"
+    text = tag + _b85(packed) if len(packed) < len(data) else "r" + _b85(data)
     return text if typed[0] == DEFAULT_TYPE else [typed[0], text]
 
 
@@ -108,6 +112,9 @@ def from_old_entry(value: list[str]) -> Entry:
     return text if value[0] == DEFAULT_TYPE else [value[0], text]
 
 
+IMMUTABLE = frozenset({str, bytes, int, float, bool, type(None)})  # safe to know by id()
+
+
 class NewBlobs:
     """The blobs an event about to be appended carries: their ordinals follow the
     thread's ``start`` blobs."""
@@ -118,6 +125,8 @@ class NewBlobs:
         self.entries: list[Entry] = []
         # digest of a message -> [ordinal, id]: the blob of the message with another id
         self.derived: dict[str, list[Any]] = {}
+        # id() of an immutable value -> (the value, its ordinal): see ThreadCodec._blob
+        self.recent: dict[int, tuple[Any, int]] = {}
 
     def get(self, digest: str) -> int | None:
         return self.ordinals.get(digest)

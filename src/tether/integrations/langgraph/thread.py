@@ -98,6 +98,7 @@ class Thread:
     known: dict[str, int] = field(default_factory=dict)  # digest -> ordinal
     unhashed: list[int] = field(default_factory=list)  # ordinals whose digest is not known
     derived: dict[str, list[Any]] = field(default_factory=dict)  # digest -> [ordinal, id]
+    recent: dict[int, tuple[Any, int]] = field(default_factory=dict)  # id() -> value, ordinal
     head: dict[str, str] = field(default_factory=dict)  # ns -> its last checkpoint in the log
     checkpoints: dict[tuple[str, str], Checkpoint] = field(default_factory=dict)
     values: dict[tuple[str, str, str], Ref] = field(default_factory=dict)  # ns, channel, ver
@@ -142,6 +143,9 @@ class Thread:
         again) and the messages it found stored with another id."""
         self.known.update(new.ordinals)
         self.derived.update(new.derived)
+        if len(self.recent) > 256:  # the values of the last few steps are enough
+            self.recent.clear()
+        self.recent.update(new.recent)
         if new.ordinals:
             self.unhashed = [o for o in self.unhashed if o < new.start]
 
