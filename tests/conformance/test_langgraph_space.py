@@ -63,18 +63,25 @@ def _size(backend: Backend) -> Callable[[], int]:
     return lambda: int(backend.sql(query)[0][0])
 
 
+def _rows(backend: Backend, table: str) -> int:
+    return int(backend.sql(f"SELECT count(*) FROM {table}")[0][0])
+
+
 def _log_bytes(app: tether.App, thread: str) -> int:
     return sum(len(e.data) for e in app.events(thread))
 
 
 def _takes_back(backend: Backend, app: tether.App, size: Callable[[], int], sizes: Any) -> None:
-    """After the maintenance (``sizes``: the empty database's size, and with the first
-    thread), SQLite's file with a second thread like the first is not a quarter of the
-    first one's size bigger than it was with the first: VACUUM gave the space back to
-    the file system. On PostgreSQL the deleted rows are dead tuples that VACUUM makes
-    reusable once no older transaction can see them, which another test's transaction on
-    the same server can delay: there the rows' deletion is what is checked."""
+    """gc sweeps the snapshot pages; after the maintenance (``sizes``: the empty
+    database's size, and with the first thread) SQLite's file with a second thread like
+    the first is not a quarter of the first one's size bigger than it was with the
+    first: VACUUM gave the space back to the file system. On PostgreSQL the deleted rows
+    are dead tuples that VACUUM makes reusable once no older transaction can see them,
+    which another test's transaction on the same server can delay: there the rows'
+    deletion is what is checked."""
     empty, full = sizes
+    app.gc(status="failed", blob_grace=0)  # no run is failed: gc sweeps the pages only
+    assert _rows(backend, "blobs") == 0
     app.store.vacuum()
     if backend.name == "postgres":
         rows = backend.sql("SELECT count(*), coalesce(sum(length(data)), 0) FROM events")[0]
@@ -85,46 +92,44 @@ def _takes_back(backend: Backend, app: tether.App, size: Callable[[], int], size
     assert size() - full < (full - empty) / 4, (empty, full, size())
 
 
-def test_prune_rewrites_the_thread_and_its_space_is_taken_back(
-    backend: Backend, app: tether.App
-) -> None:
+def _thread_read(backend: Backend, app: tether.App) -> Any:
+    """The database's size function and empty size, a saver, and its thread "A" (graph,
+    config) filled and read once by tether (which caches a snapshot of its long log)."""
     size = _size(backend)
     empty = size()
     saver = TetherSaver(app)
-    graph, config = _fill(saver, "A")
+    filled = _fill(saver, "A")
+    app.state("A")
+    assert _rows(backend, "snapshots") >= 1
+    return size, empty, saver, filled
+
+
+def test_prune_rewrites_the_thread_and_its_space_is_taken_back(
+    backend: Backend, app: tether.App
+) -> None:
+    size, empty, saver, (graph, config) = _thread_read(backend, app)
     last = graph.get_state(config).values
     assert last["n"] == 1 and len(last["value"]) == 1200
-    app.state("A")  # a read of the thread caches a snapshot (a long log)
-    assert backend.sql("SELECT count(*) FROM snapshots")[0][0] >= 1
     full, logged = size(), _log_bytes(app, "A")
     saver.prune(["A"])
     assert _log_bytes(app, "A") < logged / 20  # one checkpoint and its value are left
     assert graph.get_state(config).values == last  # what LangGraph reads is unchanged
     assert len(list(saver.list(config))) == 1
-    assert backend.sql("SELECT count(*) FROM snapshots")[0][0] == 0  # they described the old log
+    assert _rows(backend, "snapshots") == 0  # they described the old log
     assert graph.invoke(None, config)["value"] == last["value"]  # nothing left to run
     assert graph.invoke({"value": "", "n": 4}, config)["n"] == 5  # it goes on
-    app.gc(status="failed", blob_grace=0)  # no run is failed: gc sweeps the pages only
-    assert backend.sql("SELECT count(*) FROM blobs")[0][0] == 0
     _takes_back(backend, app, size, (empty, full))
 
 
 def test_delete_thread_gives_its_rows_and_snapshot_pages_back(
     backend: Backend, app: tether.App
 ) -> None:
-    size = _size(backend)
-    empty = size()
-    saver = TetherSaver(app)
-    _fill(saver, "A")
-    app.state("A")
-    assert backend.sql("SELECT count(*) FROM snapshots")[0][0] >= 1
-    assert backend.sql("SELECT count(*) FROM blobs")[0][0] >= 1  # the snapshot's pages
+    size, empty, saver, _ = _thread_read(backend, app)
+    assert _rows(backend, "blobs") >= 1  # the snapshot's pages
     full = size()
     saver.delete_thread("A")
-    assert backend.sql("SELECT count(*) FROM events")[0][0] == 0
-    assert backend.sql("SELECT count(*) FROM snapshots")[0][0] == 0
-    app.gc(status="failed", blob_grace=0)  # no run is failed: gc sweeps the pages only
-    assert backend.sql("SELECT count(*) FROM blobs")[0][0] == 0
+    assert _rows(backend, "events") == 0
+    assert _rows(backend, "snapshots") == 0
     _takes_back(backend, app, size, (empty, full))
 
 
