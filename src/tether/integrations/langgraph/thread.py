@@ -143,7 +143,7 @@ class Thread:
         again) and the messages it found stored with another id."""
         self.known.update(new.ordinals)
         self.derived.update(new.derived)
-        if len(self.recent) > 256:  # the values of the last few steps are enough
+        if len(self.recent) > 32:  # the last few appends' values (held: bounded)
             self.recent.clear()
         self.recent.update(new.recent)
         if new.ordinals:
