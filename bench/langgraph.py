@@ -13,11 +13,14 @@ dropped at the end).
   with ``durability="sync"`` (a step is durable when the next one starts), so each
   superstep is one checkpoint and one task's writes. Reported: µs per superstep, the
   median of the runs.
+* **LangGraph's floor**: the same chain with no checkpointer (LangGraph's own work per
+  superstep) and with ``InMemorySaver`` (a dict: LangGraph's checkpointing without a
+  database), so that what a saver can win is known (``verdict``).
 * **Storage**: a chat graph (``add_messages``) of ``--turns`` turns, each adding a ~800
   byte user message and a ~200 byte reply; the model sees the whole history. *Content*
   is the UTF-8 bytes of every message's text; *stored* is what the database grew by: on
-  SQLite the file (WAL checkpointed into it) over the same empty store, on PostgreSQL
-  the total relation size of the system's schema over the empty schema.
+  SQLite its pages (WAL included) over the same empty store's, on PostgreSQL the total
+  relation size of the system's schema over the empty schema.
 
 Ratios are against TetherSaver on the same backend, measured in this run.
 """
@@ -66,7 +69,7 @@ class Chat(TypedDict):
     messages: Annotated[list[AnyMessage], add_messages]
 
 
-def chain_graph(saver: BaseCheckpointSaver[Any]) -> Any:
+def chain_graph(saver: BaseCheckpointSaver[Any] | None) -> Any:
     g = StateGraph(Chain)
     names = [f"n{i}" for i in range(NODES)]
     for name in names:
@@ -154,6 +157,18 @@ System = Callable[[Path], Any]
 
 
 @contextmanager
+def no_checkpointer(tmp: Path) -> Iterator[tuple[Any, Callable[[], int]]]:
+    yield None, lambda: 0  # LangGraph alone: the floor of a superstep
+
+
+@contextmanager
+def in_memory(tmp: Path) -> Iterator[tuple[Any, Callable[[], int]]]:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    yield InMemorySaver(), lambda: 0  # LangGraph's own saver, a dict: no database
+
+
+@contextmanager
 def tether_sqlite(tmp: Path) -> Iterator[tuple[Any, Callable[[], int]]]:
     app = tether.open(str(tmp / "tether.db"))
     yield TetherSaver(app), lambda: _file_size(tmp / "tether.db")
@@ -161,15 +176,24 @@ def tether_sqlite(tmp: Path) -> Iterator[tuple[Any, Callable[[], int]]]:
 
 
 @contextmanager
-def sqlite_saver(tmp: Path) -> Iterator[tuple[Any, Callable[[], int]]]:
+def sqlite_saver(tmp: Path, synchronous: str = "NORMAL") -> Iterator[tuple[Any, Callable[[], int]]]:
+    """SqliteSaver at tether's default durability (``synchronous=NORMAL``: the same
+    work); ``sqlite_saver_full``: at sqlite3's default (``FULL``: an fsync per commit)."""
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    conn = sqlite3.connect(tmp / "lg.db", check_same_thread=False)
+    conn = sqlite3.connect(tmp / f"lg-{synchronous}.db", check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
     saver = SqliteSaver(conn)
     saver.setup()
-    yield saver, lambda: _file_size(tmp / "lg.db", conn)
+    yield saver, lambda: _file_size(tmp / f"lg-{synchronous}.db", conn)
     conn.close()
+
+
+@contextmanager
+def sqlite_saver_full(tmp: Path) -> Iterator[tuple[Any, Callable[[], int]]]:
+    with sqlite_saver(tmp, "FULL") as found:
+        yield found
 
 
 @contextmanager
@@ -201,12 +225,17 @@ def postgres_saver(tmp: Path) -> Iterator[tuple[Any, Callable[[], int]]]:
 
 
 def _file_size(path: Path, conn: sqlite3.Connection | None = None) -> int:
-    if conn is not None:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    else:
-        with sqlite3.connect(path) as c:
-            c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    return path.stat().st_size
+    """The database's size: its pages (as a reader sees the last commit, WAL included)
+    times the page size. Not the file's size: a WAL checkpoint from another connection
+    gives up while tether's store has the file open, and the pages in the WAL (the empty
+    schema's, at first) would then be counted in the thread's bytes."""
+    c = conn if conn is not None else sqlite3.connect(path)
+    try:
+        pages = c.execute("PRAGMA page_count").fetchone()[0]
+        return int(pages) * int(c.execute("PRAGMA page_size").fetchone()[0])
+    finally:
+        if conn is None:
+            c.close()
 
 
 @contextmanager
@@ -252,7 +281,9 @@ def latency(systems: dict[tuple[str, str], Any], runs: int) -> dict[tuple[str, s
             for name, graph in graphs.items():
                 config = {"configurable": {"thread_id": f"t{r}"}}
                 t0 = time.perf_counter()
-                graph.invoke({"value": "", "n": 0}, config, durability="sync")
+                # (LangGraph 1.x fails on durability= without a checkpointer)
+                sync: dict[str, Any] = {"durability": "sync"} if graph.checkpointer else {}
+                graph.invoke({"value": "", "n": 0}, config, **sync)
                 samples[name].append((time.perf_counter() - t0) / NODES * 1e6)
     return {name: statistics.median(v) for name, v in samples.items()}
 
@@ -275,9 +306,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="30 turns, 5 runs")
     args = parser.parse_args()
     turns, runs = (30, 5) if args.quick else (100, 30)
+    floors = {("-", "no checkpointer"): no_checkpointer, ("-", "InMemorySaver"): in_memory}
     rows = [
         ("sqlite", "TetherSaver", tether_sqlite),
         ("sqlite", "SqliteSaver", sqlite_saver),
+        ("sqlite", "SqliteSaver FULL", sqlite_saver_full),
         ("postgres", "TetherSaver", tether_postgres),
         ("postgres", "PostgresSaver", postgres_saver),
     ]
@@ -287,15 +320,18 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as d, system(Path(d)):
                 available[(backend, name)] = system
         except ImportError as e:
-            print(f"{backend:8} {name:14} not installed ({e.name})")
-    speeds = latency(available, runs)
+            print(f"{backend:8} {name:15} not installed ({e.name})")
+    speeds = latency({**floors, **available}, runs)
     results: dict[tuple[str, str], tuple[float, int, int]] = {}
     for key, system in available.items():
-        content, stored = storage(system, turns)
+        if key[1].endswith(" FULL"):  # the same bytes as at NORMAL: not measured again
+            content, stored = results[(key[0], key[1][:-5])][1:]
+        else:
+            content, stored = storage(system, turns)
         results[key] = (speeds[key], content, stored)
     print(f"\n{turns} turns of chat, {runs} runs of a {NODES}-node chain, durability=sync\n")
     print(
-        f"{'backend':8} {'system':14} {'µs/superstep':>12} {'vs tether':>9} "
+        f"{'backend':8} {'system':15} {'µs/superstep':>12} {'vs tether':>9} "
         f"{'stored':>10} {'÷ content':>9} {'vs tether':>9}"
     )
     for (backend, name), (us, content, stored) in results.items():
@@ -303,9 +339,41 @@ def main() -> None:
         speed = f"{us / base[0]:.1f}x" if base else "-"
         size = f"{stored / base[2]:.1f}x" if base else "-"
         print(
-            f"{backend:8} {name:14} {us:12.0f} {speed:>9} {stored:10d} "
+            f"{backend:8} {name:15} {us:12.0f} {speed:>9} {stored:10d} "
             f"{stored / content:8.1f}x {size:>9}"
         )
+    print("\nLangGraph's own floor, the same chain in the same run (no database):")
+    for (_, name), us in ((k, v) for k, v in speeds.items() if k in floors):
+        print(f"{'-':8} {name:15} {us:12.0f}")
+    print(verdict(speeds))
+
+
+def verdict(speeds: dict[tuple[str, str], float]) -> str:
+    """Whether ≥ 5x faster than SqliteSaver per superstep is possible at all: a saver
+    takes at least what LangGraph does without one, and with one LangGraph does more (it
+    builds and serializes each checkpoint: InMemorySaver, a dict, shows that share)."""
+    floor = speeds[("-", "no checkpointer")]
+    memory = speeds[("-", "InMemorySaver")]
+    lines = []
+    for backend, other in (("sqlite", "SqliteSaver"), ("postgres", "PostgresSaver")):
+        mine, theirs = speeds.get((backend, "TetherSaver")), speeds.get((backend, other))
+        if mine is None or theirs is None:
+            continue
+        goal = theirs / 5
+        if goal <= floor:
+            why = "impossible: LangGraph alone takes longer"
+        elif goal <= memory:
+            why = "impossible with LangGraph's checkpointing: InMemorySaver takes longer"
+        else:
+            why = "possible"
+        lines.append(
+            f"{backend}: TetherSaver {theirs / mine:.2f}x faster than {other} "
+            f"({mine:.0f} vs {theirs:.0f} µs); 5x needs {goal:.0f} µs per superstep: {why}"
+            f" (no checkpointer {floor:.0f} µs, InMemorySaver {memory:.0f} µs). Above "
+            f"InMemorySaver: TetherSaver {mine - memory:.0f} µs, {other} {theirs - memory:.0f}"
+            f" µs ({(theirs - memory) / max(mine - memory, 1.0):.1f}x)"
+        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from langgraph.graph.message import add_messages
 
 import tether
 from tether.integrations.langgraph import TetherSaver
+from tether.model.events import Event
 
 
 class Chat(TypedDict):
@@ -79,8 +80,17 @@ def test_storage_grows_with_new_content_only(app: tether.App) -> None:
     # stored the whole history every superstep would grow by more every turn)
     early, late = sizes[10] - sizes[9], sizes[59] - sizes[58]
     assert late < early * 1.5, (early, late)
-    blobs = [d for e in app.events("chat") for d in (e.payload().get("blobs") or {})]
-    assert len(blobs) == len(set(blobs))  # no value is stored twice in a thread
+    from langchain_core.messages import BaseMessage
+
+    from tether.integrations.langgraph.records import digest_of, entry_typed
+
+    typed = [entry_typed(b) for e in app.events("chat") for b in e.payload().get("b", [])]
+    assert len({digest_of(t) for t in typed}) == len(typed)  # no value stored twice
+    stored = [v for v in map(TetherSaver(app).serde.loads_typed, typed)]
+    messages = [m for m in stored if isinstance(m, BaseMessage)]
+    # each message once: as its node wrote it (without an id) or as the history holds it
+    # (with one), whichever was saved first (LangGraph's async durability: either)
+    assert len(messages) == 120 and len({m.content for m in messages}) == 120
 
 
 def test_a_put_and_a_put_writes_are_one_append_each(app: tether.App) -> None:
@@ -210,3 +220,84 @@ def test_a_subgraph_interrupted_and_resumed_async(app: tether.App) -> None:
 
     # as with LangGraph's InMemorySaver: the subgraph returns the log it was given, added again
     assert asyncio.run(second())["log"] == ["start", "start", "answer yes"]
+
+
+def test_a_thread_written_in_the_earlier_format_reads_and_goes_on(app: tether.App) -> None:
+    """A thread of the first format (values by digest, base85 of zlib, whole records;
+    events saved from that version of the saver) reads as it did, and new turns are
+    appended in today's format to the same log."""
+    import json
+    from pathlib import Path
+
+    from tether.model.events import NewEvent
+    from tether.store import NewRun
+
+    saved = json.loads((Path(__file__).parent / "langgraph_thread_v1.json").read_text())
+    events = [NewEvent(kind, data, at, None) for kind, data, at in saved]
+    run = NewRun("old", "langgraph", None, "completed")
+    app.store.create_run(run, events, lease_owner=None, now=saved[0][2], ttl=0.0)
+    graph = _chat(TetherSaver(app))
+    config: Any = {"configurable": {"thread_id": "old"}}
+    state = graph.get_state(config)
+    assert [m.content for m in state.values["messages"]] == [
+        "hello",
+        "echo hello",
+        "again",
+        "echo again",
+    ]
+    assert all(m.id for m in state.values["messages"])
+    history = list(graph.get_state_history(config))
+    assert [s.metadata["step"] for s in history] == [4, 3, 2, 1, 0, -1]
+    out = graph.invoke({"messages": [HumanMessage("third")]}, config)
+    assert [m.content for m in out["messages"]][:5] == [
+        "hello",
+        "echo hello",
+        "again",
+        "echo again",
+        "third",
+    ]
+    fresh = _chat(TetherSaver(app)).get_state(config)  # read back from the log alone
+    assert fresh.values == out
+    assert [m.id for m in fresh.values["messages"][:4]] == [m.id for m in state.values["messages"]]
+    added = [e.payload() for e in app.events("old")[len(saved) :]]
+    assert added and all("blobs" not in d for d in added)
+    assert any("b" in d for d in added)
+
+
+class Keys(TypedDict):
+    api_key: str
+
+
+def test_what_redaction_would_rewrite_is_stored_serialized(app: tether.App) -> None:
+    """tether's redaction rules rewrite events (docs/secrets.md): a checkpoint whose JSON
+    they would change (a channel named like a credential, whose version is then the
+    value of an ``"api_key"`` key) is stored serialized instead, values are blobs whose
+    text no rule matches, and only the previews shown by the CLI are redacted."""
+    key = "sk-" + "a1B2" * 10
+
+    def rotate(state: Keys) -> dict[str, str]:
+        return {"api_key": key}
+
+    g = StateGraph(Keys)
+    g.add_node("rotate", rotate)
+    g.add_edge(START, "rotate")
+    g.add_edge("rotate", END)
+    graph = g.compile(checkpointer=TetherSaver(app))
+    config: Any = {"configurable": {"thread_id": "keys"}}
+    graph.invoke({"api_key": "old"}, config, durability="sync")
+    fresh = g.compile(checkpointer=TetherSaver(app))  # read back from the log alone
+    assert fresh.get_state(config).values == {"api_key": key}
+    payloads = map(Event.payload, app.events("keys"))
+    writes = [d["output"] for d in payloads if d.get("name") == "rotate"]
+    assert writes == [{"api_key": "[redacted:credential-key]"}]
+
+    saver = TetherSaver(app)
+    ck = empty_checkpoint()
+    ck["channel_versions"] = {"api_key": "000000000001.abc"}  # not written here: in its JSON
+    stored = saver.put(
+        {"configurable": {"thread_id": "versions", "checkpoint_ns": ""}}, ck, {"step": -1}, {}
+    )
+    tup = TetherSaver(app).get_tuple(stored)
+    assert tup is not None and tup.checkpoint["channel_versions"] == ck["channel_versions"]
+    (record,) = [e.payload()["lg"] for e in app.events("versions")[2:]]
+    assert "d" in record["ck"]  # serialized, not JSON

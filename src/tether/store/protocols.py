@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from tether.model.events import Event, NewEvent
 from tether.store.context_rows import ContextData
+from tether.store.log_rewrite import LogRewrite
 from tether.store.records import (
     AuditRecord,
     Effect,
@@ -444,6 +445,7 @@ class Store(
     Blobs,
     Maintenance,
     ContextData,
+    LogRewrite,
     Protocol,
 ):
     """What tether needs from a database: every role. Every method is one transaction."""

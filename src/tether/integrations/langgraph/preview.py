@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-LIMIT = 80  # characters of a string shown
+LIMIT = 48  # characters of a string shown
 
 
 def preview(value: Any, depth: int = 0) -> Any:

@@ -16,9 +16,10 @@ import builtins
 import copy
 import random
 import threading
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
+import orjson
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -33,33 +34,24 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from tether.app import App
-from tether.errors import Conflict, InvalidInput, TetherError
+from tether.errors import Conflict, InvalidInput
 from tether.model import codec
 from tether.model import events as ev
 from tether.model.events import Event, NewEvent
 from tether.model.status import RunStatus
 from tether.store import NewRun, Transition
 
+from .compact import Compactor
 from .preview import preview
-from .thread import (
-    CHAIN,
-    KIND_CHECKPOINT,
-    KIND_DROP,
-    KIND_WRITES,
-    Blobs,
-    Ref,
-    Thread,
-    blob_json,
-    ck_delta,
-    digest_of,
-)
+from .records import NewBlobs
+from .thread import KIND_CHECKPOINT, KIND_WRITES, Thread
 from .thread import Checkpoint as Stored
 
 AGENT = "langgraph"  # the agent name of every thread's run: `tether runs --agent langgraph`
 _ALL = 1_000_000_000  # list_runs' limit when every thread is wanted
 
 
-class TetherSaver(BaseCheckpointSaver[str]):
+class TetherSaver(Compactor, BaseCheckpointSaver[str]):
     """A LangGraph checkpointer on a tether App (SQLite or PostgreSQL).
 
     ``graph.compile(checkpointer=TetherSaver(app))``; each ``thread_id`` is a tether run of
@@ -107,13 +99,6 @@ class TetherSaver(BaseCheckpointSaver[str]):
             self._threads[thread_id] = th
             return th
 
-    def _load(self, th: Thread, ref: Ref, ns: str = "", channel: str = "") -> Any:
-        if ref[0] in ("l", "p"):
-            return [self.serde.loads_typed(th.typed(d)) for d in th.expand(ns, channel, ref)]
-        if ref[0] == "d":
-            return {k: self._load(th, r) for k, r in ref[1].items()}
-        return self.serde.loads_typed(th.typed(ref[1]))
-
     def _tuple(self, th: Thread, c: Stored) -> CheckpointTuple:
         rec = c.record
         plain = th.plain_ck(c)
@@ -124,7 +109,7 @@ class TetherSaver(BaseCheckpointSaver[str]):
         values = {}
         for channel, version in ck["channel_versions"].items():
             ref = th.values.get((c.ns, channel, version))
-            if ref is not None and ref[0] != "e":
+            if ref is not None:
                 values[channel] = self._load(th, ref, c.ns, channel)
         ck["channel_values"] = values
         writes = [(w.task_id, w.channel, self._load(th, w.ref)) for w in th.pending(c.ns, c.id)]
@@ -186,78 +171,33 @@ class TetherSaver(BaseCheckpointSaver[str]):
 
     # -- writing ---------------------------------------------------------------------------
 
-    def _blob(self, th: Thread, value: Any, new: Blobs) -> str:
-        typed = self.serde.dumps_typed(value)
-        digest = digest_of(typed)
-        if digest not in th.blobs and digest not in new:
-            new[digest] = blob_json(typed)
-        return digest
-
-    def _pack(self, th: Thread, value: Mapping[str, Any], new: Blobs) -> dict[str, Any]:
-        """A checkpoint's or metadata's dict: ``{"j": value}`` when JSON keeps it exactly
-        (readable in ``tether show``), else ``{"d": digest}`` of its serialized bytes."""
-        try:
-            if codec.decode(codec.encode(value)) == value:
-                return {"j": value}
-        except TetherError:  # not JSON (bytes, a tuple, an object): serialized instead
-            pass
-        return {"d": self._blob(th, value, new)}
-
-    def _pack_ck(
-        self,
-        th: Thread,
-        ns: str,
-        parent: str | None,
-        ck: dict[str, Any],
-        values: builtins.list[builtins.list[Any]],
-        new: Blobs,
-    ) -> dict[str, Any]:
-        """A checkpoint without its values: as the delta of its parent's when both are
-        plain JSON (at most CHAIN deltas in a row), else as :meth:`_pack` keeps it."""
-        packed = self._pack(th, ck, new)
-        before = th.checkpoints.get((ns, parent)) if parent else None
-        base = th.plain_ck(before) if before is not None else None
-        if "j" not in packed or before is None or base is None:
-            return packed
-        depth = before.record["ck"].get("n", 0) + 1
-        if depth > CHAIN:
-            return packed
-        plain = dict(packed["j"])
-        plain.pop("id", None)  # the record's id, put back by Thread.plain_ck
-        implied = {ch: ver for ch, ver, _ in values}
-        versions = ck.get("channel_versions", {})
-        if not all(versions.get(ch) == v for ch, v in implied.items()):
-            return {"x": ck_delta({**base, "id": None}, {**plain, "id": None}), "n": depth}
-        # the versions this checkpoint wrote are in its values: not written twice
-        plain["channel_versions"] = {k: v for k, v in versions.items() if k not in implied} | {
-            k: v for k, v in base.get("channel_versions", {}).items() if k in implied
-        }
-        return {"x": ck_delta({**base, "id": None}, {**plain, "id": None}), "n": depth, "v": 1}
-
-    def _unpack(self, th: Thread, packed: dict[str, Any]) -> Any:
-        if "j" in packed:
-            return packed["j"]
-        return self.serde.loads_typed(th.typed(packed["d"]))
-
-    def _ref(self, th: Thread, value: Any, new: Blobs, ns: str = "", channel: str = "") -> Ref:
-        """Store ``value`` by content; a list element by element (a message history shares
-        its messages across versions), as the tail of the channel's last list when given
-        the channel (a checkpoint's values, not a task's writes)."""
-        if type(value) is builtins.list and value:
-            digests = [self._blob(th, v, new) for v in value]
-            return th.list_ref(ns, channel, digests) if channel else ["l", digests]
-        if type(value) is dict and value and all(type(k) is str for k in value):
-            # an input ({"messages": [...]}) shares its messages with the writes of it
-            return ["d", {k: self._ref(th, v, new) for k, v in value.items()}]
-        return ["v", self._blob(th, value, new)]
-
     def _append(
-        self, thread_id: str, th: Thread, kind: str, name: str, lg: dict[str, Any], **extra: Any
+        self,
+        thread_id: str,
+        th: Thread,
+        kind: str,
+        name: str,
+        lg: dict[str, Any],
+        output: Any,
+        new: NewBlobs | None = None,
+        again: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
-        """Append one step event to the thread (create its run first when new)."""
+        """Append one step event to the thread (create its run first when new). When
+        tether's redaction rules would rewrite part of ``lg`` (a checkpoint's string that
+        looks like a credential), ``again()`` gives the record to store instead."""
         now = self.app.clock.now()
-        data = {"pos": th.steps + 1, "name": name, "kind": kind, "lg": lg, **extra}
+        data = {"pos": th.steps + 1, "name": name, "kind": kind, "lg": lg, "output": output}
+        if new is not None and new.entries:
+            data["b"] = new.entries
         event = ev.new(ev.STEP_COMPLETED, data, now)
+        folded = _as_stored(event.data, data)
+        if folded is None:
+            if again is None:
+                raise InvalidInput(
+                    f"thread {thread_id}: {name!r}'s record holds text that tether's "
+                    f"redaction rules rewrite (docs/secrets.md); it cannot be stored"
+                )
+            return self._append(thread_id, th, kind, name, again(), output, new)
         if th.seq == 0:
             first = [
                 ev.new(ev.RUN_CREATED, {"agent": AGENT, "version": None, "input": {}}, now),
@@ -269,23 +209,25 @@ class TetherSaver(BaseCheckpointSaver[str]):
                 self.store.create_run(run, first, lease_owner=None, now=now, ttl=0.0)
             except Conflict as e:  # another writer created the thread first
                 raise _conflict(thread_id, 0) from e
-            th.fold(_stored(thread_id, first, 1))
+            th.fold(_stored(thread_id, first, 1), folded)
             self._threads[thread_id] = th
-            return
-        if th.stale:
-            raise _conflict(thread_id, th.seq)
-        events, settle = [event], None
-        if not th.settled:  # a fork (queued by `tether fork`): completed, not for workers
-            events = [ev.new(ev.RUN_COMPLETED, {"output": None}, now), event]
-            settle = Transition(RunStatus.COMPLETED)
-        try:
-            seq = self.store.append(
-                thread_id, events, expected_seq=th.seq, epoch=0, transition=settle, now=now
-            )
-        except Conflict as e:
-            th.stale = True  # until a read: no later write of this run may go through
-            raise _conflict(thread_id, th.seq) from e
-        th.fold(_stored(thread_id, events, seq - len(events) + 1))
+        else:
+            if th.stale:
+                raise _conflict(thread_id, th.seq)
+            events, settle = [event], None
+            if not th.settled:  # a fork (queued by `tether fork`): completed, not for workers
+                events = [ev.new(ev.RUN_COMPLETED, {"output": None}, now), event]
+                settle = Transition(RunStatus.COMPLETED)
+            try:
+                seq = self.store.append(
+                    thread_id, events, expected_seq=th.seq, epoch=0, transition=settle, now=now
+                )
+            except Conflict as e:
+                th.stale = True  # until a read: no later write of this run may go through
+                raise _conflict(thread_id, th.seq) from e
+            th.fold(_stored(thread_id, events, seq - len(events) + 1), folded)
+        if new is not None:
+            th.learn(new)
 
     def _writable(self, thread_id: str) -> Thread:
         th = self._threads.get(thread_id) or self._read(thread_id)
@@ -303,30 +245,23 @@ class TetherSaver(BaseCheckpointSaver[str]):
         thread_id, ns = conf["thread_id"], conf.get("checkpoint_ns", "")
         with self._lock(thread_id):
             th = self._writable(thread_id)
-            new: Blobs = {}
+            new = NewBlobs(len(th.data))
             values = checkpoint["channel_values"]
             refs = [
-                [ch, ver, self._ref(th, values[ch], new, ns, ch) if ch in values else ["e"]]
+                [ch, ver, self._ref(th, values[ch], new, ns, ch) if ch in values else None]
                 for ch, ver in new_versions.items()
             ]
             ck = {k: v for k, v in checkpoint.items() if k != "channel_values"}
             md = get_serializable_checkpoint_metadata(config, metadata)
-            lg = {
-                "ns": ns,
-                "id": checkpoint["id"],
-                "parent": conf.get("checkpoint_id"),
-                "ck": self._pack_ck(th, ns, conf.get("checkpoint_id"), ck, refs, new),
-                "md": self._pack(th, md, new),
-                "run": md.get("run_id"),
-                "values": refs,
-            }
-            summary = {
-                "checkpoint": checkpoint["id"],
-                "step": md.get("step"),
-                "source": md.get("source"),
-            }
+            ids = (checkpoint["id"], conf.get("checkpoint_id"))
+            lg = self._checkpoint_record(th, ns, ids, ck, md, refs, new)
+
+            def serialized() -> dict[str, Any]:
+                return self._checkpoint_record(th, ns, ids, ck, md, refs, new, plain=False)
+
+            summary = {"checkpoint": ids[0], "step": md.get("step"), "source": md.get("source")}
             name = f"step:{md.get('step')}" if not ns else f"{ns}/step:{md.get('step')}"
-            self._append(thread_id, th, KIND_CHECKPOINT, name, lg, output=summary, blobs=new)
+            self._append(thread_id, th, KIND_CHECKPOINT, name, lg, summary, new, serialized)
         return _config(thread_id, ns, checkpoint["id"])
 
     def put_writes(
@@ -345,21 +280,15 @@ class TetherSaver(BaseCheckpointSaver[str]):
         with self._lock(thread_id):
             th = self._writable(thread_id)
             held = th.writes.get((ns, cid), {})
-            new: Blobs = {}
             indexed = [(WRITES_IDX_MAP.get(ch, i), ch, v) for i, (ch, v) in enumerate(writes)]
-            rows = [
-                [idx, ch, self._ref(th, v, new)]
-                for idx, ch, v in indexed
-                if replace or (task_id, idx) not in held
-            ]
-            if not rows:
+            kept = [(i, ch, v) for i, ch, v in indexed if replace or (task_id, i) not in held]
+            if not kept:
                 return
-            lg = {"ns": ns, "checkpoint": cid, "task": task_id, "path": task_path, "rows": rows}
-            if replace:
-                lg["replace"] = True
+            new = NewBlobs(len(th.data))
+            lg = self._writes_record(th, ns, (cid, task_id, task_path), kept, replace, new)
             summary = {ch: preview(v) for ch, v in writes if not ch.startswith("branch:")}
-            name = task_path.rsplit(",", 1)[-1].strip() or writes[0][0] if writes else "writes"
-            self._append(thread_id, th, KIND_WRITES, name, lg, output=summary, blobs=new)
+            name = _name(task_path, writes[0][0])
+            self._append(thread_id, th, KIND_WRITES, name, lg, summary, new)
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """Versions that sort as strings: a counter, then a random part, so that two
@@ -377,38 +306,53 @@ class TetherSaver(BaseCheckpointSaver[str]):
                 self.store.delete_runs([thread_id])
             self._threads.pop(thread_id, None)
 
-    def _drop(self, thread_id: str, which: builtins.list[Stored]) -> None:
+    def _rewrite(self, thread_id: str, keep: Callable[[Thread], builtins.list[Stored]]) -> None:
+        """Replace the thread's log with one holding only the checkpoints ``keep`` picks
+        (with their pending writes), in one transaction, when that drops any: the space
+        of the others is given back (compact.py). Conflict when another writer appended
+        after this read."""
         with self._lock(thread_id):
             th = self._read(thread_id)
-            if th is None or not which:
+            if th is None:
                 return
-            lg = {"drop": [[c.ns, c.id] for c in which]}
-            summary = {"dropped": [c.id for c in which]}
-            self._append(thread_id, th, KIND_DROP, "drop", lg, output=summary)
+            kept = keep(th)
+            if len(kept) == len(th.checkpoints) and not th.dropped:
+                return  # nothing to give back
+            now = self.app.clock.now()
+            first = [
+                ev.new(ev.RUN_CREATED, {"agent": AGENT, "version": None, "input": {}}, now),
+                ev.new(ev.RUN_COMPLETED, {"output": None}, now),
+            ]
+            events = first + self._compacted(th, kept, len(first) + 1, now)
+            self._threads.pop(thread_id, None)  # read again after
+            try:
+                self.store.replace_log(thread_id, events, expected_seq=th.seq, now=now)
+            except Conflict as e:
+                raise _conflict(thread_id, th.seq) from e
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Drop the checkpoints (and their writes) that LangGraph runs ``run_ids`` made, in
-        every thread. Each thread's drop is one append to its log."""
+        """Remove the checkpoints (and their writes) that LangGraph runs ``run_ids`` made,
+        in every thread: each thread that had some is rewritten without them (one
+        transaction per thread), and their space is given back."""
         wanted = set(run_ids)
         if not wanted:
             return
         for r in self.store.list_runs(agent=AGENT, limit=_ALL):
-            th = self._read(r.id)
-            if th is not None:
-                self._drop(r.id, [c for c in th.live() if c.record.get("run") in wanted])
+            self._rewrite(
+                r.id, lambda th: [c for c in th.live() if c.record.get("run") not in wanted]
+            )
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """``"keep_latest"``: drop every checkpoint but the newest of each namespace (one
-        append per thread); ``"delete"``: delete the threads."""
+        """``"keep_latest"``: keep only the newest checkpoint of each namespace (with its
+        pending writes), rewriting the thread's log without the others (one transaction
+        per thread: their space is given back); ``"delete"``: delete the threads."""
         if strategy not in ("keep_latest", "delete"):
             raise InvalidInput(f"prune strategy {strategy!r}: use 'keep_latest' or 'delete'")
         for thread_id in thread_ids:
             if strategy == "delete":
                 self.delete_thread(thread_id)
-                continue
-            th = self._read(thread_id)
-            if th is not None:
-                self._drop(thread_id, _all_but_newest(th.live()))
+            else:
+                self._rewrite(thread_id, lambda th: _newest(th.live()))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy the source thread's whole log into a new thread (one ``create_run``). Raises
@@ -492,15 +436,34 @@ def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
     }
 
 
-def _all_but_newest(live: list[Stored]) -> list[Stored]:
-    """``live`` is newest first: keep the first of each namespace."""
+def _name(task_path: str, channel: str) -> str:
+    """A writes step's name: its task's node (the path's last part), else the channel."""
+    return task_path.rsplit(",", 1)[-1].strip() or channel
+
+
+def _newest(live: list[Stored]) -> list[Stored]:
+    """``live`` is newest first: the first of each namespace."""
     seen: set[str] = set()
-    dropped = []
+    kept = []
     for c in live:
-        if c.ns in seen:
-            dropped.append(c)
+        if c.ns not in seen:
+            kept.append(c)
         seen.add(c.ns)
-    return dropped
+    return kept
+
+
+def _as_stored(text: str, data: dict[str, Any]) -> dict[str, Any] | None:
+    """The step event ``data`` as its stored ``text`` decodes (a copy: folded into the
+    thread's indexes), or None when tether's redaction rules rewrote part of its
+    record (``lg``, ``b``; a preview in ``output`` may be redacted)."""
+    try:
+        if text == orjson.dumps(data).decode():  # nothing was redacted: the fast path
+            return dict(orjson.loads(text))
+    except orjson.JSONEncodeError:
+        pass
+    stored: dict[str, Any] = codec.decode(text)
+    same = stored.get("lg") == data["lg"] and stored.get("b") == data.get("b")
+    return stored if same else None
 
 
 def _stored(run_id: str, events: list[NewEvent], first_seq: int) -> list[Event]:

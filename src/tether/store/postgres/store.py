@@ -42,6 +42,7 @@ from tether.model.events import NewEvent
 from tether.store.context_rows import ContextRows
 from tether.store.faults import translated
 from tether.store.groupcommit import GroupCommit, Pending
+from tether.store.log_rewrite import LogRewriteRows
 from tether.store.pgwire import WireConnection
 from tether.store.postgres.notify import PgNotifications
 from tether.store.postgres.pool import (
@@ -105,7 +106,7 @@ def _one(cur: psycopg.Cursor[Any]) -> Any:
 
 
 @translated
-class PostgresStore(PgNotifications, ContextRows):
+class PostgresStore(PgNotifications, ContextRows, LogRewriteRows):
     """A :class:`tether.store.Store` on one schema of a PostgreSQL database.
 
     Options (``tether.open(url, **options)`` passes them on): ``min_size`` and

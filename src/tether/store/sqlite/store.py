@@ -30,6 +30,7 @@ from tether.errors import (
 from tether.model.events import NewEvent
 from tether.store.context_rows import ContextRows
 from tether.store.faults import schema_number, translated
+from tether.store.log_rewrite import LogRewriteRows
 from tether.store.queries import migrations
 from tether.store.records import (
     Lease,
@@ -48,7 +49,7 @@ SCHEMA_VERSION = _MIGRATIONS[-1][0]
 
 
 @translated
-class SQLiteStore(SQLiteWriter, ContextRows):
+class SQLiteStore(SQLiteWriter, ContextRows, LogRewriteRows):
     """A :class:`tether.store.Store` on one SQLite file."""
 
     def __init__(
