@@ -127,6 +127,24 @@ def test_a_write_through_the_read_url_is_refused_cleanly(
         assert app.tokens.list() == []
 
 
+def test_a_read_url_that_prepares_nothing_reads_through_the_functions(
+    pg_backend: Backend, read_role: str
+) -> None:
+    """Behind a pooler (here ``prepare="off"``) a load is a call of the server-side
+    function load_run (schema 13), which a role that may only read may call; an append's
+    function writes, and is refused like any write."""
+    with tether.open(pg_backend.url) as app:
+        run_id = _finished_run(app)
+        events = app.events(run_id)
+    _grant_reads(read_role, pg_backend.schema)
+    with tether.open(_as(read_role, pg_backend.schema), read_only=True, prepare="off") as ro:
+        assert ro.store.load(run_id).events == events
+        with pytest.raises(tether.StoreError, match="read-only URL"):
+            ro.store.append(run_id, [], expected_seq=len(events), epoch=1, now=1.0)
+    with tether.open(pg_backend.url) as app:
+        assert app.events(run_id) == events
+
+
 def test_a_read_url_needs_a_current_schema(pg_backend: Backend, read_role: str) -> None:
     empty = f"t_{secrets.token_hex(6)}"  # never migrated: the read URL will not migrate it
     with pytest.raises(tether.StoreError, match="version 0") as caught:

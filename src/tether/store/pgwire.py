@@ -14,8 +14,10 @@ round trip, and one implicit transaction, so one commit (and all of it rolls
 back when a statement fails).
 
 Behind a transaction pooler that does not keep prepared statements (``prepare=False``)
-each statement is sent whole (unnamed: parse, bind and execute in the same round trip);
-a pipeline is still one transaction, so the pooler keeps it on one server connection.
+each statement is sent unnamed (parse, bind and execute in the same round trip): as the
+call of its server-side function when it has one (``Prepared.call``: short to parse and
+plan, the statement inside planned once per server connection), else whole; a pipeline
+is still one transaction, so the pooler keeps it on one server connection.
 ``rewrite`` turns a statement's text into what this connection sends (the PostgreSQL
 store names its schema in it).
 
@@ -41,11 +43,15 @@ Encoder = Callable[[Any, str], "bytes | None"]
 
 class Prepared:
     """A named query rewritten for libpq: ``$n`` placeholders, and for each parameter its
-    name and an encoder chosen by the cast that follows it (``%(seq)s::bigint``)."""
+    name and an encoder chosen by the cast that follows it (``%(seq)s::bigint``).
 
-    __slots__ = ("encoders", "name", "params", "sql")
+    ``call``: the same query as a call of a server-side function taking the same
+    parameters in the same order, sent instead of the query's text by a connection that
+    prepares nothing (see ``postgres.functions``)."""
 
-    def __init__(self, name: str, query: str) -> None:
+    __slots__ = ("call", "encoders", "name", "params", "sql")
+
+    def __init__(self, name: str, query: str, call: str | None = None) -> None:
         order: list[str] = []
         encoders: list[Encoder] = []
 
@@ -64,6 +70,12 @@ class Prepared:
         self.sql = _PLACEHOLDER.sub(number, query).encode()
         self.params = tuple(order)
         self.encoders = tuple(encoders)
+        self.call: bytes | None = None
+        if call is not None:
+            called = Prepared(name, call)
+            if called.params != self.params:
+                raise ValueError(f"query {name!r}: its call takes other parameters")
+            self.call = called.sql
 
     def values(self, params: dict[str, Any]) -> list[bytes | None]:
         return [
@@ -170,7 +182,8 @@ class WireConnection:
         text = self._texts.get(q.name)
         if text is None:
             rewrite = self._rewrite
-            text = rewrite(q.sql.decode()).encode() if rewrite is not None else q.sql
+            sql = q.sql if self.prepares or q.call is None else q.call
+            text = rewrite(sql.decode()).encode() if rewrite is not None else sql
             self._texts[q.name] = text
         return text
 

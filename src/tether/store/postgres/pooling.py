@@ -6,9 +6,10 @@ nothing set on a connection lasts: no startup ``options`` (PgBouncer refuses the
 ``SET``, no named prepared statements (before PgBouncer 1.21), no LISTEN. tether keeps
 no such state it needs:
 
-- every statement names tether's schema (:func:`qualify`: the tables of the migrations,
-  written ``"schema".table``), and a migration sets its ``search_path`` with ``SET
-  LOCAL`` inside its own transaction;
+- every statement names tether's schema (:func:`qualify`: the tables and functions of
+  the migrations, written ``"schema".table``), and a migration sets its ``search_path``
+  with ``SET LOCAL`` inside its own transaction (the hot statements' functions keep it
+  as their own setting: see ``functions``);
 - statements are prepared only where the connection keeps them (:func:`resolve_prepare`:
   ``prepare="auto"`` prepares on a direct connection and not behind a pooler, detected
   by :func:`probe` or declared with ``pooler=True``);
@@ -44,9 +45,19 @@ _TABLES = tuple(
         }
     )
 )
-# a table's name standing alone: not a column of it (runs.id), not already qualified
-# (x.runs), not in quotes or a parameter's name (%(runs)s)
-_TABLE = re.compile(r'(?<![\w."])(?<!%\()\b(' + "|".join(_TABLES) + r')\b(?![\w."])')
+# the functions of the migrations (schema 13: the hot statements, see functions)
+_FUNCTIONS = tuple(
+    sorted(
+        {
+            m.group(1)
+            for _n, _f, text in migrations("postgres")
+            for m in re.finditer(r"^CREATE (?:OR REPLACE )?FUNCTION (\w+)", text, re.M)
+        }
+    )
+)
+# a table's (or function's) name standing alone: not a column of it (runs.id), not
+# already qualified (x.runs), not in quotes or a parameter's name (%(runs)s)
+_TABLE = re.compile(r'(?<![\w."])(?<!%\()\b(' + "|".join(_TABLES + _FUNCTIONS) + r')\b(?![\w."])')
 
 
 def qualify_sql(statement: str, schema: str) -> str:

@@ -15,22 +15,14 @@ from tether.errors import EncodeError, LeaseLost
 from tether.model.events import Event, NewEvent
 from tether.store.groupcommit import Pending
 from tether.store.pgwire import Prepared, WireConnection
+from tether.store.postgres import functions
 from tether.store.postgres.pool import _Q
 from tether.store.records import EffectWrite, RunRecord, SignalTake, Snapshot, Transition
 
 _FLOAT_FIELDS = ("created_at", "updated_at", "lease_expires", "available_at", "claimed_at")
-_WIRE = {  # the hot statements, sent on the group commit's libpq connection (see pgwire)
-    name: Prepared(name, _Q[name])
-    for name in (
-        "append_event",
-        "append_event_effect",
-        "append_event_transition",
-        "append_events_transition",
-        "append_events",
-        "load_run",
-        "claim_fast",
-    )
-}
+# the hot statements, sent on the group commit's libpq connection (see pgwire), and their
+# calls of the server-side functions that hold them (sent where nothing is prepared)
+_WIRE = {name: Prepared(name, _Q[name], functions.call(name, _Q[name])) for name in functions.HOT}
 
 
 def _columns(events: Sequence[NewEvent]) -> dict[str, list[Any]]:
@@ -168,6 +160,8 @@ def _refusal_raises(
 
 
 def _fenced_by_rowcount(res: PGresult) -> tuple[bool, bool]:
+    if res.nfields:  # the call of its function: the row count, as a row
+        return res.get_value(0, 0) == b"1", True
     return res.command_tuples == 1, True
 
 

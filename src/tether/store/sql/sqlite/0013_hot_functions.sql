@@ -1,0 +1,3 @@
+-- tether schema 13 (SQLite): nothing. PostgreSQL's schema 13 adds its hot statements as
+-- server-side functions, for connections behind a transaction pooler; SQLite has no
+-- server. The number keeps both dialects' schema versions in step.
