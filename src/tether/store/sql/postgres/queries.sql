@@ -665,7 +665,7 @@ AND (created_at, id) < (%(cursor_at)s::float8, %(cursor_id)s::text)
 
 -- name: inbox_runs
 -- A page of runs waiting for a person (an approval, a tool call in doubt, a budget to
--- raise), oldest first (schema 13's partial indexes: the same condition).
+-- raise), oldest first (schema 14's partial indexes: the same condition).
 SELECT id, agent, version, status, code, created_at, updated_at, epoch, lease_owner,
        lease_expires, parent_id, fork_seq, session_id, owner, queue, priority, available_at,
        waiting_for, cancel_requested, dedup_key, concurrency_key, claimed_at

@@ -362,7 +362,7 @@ AND (created_at, id) < (:cursor_at, :cursor_id)
 
 -- name: inbox_runs
 -- A page of runs waiting for a person (an approval, a tool call in doubt, a budget to
--- raise), oldest first: schema 13's partial index, named (SQLite, without statistics,
+-- raise), oldest first: schema 14's partial index, named (SQLite, without statistics,
 -- prefers runs_status's equality and sorts every waiting run, timers included).
 SELECT * FROM runs INDEXED BY runs_inbox
 WHERE status = 'waiting' AND (waiting_for LIKE 'approval:%' OR waiting_for LIKE 'doubt:%'

@@ -1,4 +1,4 @@
--- tether schema 99 (PostgreSQL), as sql/sqlite/0099_budget_inbox.sql: the approvals inbox
+-- tether schema 14 (SQLite), as sql/postgres/0014_budget_inbox.sql: the approvals inbox
 -- holds the runs waiting on their budget too (waiting_for 'budget:LIMIT': a person raises
 -- it, tether budget / POST /api/runs/{id}/budget). Its partial indexes (schema 11) are
 -- made again with that third kind in their condition, which inbox_runs repeats word for
