@@ -255,6 +255,10 @@ def test_an_operator_raises_a_budget_and_the_run_goes_on(
     reached = "model_calls reached its limit (1)"
     expect(page.locator("#budget")).to_contain_text(reached, timeout=BOUND)
     expect(page.locator("#raise button")).to_be_disabled()
+    page.click("a[data-nav=approvals]")  # the inbox holds it too, shown, not actionable
+    item = page.locator(".inbox-item[data-run='digest-7']")
+    expect(item).to_contain_text("Budget reached: model_calls", timeout=BOUND)
+    expect(item.get_by_role("button", name="Raise budget")).to_be_disabled()
     page.click("#logout")
     _login(page, url, tokens["alice"])
     page.goto(url + "#/runs/digest-7")

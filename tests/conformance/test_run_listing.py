@@ -33,6 +33,11 @@ def app(backend: Backend) -> Iterator[tether.App]:
     def gate(run: tether.Run, n: int) -> Any:
         return run.approve("ok", payload={"n": n})
 
+    @a.agent(limits=tether.Limits(max_model_calls=1))
+    def chatty(run: tether.Run) -> Any:
+        run.llm("first", lambda: {"text": "a", "usage": {"input_tokens": 5}})
+        return run.llm("second", lambda: {"text": "b"})["text"]
+
     yield a
     a.close()
 
@@ -168,6 +173,53 @@ def test_the_inbox_pages_oldest_first(app: tether.App) -> None:
     assert [i.run_id for i in app.inbox(tenant="acme").items] == [ids[1], ids[3]]
     with pytest.raises(tether.InvalidInput, match="is not one the inbox returned"):
         app.inbox(cursor=app.list_runs(limit=1).next_cursor)
+
+
+def test_a_run_waiting_on_its_budget_is_in_the_inbox_until_raised(app: tether.App) -> None:
+    clock = app.clock
+    assert isinstance(clock, tether.FakeClock)
+    asked = app.run("gate", n=1).id
+    clock.advance(1)
+    stopped = app.for_tenant("acme").run("chatty").id
+    items = {i.run_id: i for i in app.inbox().items}
+    assert list(items) == [asked, stopped]  # oldest request first, every kind
+    budget = items[stopped]
+    assert (budget.kind, budget.name, budget.position, budget.tenant) == (
+        "budget",
+        "model_calls",
+        2,
+        "acme",
+    )
+    assert budget.payload["limit"] == "model_calls" and budget.payload["max"] == 1
+    assert budget.payload["used"]["model_calls"] == 1 and budget.payload["kind"] == "llm"
+    assert [i.run_id for i in app.inbox(tenant="acme").items] == [stopped]
+    assert [i.run_id for i in app.inbox(tenant="globex").items] == []
+    app.raise_budget(stopped, add={"model_calls": 1}, by="ann")
+    assert [i.run_id for i in app.inbox().items] == [asked]  # raised: no longer waiting on it
+    assert app.resume(stopped).output == "b"
+
+
+def test_the_inbox_and_the_in_doubt_gauge_read_the_inbox_index(
+    app: tether.App, backend: Backend
+) -> None:
+    store: Any = app.store
+    inbox = store._Q["inbox_runs"].replace("/*filters*/", "")
+    doubt = store._Q["gauge_in_doubt"]
+    if backend.name == "sqlite":
+        mine = store._Q["inbox_runs_owner"].replace("/*filters*/", store._Q["page_runs_tenant"])
+        queries = ((inbox, {"limit": 51}), (doubt, {}), (mine, {"limit": 51, "tenant": "acme"}))
+        for query, params in queries:
+            plan = backend.sql_params("EXPLAIN QUERY PLAN " + query, params)
+            text = " ".join(str(r[-1]) for r in plan)
+            assert "_inbox" in text and "TEMP B-TREE" not in text, text  # a partial index
+        return
+    import psycopg
+
+    options = f"-c search_path={backend.schema} -c enable_seqscan=off"
+    with psycopg.connect(PG_URL, autocommit=True, options=options) as conn:
+        for query, params in ((inbox, {"limit": 51}), (doubt, {})):
+            text = " ".join(r[0] for r in conn.execute("EXPLAIN " + query, params).fetchall())
+            assert "_inbox on runs" in text, text  # runs_inbox or runs_owner_inbox: both partial
 
 
 def test_the_status_filter_reads_an_index(app: tether.App, backend: Backend) -> None:

@@ -26,6 +26,7 @@ SQLITE_ONLY = {
     "delete_runs_signals": "delete_runs, their signals (PostgreSQL: delete_runs)",
     "delete_runs_snapshots": "delete_runs, their snapshots (PostgreSQL: delete_runs)",
     "wal_truncate": "vacuum empties SQLite's write-ahead log (PostgreSQL has no such file)",
+    "inbox_runs_owner": "a tenant's inbox names its index (PostgreSQL picks it: inbox_runs)",
 }
 
 # PostgreSQL: one statement (one round trip) where SQLite runs several, and what only a

@@ -166,8 +166,10 @@ class Done(BaseModel):
 
 class InboxItem(BaseModel):
     """A run waiting for a person, and exactly what is to be decided: ``kind`` approval
-    (``name``, ``payload``: what is approved, ``approvers``: None for anyone, ``until``)
-    or doubt (``name``: the tool, ``payload``: its input and why, ``key``). ``problem``:
+    (``name``, ``payload``: what is approved, ``approvers``: None for anyone, ``until``),
+    doubt (``name``: the tool, ``payload``: its input and why, ``key``) or budget
+    (``name``: the limit reached; ``payload``: the limit, its max and the usage; raise it
+    with POST /api/runs/{id}/budget). ``problem``:
     why the run's state could not be read (payload then None)."""
 
     run_id: str

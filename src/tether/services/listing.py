@@ -13,9 +13,10 @@ name starts with it: a prefix is an index range, a substring would read every ro
 ``created_after <= created_at < created_before`` (seconds since the epoch).
 
 The inbox lists the runs waiting for a person: an approval (``waiting_for`` =
-``approval:NAME``) or a tool call in doubt (``doubt:KEY``), oldest request first, each with
-what is to be decided, read from the run's state: the approval's payload and approvers, or
-the tool's name and arguments.
+``approval:NAME``), a tool call in doubt (``doubt:KEY``) or a budget reached
+(``budget:LIMIT``), oldest request first, each with what is to be decided, read from the
+run's state: the approval's payload and approvers, the tool's name and arguments, or the
+limit reached, its max and what the run had used.
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ class InboxItem:
     ``kind`` is ``approval`` (``name``: the approval's; ``payload``: what is being
     approved; ``approvers``: who may decide, None for anyone; ``until``: its timeout) or
     ``doubt`` (``name``: the tool's; ``payload``: ``{"tool", "input", "reason"}``;
-    ``key``: the call's idempotency key). ``problem``: why the run's state could not be
+    ``key``: the call's idempotency key) or ``budget`` (``name``: the limit reached;
+    ``payload``: ``{"limit", "max", "used", "kind"}``, ``used`` every limit's usage then,
+    ``kind`` the call it stopped before). ``problem``: why the run's state could not be
     read (payload then None), e.g. a damaged log."""
 
     run_id: str
@@ -196,6 +199,10 @@ def _item(states: States, record: RunRecord) -> InboxItem:
             approvers=w.get("approvers"),
             until=w.get("until"),
         )
+    if kind == "budget":  # the limit reached, its max and what the run had used then
+        exceeded = dict((state.budget or {}).get("exceeded") or {})
+        payload = {k: exceeded.get(k) for k in ("limit", "max", "used", "kind")}
+        return replace(base, position=position, since=since, payload=payload)
     step = next((s for s in state.steps if s.position == position), None)
     detail = dict(step.detail or {}) if step is not None else {}
     payload = {"tool": w.get("name"), "input": detail.get("input"), "reason": w.get("reason")}

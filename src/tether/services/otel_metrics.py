@@ -41,6 +41,7 @@ class App(LeaseSetup, Protocol):
     @property
     def _on_close(self) -> list[Callable[[Any], None]]: ...
 
+
 _GAUGE_CACHE = 1.0  # seconds: the gauges of one collection share one database read
 
 

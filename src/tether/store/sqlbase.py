@@ -195,7 +195,10 @@ class SqlStore:
         if after is not None:
             parts.append(self._Q["inbox_runs_cursor"])
             params.update(cursor_at=after[0], cursor_id=after[1])
-        return self._composed("inbox_runs", parts, params)
+        # SQLite names the index of a tenant's inbox in a query of its own (PostgreSQL
+        # chooses it from the filter)
+        owner = tenant is not None and "inbox_runs_owner" in self._Q
+        return self._composed("inbox_runs_owner" if owner else "inbox_runs", parts, params)
 
     def _composed(self, name: str, parts: list[str], params: dict[str, Any]) -> list[RunRecord]:
         """Query ``name`` with its ``/*filters*/`` mark replaced by ``parts`` (named

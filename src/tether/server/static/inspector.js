@@ -314,7 +314,7 @@ function budgetCard(id, state) {
 }
 
 async function inboxPage() {
-  show(h("h1", {}, "Approvals and tool calls in doubt"));
+  show(h("h1", {}, "Approvals, tool calls in doubt and budgets reached"));
   let page;
   try {
     page = await api("approvals?limit=100");
@@ -356,22 +356,31 @@ function inboxItem(item) {
     actions = h("div", { class: "actions" }, result,
       h("button", { onclick: happened }, "It happened"),
       h("button", { class: "secondary", onclick: act("resolve", { happened: false }) }, "It did not happen (retry)"));
+  } else if (item.kind === "budget") {
+    const amount = h("input", { name: "amount", size: 8, placeholder: "10, 1.5, 10m" });
+    const raise = () => {
+      const raw = amount.value.trim();
+      return act("budget", { add: { [item.name]: /^\d+(\.\d+)?$/.test(raw) ? Number(raw) : raw }, reason: reason.value || null })();
+    };
+    actions = h("div", { class: "actions" }, h("label", {}, `raise ${item.name || ""} by`, amount), reason, h("button", { onclick: raise }, "Raise budget"));
   } else {
     const name = encodeURIComponent(item.name || "");
     actions = h("div", { class: "actions" }, reason,
       h("button", { onclick: () => act(`approvals/${name}`, { decision: "approve", reason: reason.value || null })() }, "Approve"),
       h("button", { class: "danger", onclick: () => act(`approvals/${name}`, { decision: "deny", reason: reason.value || null })() }, "Deny"));
   }
-  const title = item.kind === "doubt" ? `Tool call in doubt: ${item.name || ""}` : `Approve “${item.name || ""}”`;
-  if (!may("approver")) actions.querySelectorAll("button").forEach((b) => (b.disabled = true));
+  const TITLES = { doubt: "Tool call in doubt: ", budget: "Budget reached: " };
+  const title = item.kind in TITLES ? TITLES[item.kind] + (item.name || "") : `Approve “${item.name || ""}”`;
+  const role = item.kind === "budget" ? "operator" : "approver";
+  if (!may(role)) actions.querySelectorAll("button").forEach((b) => (b.disabled = true));
   const card = h("div", { class: "card inbox-item", "data-run": item.run_id },
     h("div", {}, h("strong", {}, title), " — run ", runLink(item.run_id),
       ` (${item.agent}${item.tenant ? ", tenant " + item.tenant : ""}, position ${item.position ?? "?"}), waiting since ${when(item.since)}`),
     item.problem ? h("div", { class: "error" }, item.problem) : null,
-    h("h2", {}, item.kind === "doubt" ? "The call (input, and why it is in doubt)" : "What is asked"), json(item.payload ?? null),
+    h("h2", {}, { doubt: "The call (input, and why it is in doubt)", budget: "The limit, and what the run used" }[item.kind] || "What is asked"), json(item.payload ?? null),
     item.key ? h("p", { class: "muted" }, "idempotency key: ", h("code", {}, item.key)) : null,
     item.approvers ? h("p", { class: "muted" }, "approvers: ", item.approvers.join(", ")) : null,
-    item.until ? h("p", { class: "muted" }, "decide before ", when(item.until)) : null, actions, needs("approver"), out);
+    item.until ? h("p", { class: "muted" }, "decide before ", when(item.until)) : null, actions, needs(role), out);
   return card;
 }
 

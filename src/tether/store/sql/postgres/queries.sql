@@ -664,12 +664,14 @@ AND created_at < %(created_before)s::float8
 AND (created_at, id) < (%(cursor_at)s::float8, %(cursor_id)s::text)
 
 -- name: inbox_runs
--- A page of runs waiting for a person (an approval, a tool call in doubt), oldest first.
+-- A page of runs waiting for a person (an approval, a tool call in doubt, a budget to
+-- raise), oldest first (schema 14's partial indexes: the same condition).
 SELECT id, agent, version, status, code, created_at, updated_at, epoch, lease_owner,
        lease_expires, parent_id, fork_seq, session_id, owner, queue, priority, available_at,
        waiting_for, cancel_requested, dedup_key, concurrency_key, claimed_at
 FROM runs
-WHERE status = 'waiting' AND (waiting_for LIKE 'approval:%%' OR waiting_for LIKE 'doubt:%%')
+WHERE status = 'waiting' AND (waiting_for LIKE 'approval:%%' OR waiting_for LIKE 'doubt:%%'
+                              OR waiting_for LIKE 'budget:%%')
   /*filters*/
 ORDER BY updated_at, id LIMIT %(limit)s::bigint;
 
@@ -715,5 +717,6 @@ GROUP BY queue;
 -- name: gauge_in_doubt
 -- Runs waiting for a person to resolve a tool call in doubt (the runs_inbox partial index).
 SELECT COUNT(*) FROM runs
-WHERE status = 'waiting' AND (waiting_for LIKE 'approval:%%' OR waiting_for LIKE 'doubt:%%')
+WHERE status = 'waiting' AND (waiting_for LIKE 'approval:%%' OR waiting_for LIKE 'doubt:%%'
+                              OR waiting_for LIKE 'budget:%%')
   AND waiting_for LIKE 'doubt:%%';

@@ -361,9 +361,20 @@ AND created_at < :created_before
 AND (created_at, id) < (:cursor_at, :cursor_id)
 
 -- name: inbox_runs
--- A page of runs waiting for a person (an approval, a tool call in doubt), oldest first.
-SELECT * FROM runs
-WHERE status = 'waiting' AND (waiting_for LIKE 'approval:%' OR waiting_for LIKE 'doubt:%')
+-- A page of runs waiting for a person (an approval, a tool call in doubt, a budget to
+-- raise), oldest first: schema 14's partial index, named (SQLite, without statistics,
+-- prefers runs_status's equality and sorts every waiting run, timers included).
+SELECT * FROM runs INDEXED BY runs_inbox
+WHERE status = 'waiting' AND (waiting_for LIKE 'approval:%' OR waiting_for LIKE 'doubt:%'
+                              OR waiting_for LIKE 'budget:%')
+  /*filters*/
+ORDER BY updated_at, id LIMIT :limit;
+
+-- name: inbox_runs_owner
+-- inbox_runs for one tenant (its filters hold page_runs_tenant): runs_owner_inbox.
+SELECT * FROM runs INDEXED BY runs_owner_inbox
+WHERE status = 'waiting' AND (waiting_for LIKE 'approval:%' OR waiting_for LIKE 'doubt:%'
+                              OR waiting_for LIKE 'budget:%')
   /*filters*/
 ORDER BY updated_at, id LIMIT :limit;
 
@@ -409,6 +420,7 @@ GROUP BY queue;
 
 -- name: gauge_in_doubt
 -- Runs waiting for a person to resolve a tool call in doubt (the runs_inbox partial index).
-SELECT COUNT(*) FROM runs
-WHERE status = 'waiting' AND (waiting_for LIKE 'approval:%' OR waiting_for LIKE 'doubt:%')
+SELECT COUNT(*) FROM runs INDEXED BY runs_inbox
+WHERE status = 'waiting' AND (waiting_for LIKE 'approval:%' OR waiting_for LIKE 'doubt:%'
+                              OR waiting_for LIKE 'budget:%')
   AND waiting_for LIKE 'doubt:%';
