@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tether.integrations import missing
+from tether.integrations import execute, missing
 
 try:
     from agents import (
@@ -68,6 +68,7 @@ from tether.context.compaction import Summarizer
 from tether.engine.registry import tool as declare_tool
 from tether.engine.runtime import AsyncRun
 from tether.errors import ApprovalDenied, InvalidState
+from tether.model.clock import new_run_id
 from tether.model.status import RunStatus
 
 __all__ = [
@@ -160,8 +161,7 @@ class TetherRunner:
         reused. Returns when the run completes or waits (an approval); raises
         RunFailed when it fails. ``input`` must be JSON (a str, or input items as dicts).
         """
-        items = _input_json(input)
-        rid = self.app.start(AGENT_NAME, agent.name, items, max_turns, queue=QUEUE, run_id=run_id)
+        rid = run_id or new_run_id()
         binding = _Binding(
             agent,
             context,
@@ -173,7 +173,8 @@ class TetherRunner:
         with _LOCK:
             _BOUND[rid] = binding
         try:
-            handle = await self.app.aresume(rid)
+            args = (agent.name, _input_json(input), max_turns)
+            handle = await execute(self.app, AGENT_NAME, args, rid, QUEUE)
         except InvalidState:  # waiting, and still undecided
             if self.app.get(rid).status != RunStatus.WAITING:
                 raise

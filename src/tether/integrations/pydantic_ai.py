@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tether.integrations import missing
+from tether.integrations import execute, missing
 
 try:
     from pydantic import BaseModel
@@ -59,6 +59,7 @@ from tether.app import App
 from tether.engine.registry import tool as declare_tool
 from tether.engine.runtime import AsyncRun
 from tether.errors import ApprovalDenied, InvalidState
+from tether.model.clock import new_run_id
 from tether.model.status import RunStatus
 
 __all__ = [
@@ -239,11 +240,11 @@ class TetherAgentRunner:
         the run completes or waits (an approval); raises RunFailed when it fails."""
         history = ModelMessagesTypeAdapter.dump_python(list(message_history or []), mode="json")
         name = agent.name or "agent"
-        rid = self.app.start(AGENT_NAME, name, prompt, history, queue=QUEUE, run_id=run_id)
+        rid = run_id or new_run_id()
         with _LOCK:
             _BOUND[rid] = (agent, deps)
         try:
-            handle = await self.app.aresume(rid)
+            handle = await execute(self.app, AGENT_NAME, (name, prompt, history), rid, QUEUE)
         except InvalidState:  # waiting, and still undecided
             if self.app.get(rid).status != RunStatus.WAITING:
                 raise
