@@ -5,6 +5,7 @@ and ``tether show``/``history`` naming the model calls and tool calls."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from typing import Any
@@ -88,6 +89,59 @@ def test_model_and_tool_calls_are_journaled_and_reused(app: tether.App) -> None:
     again = runner.run_sync(agent, "square 3 twice", run_id="r-1", run_config=CONFIG)
     assert again == result
     assert len(model.calls) == 2 and len(effects) == 2  # nothing called a second time
+
+
+def test_a_runner_sees_what_changed_in_an_agent_between_runs(app: tether.App) -> None:
+    agent, _, effects = _calculator()
+    runner = TetherRunner(app)
+    runner.run_sync(agent, "square 3 twice", run_id="c-1", run_config=CONFIG)
+
+    @function_tool
+    def cube(x: int) -> str:
+        """Cube a number."""
+        effects.append((x**3, tether.current_step().idempotency_key))
+        return str(x**3)
+
+    agent.instructions = "Square or cube."
+    agent.tools.append(cube)  # in place: the same list
+    agent.model = model = ScriptedModel(
+        [
+            ModelStep(output=[function_call("cube", {"x": 2}, call_id="k-1")]),
+            ModelStep(output=[assistant_message("cubed")]),
+        ]
+    )
+    result = runner.run_sync(agent, "cube 2", run_id="c-2", run_config=CONFIG)
+    assert result.final_output == "cubed"
+    seen = model.calls[0]
+    assert len(model.calls) == 2 and seen.system_instructions == "Square or cube."
+    assert [t.name for t in seen.tools] == ["square", "cube"]
+    assert [(s.kind, s.name) for s in app.get("c-2").steps] == [
+        ("llm", "calc"),
+        ("tool", "cube"),
+        ("llm", "calc"),
+    ]
+    assert effects[-1][0] == 8 and effects[-1][1].startswith("c-2:")
+
+
+def test_concurrent_runs_of_one_agent_journal_into_their_own_runs(app: tether.App) -> None:
+    agent, model, effects = _calculator()
+    runner = TetherRunner(app)
+
+    async def both() -> list[Any]:
+        return list(
+            await asyncio.gather(
+                runner.run(agent, "square 3 twice", run_id="x", run_config=CONFIG),
+                runner.run(agent, "square 3 twice", run_id="y", run_config=CONFIG),
+            )
+        )
+
+    results = asyncio.run(both())
+    assert [r.final_output for r in results] == ["squares 9, 9", "squares 9, 9"]
+    for rid in ("x", "y"):  # the same call_ids in both: each call keyed by its own run
+        keys = [s.key for s in app.get(rid).steps if s.kind == "tool"]
+        assert len(keys) == 2 and all(k is not None and k.startswith(f"{rid}:") for k in keys)
+    assert sorted(k[:2] for _, k in effects) == ["x:", "x:", "y:", "y:"]
+    assert len(model.calls) == 4  # two per run
 
 
 def test_handoffs_are_followed(app: tether.App) -> None:

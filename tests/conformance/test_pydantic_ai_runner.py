@@ -95,6 +95,30 @@ def test_model_and_tool_calls_are_journaled_and_reused(app: tether.App) -> None:
     assert again == result and len(calls) == 2 and len(effects) == 2  # nothing twice
 
 
+def test_a_tools_risk_changed_between_runs_takes_effect(app: tether.App) -> None:
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if not _returns(messages):
+            return ModelResponse(parts=[ToolCallPart("square", {"x": 3}, tool_call_id="t-1")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    durability = TetherDurability()
+    agent: Agent[None, Any] = Agent(FunctionModel(respond), name="calc", capabilities=[durability])
+    keys: list[str] = []
+
+    @agent.tool_plain
+    def square(x: int) -> int:
+        keys.append(tether.current_step().idempotency_key)
+        return x * x
+
+    runner = TetherAgentRunner(app)
+    runner.run_sync(agent, "square 3", run_id="k-1")
+    durability.risk["square"] = "read"  # a read tool's call writes no intent first
+    runner.run_sync(agent, "square 3", run_id="k-2")
+    intents = [len([e for e in app.events(r) if e.type == "tool.intent"]) for r in ("k-1", "k-2")]
+    assert intents == [1, 0]
+    assert [k[:4] for k in keys] == ["k-1:", "k-2:"]
+
+
 def test_outside_a_tether_run_the_capability_is_transparent() -> None:
     agent, calls, effects = _calculator()
     assert agent.run_sync("square 3 twice").output == "squares 9, 9"

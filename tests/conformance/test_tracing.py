@@ -249,6 +249,29 @@ def test_a_queued_run_is_traced_from_its_enqueue(
     assert root.parent is not None and root.parent.span_id == enq.context.span_id
 
 
+def test_a_run_executed_in_one_go_by_id_is_traced_once(
+    app: tether.App, spans: InMemorySpanExporter
+) -> None:
+    import asyncio
+
+    from tether.integrations import execute
+
+    @app.agent
+    async def job(run: tether.AsyncRun, n: int) -> int:
+        return int(await run.step("inc", lambda: n + 1))
+
+    first = asyncio.run(execute(app, "job", (1,), "one-go", "inline"))
+    again = asyncio.run(execute(app, "job", (1,), "one-go", "inline"))  # exists: resumed
+    assert (first.output, again.output, app.record("one-go").queue) == (2, 2, "inline")
+    roots = _by_name(spans.get_finished_spans())["invoke_agent job"]
+    assert len(roots) == 1 and roots[0].status.status_code != StatusCode.ERROR  # no refusal
+    d = app._registry.resolve("job")
+    with pytest.raises(tether.Conflict):  # created meanwhile elsewhere: its span ends refused
+        app._executor.create(d, (1,), {}, run_id="one-go")
+    roots = _by_name(spans.get_finished_spans())["invoke_agent job"]
+    assert len(roots) == 2 and roots[1].status.status_code == StatusCode.ERROR
+
+
 def test_content_only_when_asked_and_never_a_secret(
     backend: Backend, spans: InMemorySpanExporter
 ) -> None:

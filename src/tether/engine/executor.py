@@ -112,15 +112,21 @@ class Executor:
         *,
         tenant: str | None = None,
         limits: Limits | None = None,
+        run_id: str | None = None,
+        queue: str | None = None,
     ) -> Prepared:
         """Create a run of ``d`` (in ``session``, when given) under this process's lease,
         ready to execute here: nothing runs yet (see :meth:`continue_run`). Its owner (its
-        tenant) is the session's, else ``tenant``."""
+        tenant) is the session's, else ``tenant``. ``run_id``: its id (checked by the
+        caller; Conflict when it exists), else a new one; ``queue``: the queue its row
+        names (the one a worker would resume it from), else none."""
         self.leases.check_clock()
         now = self.deps.clock.now()
-        run_id = new_run_id(now)
+        run_id = run_id or new_run_id(now)
         payload = self.check_input(d, args, kwargs)
         data = {"agent": d.name, "version": d.version, "input": payload, "code": d.code}
+        if queue is not None:
+            data["queue"] = queue
         if session is not None:
             data["session"] = session.id
         limits = check_limits(limits, "limits")  # before the span: a refusal leaves none open
@@ -136,28 +142,31 @@ class Executor:
         created = ev.new(ev.RUN_CREATED, data, now)
         started = ev.new(ev.RUN_STARTED, {"by": self.deps.owner, "epoch": 1}, now, self.deps.owner)
         sid, owner = (session.id, session.owner) if session is not None else (None, tenant)
-        lease = self.deps.store.create_run(
-            NewRun(
-                run_id,
-                d.name,
-                d.version,
-                RunStatus.RUNNING,
-                code=d.code,
-                session_id=sid,
-                owner=owner,
-            ),
-            [created, started],
-            lease_owner=self.deps.owner,
-            now=now,
-            ttl=self.deps.lease_ttl,
+        new = NewRun(
+            run_id,
+            d.name,
+            d.version,
+            RunStatus.RUNNING,
+            code=d.code,
+            session_id=sid,
+            owner=owner,
+            queue=queue,
         )
+        try:
+            lease = self.deps.store.create_run(
+                new,
+                [created, started],
+                lease_owner=self.deps.owner,
+                now=now,
+                ttl=self.deps.lease_ttl,
+            )
+        except BaseException as exc:  # no run (its id taken, the database gone): no span open
+            if trace is not None:
+                trace.refused(exc)
+            raise
         assert lease is not None
-        state = fold(
-            [
-                Event(run_id, i, e.type, e.data, e.at, e.actor)
-                for i, e in enumerate([created, started], 1)
-            ]
-        )
+        first = enumerate([created, started], 1)
+        state = fold([Event(run_id, i, e.type, e.data, e.at, e.actor) for i, e in first])
         journal, run = self._journal(d, state, lease)
         journal.trace = trace
         if session is not None:

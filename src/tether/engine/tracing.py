@@ -182,6 +182,11 @@ class RunTrace:
         tracer provider)."""
         return _traceparent(self.ctx)
 
+    def refused(self, exc: BaseException) -> None:
+        """The run was not created (``exc``): its root span ends with the error."""
+        _error(self.root, exc)
+        self.root.end()
+
     # -- the execution ----------------------------------------------------
 
     def traced(self, fn: Callable[[_P], _R], prepared: _P) -> _R:

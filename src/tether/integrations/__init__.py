@@ -13,6 +13,17 @@ importing this package imports none of them:
 They use the App and the store's protocol only; nothing below this package imports them.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tether.errors import Conflict, NotFound
+from tether.model import inputs
+
+if TYPE_CHECKING:
+    from tether.app import App
+    from tether.engine.executor import RunHandle
+
 
 def missing(extra: str, error: ModuleNotFoundError) -> ImportError:
     """The error an integration raises when its framework is not installed: which module
@@ -21,3 +32,31 @@ def missing(extra: str, error: ModuleNotFoundError) -> ImportError:
         f"this tether integration needs {error.name!r}, which is not installed: "
         f"pip install 'tether[{extra}]'"
     )
+
+
+async def execute(
+    app: App, agent: str, args: tuple[Any, ...], run_id: str, queue: str
+) -> RunHandle:
+    """Execute the run ``run_id`` of ``agent`` (registered on ``app``) in this process, in
+    the running event loop. A new run is created under this process's lease with its
+    first events in one transaction and executed at once (``app.arun``'s path: no enqueue,
+    no claim, no read of its log), ``queue`` named in its row; an existing one is resumed
+    (``app.aresume``, which raises as it does). InvalidInput for an id ``app.start``
+    would refuse."""
+    ex = app._executor
+    inputs.run_id(run_id)
+    if ex.tracing is not None and _exists(app, run_id):  # no span for a refused creation
+        return await app.aresume(run_id)
+    try:
+        prepared = ex.create(app._registry.resolve(agent), args, {}, run_id=run_id, queue=queue)
+    except Conflict:  # the id exists: a resume, or another process created it meanwhile
+        return await app.aresume(run_id)
+    return await ex.acontinue_run(prepared)
+
+
+def _exists(app: App, run_id: str) -> bool:
+    try:
+        app.record(run_id)
+    except NotFound:
+        return False
+    return True

@@ -28,14 +28,15 @@ the process that resumes passes it again. Streaming is refused
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import contextvars
 import json
+import operator
 import threading
 from collections.abc import Awaitable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from tether.integrations import missing
+from tether.integrations import execute, missing
 
 try:
     from agents import (
@@ -68,6 +69,7 @@ from tether.context.compaction import Summarizer
 from tether.engine.registry import tool as declare_tool
 from tether.engine.runtime import AsyncRun
 from tether.errors import ApprovalDenied, InvalidState
+from tether.model.clock import new_run_id
 from tether.model.status import RunStatus
 
 __all__ = [
@@ -109,13 +111,22 @@ class _Binding:
     agent: Agent[Any]
     context: Any
     run_config: RunConfig
-    risk: Mapping[str, str]
-    on_doubt: str | None
-    approvers: list[str] | None
+    copies: _Durable
+
+
+@dataclass(frozen=True, slots=True)
+class _Turn:
+    """The run the durable copies journal into, and the SDK's contexts of its tool calls."""
+
+    run: AsyncRun
+    contexts: dict[str, ToolContext[Any]]
 
 
 _BOUND: dict[str, _Binding] = {}
 _LOCK = threading.Lock()
+# the run executing in this context (_run_agent sets it): the copies outlive runs
+_ACTIVE: contextvars.ContextVar[_Turn] = contextvars.ContextVar("tether_openai_agents_turn")
+_KEPT = 64  # the agents whose durable copies a runner keeps
 
 
 class TetherRunner:
@@ -139,9 +150,8 @@ class TetherRunner:
         approvers: list[str] | None = None,
     ) -> None:
         self.app = app
-        self.risk = dict(risk or {})
-        self.on_doubt = on_doubt
-        self.approvers = approvers
+        self.risk, self.on_doubt, self.approvers = dict(risk or {}), on_doubt, approvers
+        self._copies: dict[int, _Durable] = {}  # by id(agent): see _durable
         if AGENT_NAME not in app.agents():
             app.agent(name=AGENT_NAME)(_run_agent)
 
@@ -160,20 +170,14 @@ class TetherRunner:
         reused. Returns when the run completes or waits (an approval); raises
         RunFailed when it fails. ``input`` must be JSON (a str, or input items as dicts).
         """
-        items = _input_json(input)
-        rid = self.app.start(AGENT_NAME, agent.name, items, max_turns, queue=QUEUE, run_id=run_id)
-        binding = _Binding(
-            agent,
-            context,
-            run_config or RunConfig(),
-            self.risk,
-            self.on_doubt,
-            self.approvers,
-        )
+        rid = run_id or new_run_id()
+        config = run_config or RunConfig()
+        binding = _Binding(agent, context, config, self._durable(agent, config))
         with _LOCK:
             _BOUND[rid] = binding
         try:
-            handle = await self.app.aresume(rid)
+            args = (agent.name, _input_json(input), max_turns)
+            handle = await execute(self.app, AGENT_NAME, args, rid, QUEUE)
         except InvalidState:  # waiting, and still undecided
             if self.app.get(rid).status != RunStatus.WAITING:
                 raise
@@ -182,6 +186,20 @@ class TetherRunner:
             with _LOCK:
                 _BOUND.pop(rid, None)
         return _result(rid, handle.status, handle.output, handle.waiting)
+
+    def _durable(self, agent: Agent[Any], config: RunConfig) -> _Durable:
+        """The durable copies of ``agent``'s graph: those of an earlier run while nothing
+        they were made from changed (the agents, their tools and handoffs, the config's
+        model, this runner's settings), else new ones. Making them costs more than a
+        turn of the SDK with an instant model (its agents and tools validate themselves)."""
+        copies = self._copies.get(id(agent))
+        if copies is None or not copies.current(agent, config, self):
+            if len(self._copies) >= _KEPT:
+                self._copies.clear()
+            copies = _Durable(config, self)
+            copies.agent(agent)
+            self._copies[id(agent)] = copies
+        return copies
 
     def run_sync(
         self,
@@ -242,19 +260,22 @@ async def _run_agent(run: AsyncRun, agent: str, input: Any, max_turns: int) -> d
             f"does not have: resume it with TetherRunner(app).run(agent, input, "
             f"run_id={run.id!r}) rather than `tether resume` or a worker"
         )
-    config = binding.run_config
-    copies = _Durable(run, binding, config)
+    copies = binding.copies
     durable = copies.agent(binding.agent)
-    config = dataclasses.replace(config, model=None)
+    config = replace(binding.run_config, model=None)
     if copies.gated:
         # An approval and its tool call are two positions taken by one tool task: run the
         # calls of a response one at a time, so no sibling takes a position in between.
         execution = config.tool_execution or ToolExecutionConfig()
-        one = dataclasses.replace(execution, max_function_tool_concurrency=1)
-        config = dataclasses.replace(config, tool_execution=one)
-    result = await Runner.run(
-        durable, input, context=binding.context, max_turns=max_turns, run_config=config
-    )
+        one = replace(execution, max_function_tool_concurrency=1)
+        config = replace(config, tool_execution=one)
+    token = _ACTIVE.set(_Turn(run, {}))
+    try:
+        result = await Runner.run(
+            durable, input, context=binding.context, max_turns=max_turns, run_config=config
+        )
+    finally:
+        _ACTIVE.reset(token)
     final = result.final_output
     if isinstance(final, BaseModel):
         final = final.model_dump(mode="json")
@@ -262,21 +283,36 @@ async def _run_agent(run: AsyncRun, agent: str, input: Any, max_turns: int) -> d
 
 
 class _Durable:
-    """Makes the durable copies of a run's agents, their models, tools and handoffs."""
+    """The durable copies of a graph of agents: their models, tools and handoffs, which
+    journal into the run executing in the current context (``_ACTIVE``)."""
 
-    def __init__(self, run: AsyncRun, binding: _Binding, config: RunConfig) -> None:
-        self.run = run
-        self.binding = binding
+    def __init__(self, config: RunConfig, runner: TetherRunner) -> None:
         self.config = config
-        self.copies: dict[int, Agent[Any]] = {}
+        self.settings = (dict(runner.risk), runner.on_doubt, runner.approvers)
+        # id(original) -> (original, what it was made from, its copy)
+        self.copies: dict[int, tuple[Agent[Any], list[Any], Agent[Any]]] = {}
         self.gated = False  # whether a tool may need an approval
 
+    def current(self, agent: Agent[Any], config: RunConfig, runner: TetherRunner) -> bool:
+        """Whether these copies still copy ``agent`` (and every agent they reached) as
+        they are now, for ``config``'s model and ``runner``'s settings."""
+        first = self.copies.get(id(agent))
+        return (
+            first is not None
+            and first[0] is agent
+            and config.model is self.config.model
+            and config.model_provider is self.config.model_provider
+            and (runner.risk, runner.on_doubt, runner.approvers) == self.settings
+            and len(self.copies) <= _KEPT  # handoffs that return new agents add theirs
+            and all(_same(made, _made_from(a)) for a, made, _ in self.copies.values())
+        )
+
     def agent(self, agent: Agent[Any]) -> Agent[Any]:
-        copy = self.copies.get(id(agent))
-        if copy is not None:
-            return copy
-        copy = agent.clone(model=TetherModel(self._model(agent), self.run, agent.name))
-        self.copies[id(agent)] = copy  # before the handoffs: they may lead back here
+        entry = self.copies.get(id(agent))
+        if entry is not None and entry[0] is agent:
+            return entry[2]
+        copy = agent.clone(model=TetherModel(self._model(agent), None, agent.name))
+        self.copies[id(agent)] = (agent, _made_from(agent), copy)  # handoffs may come back
         copy.tools = [self.tool(t) for t in agent.tools]
         copy.handoffs = [self.handoff(h) for h in agent.handoffs]
         return copy
@@ -299,44 +335,65 @@ class _Durable:
         async def on_invoke(ctx: RunContextWrapper[Any], arguments: str) -> Agent[Any]:
             return self.agent(await invoke(ctx, arguments))
 
-        return dataclasses.replace(h, on_invoke_handoff=on_invoke)
+        return replace(h, on_invoke_handoff=on_invoke)
 
     def tool(self, t: Tool) -> Tool:
         if not isinstance(t, FunctionTool):
             return t  # hosted tools run at the provider: inside the model call's step
         self.gated = self.gated or t.needs_approval is not False
-        return _durable_tool(t, self.run, self.binding)
+        risk, on_doubt, approvers = self.settings
+        return _durable_tool(t, risk.get(t.name, "write"), on_doubt, approvers)
 
 
-def _durable_tool(t: FunctionTool, run: AsyncRun, b: _Binding) -> FunctionTool:
+def _made_from(agent: Agent[Any]) -> list[Any]:
+    """What a durable copy of ``agent`` is made from: its fields, its tools' and
+    handoffs' (compared by identity: a field set anew, or a list changed in place)."""
+    made = [*vars(agent).values(), *agent.tools, *agent.handoffs]
+    for part in (*agent.tools, *agent.handoffs):
+        if isinstance(part, FunctionTool | Handoff):
+            made += vars(part).values()
+    return made
+
+
+def _same(a: list[Any], b: list[Any]) -> bool:  # by identity, item by item
+    return len(a) == len(b) and all(map(operator.is_, a, b))
+
+
+def _turn(what: str) -> _Turn:
+    try:
+        return _ACTIVE.get()
+    except LookupError:
+        raise InvalidState(f"{what} of a TetherRunner's agent called outside its run") from None
+
+
+def _durable_tool(
+    t: FunctionTool, risk: str, on_doubt: str | None, approvers: list[str] | None
+) -> FunctionTool:
     """``t`` with each call a ``run.tool`` (and an approval first when it needs one)."""
-    contexts: dict[str, ToolContext[Any]] = {}
     invoke_sdk = t.on_invoke_tool
 
     async def invoke(call_id: str, arguments: str) -> Any:
-        return await invoke_sdk(contexts[call_id], arguments)
+        return await invoke_sdk(_turn(f"tool {t.name!r}").contexts[call_id], arguments)
 
     invoke.__qualname__ = invoke.__name__ = t.name
-    declared = declare_tool(risk=b.risk.get(t.name, "write"), on_doubt=b.on_doubt, name=t.name)(
-        invoke
-    )
+    declared = declare_tool(risk=risk, on_doubt=on_doubt, name=t.name)(invoke)
 
     async def on_invoke(ctx: ToolContext[Any], arguments: str) -> Any:
-        call_id = ctx.tool_call_id
+        turn, call_id = _turn(f"tool {t.name!r}"), ctx.tool_call_id
         if await _needs_approval(t, ctx, arguments, call_id):
             gate = f"{t.name}:{call_id}"
             payload = {"tool": t.name, "call_id": call_id, "arguments": arguments}
             try:
-                await run.approve(gate, payload, approvers=b.approvers)
+                await turn.run.approve(gate, payload, approvers=approvers)
             except ApprovalDenied as denied:
                 return f"Tool call {t.name} was not approved ({denied})."
-        contexts[call_id] = ctx
+        turn.contexts[call_id] = ctx
         try:
-            return await run.tool(declared, call_id, arguments)
+            return await turn.run.tool(declared, call_id, arguments)
         finally:
-            contexts.pop(call_id, None)
+            turn.contexts.pop(call_id, None)
 
-    return dataclasses.replace(t, on_invoke_tool=on_invoke, needs_approval=False)
+    return replace(t, on_invoke_tool=on_invoke, needs_approval=False)
 
 
 async def _needs_approval(t: FunctionTool, ctx: ToolContext[Any], arguments: str, cid: str) -> bool:
@@ -351,9 +408,10 @@ async def _needs_approval(t: FunctionTool, ctx: ToolContext[Any], arguments: str
 class TetherModel(Model):
     """A model whose every response is a journaled ``run.llm`` step named after its
     agent: its output items and usage are recorded, and returned on replay without
-    calling ``inner`` again."""
+    calling ``inner`` again. ``run``: the run it journals into; None: the one a
+    :class:`TetherRunner` executes in the current context."""
 
-    def __init__(self, inner: Model, run: AsyncRun, name: str) -> None:
+    def __init__(self, inner: Model, run: AsyncRun | None, name: str) -> None:
         self.inner = inner
         self.run = run
         self.name = name
@@ -372,6 +430,8 @@ class TetherModel(Model):
         conversation_id: str | None,
         prompt: ResponsePromptParam | None,
     ) -> ModelResponse:
+        live: list[ModelResponse] = []  # what is recorded of it, when the model is called
+
         async def call() -> dict[str, Any]:
             response = await self.inner.get_response(
                 system_instructions,
@@ -385,9 +445,14 @@ class TetherModel(Model):
                 conversation_id=conversation_id,
                 prompt=prompt,
             )
+            live.append(_kept(response))
             return _dump(response)
 
-        return _load(await self.run.llm(self.name, call))
+        recorded = await self._run().llm(self.name, call)
+        return live[0] if live else _load(recorded)  # a replay rebuilds the same
+
+    def _run(self) -> AsyncRun:
+        return self.run or _turn(f"the model of agent {self.name!r}").run
 
     def stream_response(
         self,
@@ -405,19 +470,23 @@ class TetherModel(Model):
     ) -> Any:
         """Refused: a streamed response would not be journaled (use TetherRunner.run)."""
         raise InvalidState(
-            f"run {self.run.id}: streaming the model of agent {self.name!r} is not durable; "
+            f"run {self._run().id}: streaming the model of agent {self.name!r} is not durable; "
             f"TetherRunner.run journals whole responses (Runner.run_streamed is refused)"
         )
 
 
 def _dump(r: ModelResponse) -> dict[str, Any]:
-    usage = _USAGE.dump_python(r.usage, mode="json")
     return {
         "output": [_ITEM.dump_python(item, mode="json") for item in r.output],
-        "usage": usage,
+        "usage": _USAGE.dump_python(r.usage, mode="json"),
         "response_id": r.response_id,
         "request_id": r.request_id,
     }
+
+
+def _kept(r: ModelResponse) -> ModelResponse:
+    """What :func:`_load` gives back of ``r`` once recorded (without validating again)."""
+    return ModelResponse(list(r.output), r.usage, r.response_id, r.request_id)
 
 
 def _load(d: Mapping[str, Any]) -> ModelResponse:

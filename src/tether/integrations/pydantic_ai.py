@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tether.integrations import missing
+from tether.integrations import execute, missing
 
 try:
     from pydantic import BaseModel
@@ -59,6 +59,7 @@ from tether.app import App
 from tether.engine.registry import tool as declare_tool
 from tether.engine.runtime import AsyncRun
 from tether.errors import ApprovalDenied, InvalidState
+from tether.model.clock import new_run_id
 from tether.model.status import RunStatus
 
 __all__ = [
@@ -80,6 +81,11 @@ _RUN: contextvars.ContextVar[AsyncRun | None] = contextvars.ContextVar(
 
 
 _RUNS: contextvars.ContextVar[list[int]] = contextvars.ContextVar("tether_pydantic_ai_runs")
+# the body of the tool call a declared tool executes (set around each run.tool)
+_BODY: contextvars.ContextVar[Callable[[], Awaitable[object]]] = contextvars.ContextVar(
+    "tether_pydantic_ai_tool_body"
+)
+_DECLARED = 256  # the tools a capability keeps declared
 
 
 class TetherDurability(BaseDurabilityCapability[Any]):
@@ -117,6 +123,8 @@ class TetherDurability(BaseDurabilityCapability[Any]):
         super().__init__(name=name, event_stream_handler=event_stream_handler)
         self.risk = dict(risk or {})
         self.on_doubt = on_doubt
+        # (tool name, risk, on_doubt) -> its tether tool (see _Backend._declared)
+        self._declared: dict[tuple[str, str, str | None], Callable[..., Any]] = {}
 
     @property
     def in_durable_context(self) -> bool:
@@ -173,17 +181,30 @@ class _Backend(JournalCallableOperationBackend[Any]):
                 f"not (name, arguments, context); tether cannot key it by its tool_call_id"
             )
         tool_name, args, ctx = key[0], key[1], key[2]
-        call_id = getattr(ctx, "tool_call_id", None)
+        token = _BODY.set(body)
+        try:
+            declared = self._declared(tool_name)
+            return await run.tool(declared, getattr(ctx, "tool_call_id", None), _jsonable(args))
+        finally:
+            _BODY.reset(token)
 
-        async def call(tool_call_id: str | None, arguments: Any) -> object:
-            return await body()
-
-        call.__qualname__ = call.__name__ = tool_name
+    def _declared(self, tool_name: str) -> Callable[..., Any]:
+        """The tether tool of ``tool_name``'s calls (declared once: it validates itself), as
+        its risk and on_doubt are now; each call executes the body it was given (``_BODY``)."""
         owner = self.owner
-        declared = declare_tool(
-            risk=owner.risk.get(tool_name, "write"), on_doubt=owner.on_doubt, name=tool_name
-        )(call)
-        return await run.tool(declared, call_id, _jsonable(args))
+        risk, on_doubt = owner.risk.get(tool_name, "write"), owner.on_doubt
+        declared = owner._declared.get((tool_name, risk, on_doubt))
+        if declared is None:
+
+            async def call(tool_call_id: str | None, arguments: Any) -> object:
+                return await _BODY.get()()
+
+            call.__qualname__ = call.__name__ = tool_name
+            declared = declare_tool(risk=risk, on_doubt=on_doubt, name=tool_name)(call)
+            if len(owner._declared) >= _DECLARED:
+                owner._declared.clear()
+            owner._declared[(tool_name, risk, on_doubt)] = declared
+        return declared
 
 
 def _jsonable(value: Any) -> Any:
@@ -239,11 +260,11 @@ class TetherAgentRunner:
         the run completes or waits (an approval); raises RunFailed when it fails."""
         history = ModelMessagesTypeAdapter.dump_python(list(message_history or []), mode="json")
         name = agent.name or "agent"
-        rid = self.app.start(AGENT_NAME, name, prompt, history, queue=QUEUE, run_id=run_id)
+        rid = run_id or new_run_id()
         with _LOCK:
             _BOUND[rid] = (agent, deps)
         try:
-            handle = await self.app.aresume(rid)
+            handle = await execute(self.app, AGENT_NAME, (name, prompt, history), rid, QUEUE)
         except InvalidState:  # waiting, and still undecided
             if self.app.get(rid).status != RunStatus.WAITING:
                 raise
