@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from tether.context.artifacts import Artifacts, ArtifactStore, DatabaseArtifacts
+from tether.context.boards import Board
 from tether.context.conversation import Session, Summarizer
 from tether.context.memory import Memory
 from tether.decisions import Decisions
@@ -364,6 +365,12 @@ class App(Registration, Tenancy, Settings, Decisions, TimeTravel):
     def memory(self) -> Memory:
         """Long-term memory on this app's store (namespaced, searchable, with TTL)."""
         return Memory(self.store, self.clock)
+
+    def board(self, name: str, *, by: str | None = None) -> Board:
+        """The board ``name``: keyed, versioned state shared by runs and code, with
+        compare-and-set and every change kept (see :mod:`tether.context.boards`; in a run,
+        ``run.board``). ``by``: who writes, recorded with each change."""
+        return Board(self.store, self.clock, name, by=by)
 
     @property
     def artifacts(self) -> Artifacts:

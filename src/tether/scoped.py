@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
 from tether.context.artifacts import Artifacts
+from tether.context.boards import Board
 from tether.context.conversation import Session
 from tether.context.memory import Memory
 from tether.context.tenant_artifacts import TenantArtifacts
@@ -404,6 +405,18 @@ class ScopedApp:
         if self.tenant is None:
             return self.app.memory
         return TenantMemory(self.app.memory, self.tenant)
+
+    def board(self, name: str) -> Board:
+        """This tenant's board ``name`` (another tenant's boards are never seen: see
+        :meth:`tether.App.board`); reads need the role to read, writes the role to write
+        boards (operator), and each change is recorded under this identity's name."""
+        by = None if self.local else self.identity.name
+        return Board(
+            self.app.store, self.app.clock, name, tenant=self.tenant, by=by, guard=self._board
+        )
+
+    def _board(self, action: str) -> None:
+        self._require("read" if action == "read" else "boards")
 
     @property
     def artifacts(self) -> Artifacts | TenantArtifacts:

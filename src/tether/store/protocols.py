@@ -20,6 +20,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from tether.model.events import Event, NewEvent
+from tether.store.board_rows import BoardData
 from tether.store.context_rows import ContextData
 from tether.store.log_rewrite import LogRewrite
 from tether.store.records import (
@@ -446,6 +447,7 @@ class Store(
     Maintenance,
     ContextData,
     LogRewrite,
+    BoardData,
     Protocol,
 ):
     """What tether needs from a database: every role. Every method is one transaction."""

@@ -39,6 +39,7 @@ from tether.errors import (
     StoreUnavailable,
 )
 from tether.model.events import NewEvent
+from tether.store.board_rows import BoardRows
 from tether.store.context_rows import ContextRows
 from tether.store.faults import translated
 from tether.store.groupcommit import GroupCommit, Pending
@@ -106,7 +107,7 @@ def _one(cur: psycopg.Cursor[Any]) -> Any:
 
 
 @translated
-class PostgresStore(PgNotifications, ContextRows, LogRewriteRows):
+class PostgresStore(PgNotifications, ContextRows, LogRewriteRows, BoardRows):
     """A :class:`tether.store.Store` on one schema of a PostgreSQL database.
 
     Options (``tether.open(url, **options)`` passes them on): ``min_size`` and
