@@ -40,6 +40,7 @@ from tether.services.identity import Identity, Role, Tokens
 from tether.services.listing import InboxPage, RunPage
 from tether.services.queues import Start
 from tether.store import AuditRecord, Effect, RunRecord, UsageTotal
+from tether.store.board_rows import BoardSummary
 
 if TYPE_CHECKING:
     from tether.app import App
@@ -414,6 +415,12 @@ class ScopedApp:
         return Board(
             self.app.store, self.app.clock, name, tenant=self.tenant, by=by, guard=self._board
         )
+
+    def boards(self) -> list[BoardSummary]:
+        """The boards this identity sees: its tenant's (every tenant's for a view of every
+        tenant), by tenant and name, each with its keys holding a value and last change."""
+        self._require("read")
+        return self.app.store.list_boards(self.tenant)
 
     def _board(self, action: str) -> None:
         self._require("read" if action == "read" else "boards")

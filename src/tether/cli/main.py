@@ -15,6 +15,7 @@ Commands by module:
 - :mod:`tether.cli.retention`: gc
 - :mod:`tether.cli.worker`: worker, workers
 - :mod:`tether.cli.tokens`: token
+- :mod:`tether.cli.boards`: board
 - :mod:`tether.cli.serve`: serve (imports :mod:`tether.server` when it runs)
 
 What they share (:class:`~tether.cli.context.Command`, :class:`~tether.cli.context.Context`,
@@ -39,6 +40,7 @@ from collections.abc import Sequence
 
 import tether
 from tether.cli import (
+    boards,
     control,
     demo,
     export,
@@ -60,7 +62,7 @@ from tether.cli.context import (
 )
 from tether.cli.format import error_line
 
-MODULES = (demo, runs, control, timetravel, export, retention, worker, tokens, serve)
+MODULES = (demo, runs, control, timetravel, export, retention, worker, tokens, boards, serve)
 COMMANDS: tuple[Command, ...] = tuple(c for m in MODULES for c in m.COMMANDS)
 
 
