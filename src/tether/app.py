@@ -35,11 +35,13 @@ from tether.model.durations import Duration
 from tether.model.events import Event
 from tether.model.state import RunState
 from tether.registration import Registration
+from tether.scheduling import Scheduling
 from tether.scoped import Tenancy
 from tether.services import sessions
 from tether.services.control import Control
 from tether.services.queues import QueueConfig, Queues
 from tether.services.reader import Reader
+from tether.services.schedules import Schedules
 from tether.services.worker import MAX_CONCURRENCY as MAX_CONCURRENCY
 from tether.services.worker import POISON_AFTER, Worker, check_worker
 from tether.settings import Settings
@@ -49,7 +51,7 @@ from tether.travel import TimeTravel
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class App(Registration, Tenancy, Settings, Decisions, TimeTravel):
+class App(Registration, Tenancy, Settings, Decisions, TimeTravel, Scheduling):
     """Agents registered on one store. Create with :func:`tether.open`.
 
     Tokens, tenants and the paged run list and inbox (``tokens``, ``scoped``,
@@ -97,6 +99,7 @@ class App(Registration, Tenancy, Settings, Decisions, TimeTravel):
             deps, self._states, self._leases, self._registry, self._executor, self.approver_groups
         )
         self._queues = Queues(deps, self._registry, self._executor)
+        self._schedules = Schedules(deps, self._registry, self._queues)
 
     def queue(
         self,
@@ -214,6 +217,7 @@ class App(Registration, Tenancy, Settings, Decisions, TimeTravel):
             cpu=cpu,
             prefetch=prefetch,
             poison_after=poison_after,
+            schedules=self._schedules,
         )
 
     # -- starting and resuming --------------------------------------------

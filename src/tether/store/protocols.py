@@ -43,6 +43,7 @@ from tether.store.records import (
     UsageTotal,
     WorkerRecord,
 )
+from tether.store.schedule_rows import ScheduleData
 
 
 class RunLog(Protocol):
@@ -448,6 +449,7 @@ class Store(
     ContextData,
     LogRewrite,
     BoardData,
+    ScheduleData,
     Protocol,
 ):
     """What tether needs from a database: every role. Every method is one transaction."""
