@@ -1,5 +1,5 @@
-"""docs/boards.md runs as written: its Python blocks in order, in one namespace, in an
-empty directory; its commands exist."""
+"""docs/boards.md and docs/schedules.md run as written: their Python blocks in order, in
+one namespace, in an empty directory; their commands exist."""
 
 from __future__ import annotations
 
@@ -31,3 +31,20 @@ def test_its_commands_are_tethers() -> None:
     names = {c.name for c in COMMANDS}
     for command, _ in console_commands(body):
         assert command.split()[0] == "tether" and command.split()[1] in names, command
+
+
+SCHEDULES = PAGE.with_name("schedules.md")
+
+
+def test_the_schedules_page_runs_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocks = re.findall(r"```python\n(.*?)```", SCHEDULES.read_text(), flags=re.S)
+    assert len(blocks) >= 2
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {"__name__": "docs_schedules"}
+    for index, body in enumerate(blocks):
+        exec(compile(body, f"docs/schedules.md block {index}", "exec"), namespace)
+    (body,) = re.findall(r"```console\n(.*?)```", SCHEDULES.read_text(), flags=re.S)
+    names = {c.name for c in COMMANDS}
+    assert all(c.split()[1] in names for c, _ in console_commands(body))

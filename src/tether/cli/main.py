@@ -16,6 +16,7 @@ Commands by module:
 - :mod:`tether.cli.worker`: worker, workers
 - :mod:`tether.cli.tokens`: token
 - :mod:`tether.cli.boards`: board
+- :mod:`tether.cli.schedules`: schedules, schedule
 - :mod:`tether.cli.serve`: serve (imports :mod:`tether.server` when it runs)
 
 What they share (:class:`~tether.cli.context.Command`, :class:`~tether.cli.context.Context`,
@@ -47,6 +48,7 @@ from tether.cli import (
     logs,
     retention,
     runs,
+    schedules,
     serve,
     timetravel,
     tokens,
@@ -62,7 +64,19 @@ from tether.cli.context import (
 )
 from tether.cli.format import error_line
 
-MODULES = (demo, runs, control, timetravel, export, retention, worker, tokens, boards, serve)
+MODULES = (
+    demo,
+    runs,
+    control,
+    timetravel,
+    export,
+    retention,
+    worker,
+    schedules,
+    tokens,
+    boards,
+    serve,
+)
 COMMANDS: tuple[Command, ...] = tuple(c for m in MODULES for c in m.COMMANDS)
 
 
