@@ -146,3 +146,18 @@ def test_a_process_without_the_agent_leaves_the_tick(
     assert "schedule ten cannot fire here" in caplog.text and bare.runs() == []
     bare.close()
     assert _fire(app) == [f"ten@{int(T0 + 10) * 1000}"]
+
+
+def test_a_full_queue_leaves_the_tick_due_and_the_worker_working(
+    app: tether.App, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    app.queue("reports", max_depth=1)
+    waiting = app.start("report", "later", queue="reports", delay=3600)  # fills the queue
+    app.schedule("report", "tick", every=10, name="ten", queue="reports")
+    clock.advance(10)
+    with caplog.at_level(logging.WARNING, "tether.services.schedules"):
+        assert _fire(app, ("reports",)) == [waiting]
+    assert "schedule ten cannot fire here: queue 'reports' already holds 1" in caplog.text
+    assert app.schedules()[0].next_at == T0 + 10  # still due
+    app.cancel(waiting)
+    assert _fire(app, ("reports",)) == sorted([waiting, f"ten@{int(T0 + 10) * 1000}"])

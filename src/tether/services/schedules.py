@@ -31,7 +31,7 @@ from typing import Any
 
 from tether.engine.deps import Deps
 from tether.engine.registry import Registry
-from tether.errors import InvalidInput, NotFound
+from tether.errors import InvalidInput, NotFound, StoreUnavailable, TetherError
 from tether.model import codec, inputs
 from tether.model.cron import parse
 from tether.model.durations import Duration, parse_duration
@@ -141,7 +141,8 @@ class Schedules:
     def fire_due(self, queues: Sequence[str]) -> list[str]:
         """Fire the due ticks of the unpaused schedules of ``queues``; the ids of the runs
         they have (created here or by a worker that raced this one). A schedule that
-        cannot fire (its agent unknown in this process) is logged and left for another."""
+        cannot fire (its agent unknown in this process, its queue full) is logged and left
+        due, for another worker or the next pass."""
         now = self.deps.clock.now()
         fired: list[str] = []
         for s in self.deps.store.list_schedules():
@@ -149,7 +150,9 @@ class Schedules:
                 continue
             try:
                 fired += self._fire(s, now)
-            except (NotFound, InvalidInput) as e:
+            except StoreUnavailable:
+                raise  # the worker waits for the database, then fires it
+            except TetherError as e:  # its agent unknown here, its queue full: left due
                 log.warning("schedule %s cannot fire here: %s", s.name, e)
         return fired
 
