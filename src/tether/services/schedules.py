@@ -6,7 +6,7 @@
     app.schedule(poll_inbox, every="30s")
     app.worker(queues=["default"]).run()        # workers fire the due ticks
 
-A schedule is a row (schema 14): the agent and its inputs, its timing (a five-field cron
+A schedule is a row (schema 16): the agent and its inputs, its timing (a five-field cron
 line in UTC, :mod:`tether.model.cron`, or a period: ticks at the multiples of it since
 the epoch), its queue, and its next tick. Each worker, between claims (every ``poll`` at
 most), fires the due ticks of the schedules of its queues: it enqueues the tick's run,

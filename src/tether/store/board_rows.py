@@ -8,7 +8,7 @@ UPDATE``, SQLite's ``BEGIN IMMEDIATE`` already holds the one writer lock).
 
 A key's current value and version live in ``board_values``; every change, in
 ``board_changes``, with the version it made, the run and position that made it and who
-(schema 13). Values arrive and leave as JSON text (:mod:`tether.model.codec`); a deleted
+(schema 15). Values arrive and leave as JSON text (:mod:`tether.model.codec`); a deleted
 key is a change whose value is None. Tenants are a column: ``''`` outside tenants.
 """
 

@@ -3,7 +3,7 @@ period (tether.services.schedules).
 
 :class:`ScheduleData` is the storage role; :class:`ScheduleRows` implements it once for
 both backends on the store's ``transaction()`` and the named queries of
-``sql/<dialect>/schedules.sql`` (schema 14). The store keeps the rows and moves a
+``sql/<dialect>/schedules.sql`` (schema 16). The store keeps the rows and moves a
 schedule's next tick with a compare-and-set; when ticks fall and which runs they start
 is the service's.
 """

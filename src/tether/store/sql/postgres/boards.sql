@@ -1,5 +1,5 @@
 -- Named queries of the boards (tether.store.board_rows) on PostgreSQL (tables of
--- 0013_boards.sql), with the same names, parameters and results as sql/sqlite/boards.sql.
+-- 0015_boards.sql), with the same names, parameters and results as sql/sqlite/boards.sql.
 -- Each block: "-- name: <name>", then a one-line purpose, then the statement. A write
 -- locks the key's row (lock_row: FOR UPDATE), so concurrent writers of a key take turns.
 

@@ -1,6 +1,6 @@
 -- Named queries of the schedules (tether.store.schedule_rows) on PostgreSQL (the table
--- of 0014_schedules.sql), as sql/sqlite/schedules.sql. Each block: "-- name: <name>", then a one-line purpose, then the
--- statement.
+-- of 0016_schedules.sql), as sql/sqlite/schedules.sql. Each block: "-- name: <name>",
+-- then a one-line purpose, then the statement.
 
 -- name: _columns
 -- A schedule's columns, in ScheduleRecord's order.

@@ -1,5 +1,5 @@
 -- Named queries of the boards (tether.store.board_rows) on SQLite (tables of
--- 0013_boards.sql). Each block: "-- name: <name>", then a one-line purpose, then the
+-- 0015_boards.sql). Each block: "-- name: <name>", then a one-line purpose, then the
 -- statement. A write runs in BEGIN IMMEDIATE: SQLite's one writer makes lock_row's
 -- read and the update one atomic step.
 

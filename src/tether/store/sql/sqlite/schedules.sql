@@ -1,5 +1,5 @@
 -- Named queries of the schedules (tether.store.schedule_rows) on SQLite (the table of
--- 0014_schedules.sql). Each block: "-- name: <name>", then a one-line purpose, then the
+-- 0016_schedules.sql). Each block: "-- name: <name>", then a one-line purpose, then the
 -- statement.
 
 -- name: _columns

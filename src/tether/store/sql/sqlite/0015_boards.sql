@@ -1,4 +1,4 @@
--- tether schema 13 (SQLite): boards, the keyed and versioned state that several runs and
+-- tether schema 15 (SQLite): boards, the keyed and versioned state that several runs and
 -- plain code share (tether.context.boards). board_values holds each key's current value
 -- and version (a deleted key keeps its row: value NULL, its version counted on);
 -- board_changes holds every change, with the version it made, the run and position

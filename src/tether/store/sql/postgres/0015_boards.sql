@@ -1,4 +1,4 @@
--- tether schema 13 (PostgreSQL), as sql/sqlite/0013_boards.sql: boards, the keyed and
+-- tether schema 15 (PostgreSQL), as sql/sqlite/0015_boards.sql: boards, the keyed and
 -- versioned state that several runs and plain code share (tether.context.boards).
 -- board_values holds each key's current value and version (a deleted key keeps its
 -- row: value NULL, its version counted on); board_changes holds every change, with the
