@@ -56,6 +56,7 @@ from tether.errors import (
     StoreFull,
     StoreUnavailable,
     TetherError,
+    VersionConflict,
     WaitTimeout,
 )
 from tether.model import budgets as _budgets
@@ -122,6 +123,7 @@ __all__ = [
     "TetherError",
     "Tracing",
     "Usage",
+    "VersionConflict",
     "WaitTimeout",
     "__version__",
     "agent",

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from tether.context.artifacts import Artifacts, ArtifactStore, DatabaseArtifacts
+from tether.context.boards import Board
 from tether.context.conversation import Session, Summarizer
 from tether.context.memory import Memory
 from tether.decisions import Decisions
@@ -34,11 +35,13 @@ from tether.model.durations import Duration
 from tether.model.events import Event
 from tether.model.state import RunState
 from tether.registration import Registration
+from tether.scheduling import Scheduling
 from tether.scoped import Tenancy
 from tether.services import sessions
 from tether.services.control import Control
 from tether.services.queues import QueueConfig, Queues
 from tether.services.reader import Reader
+from tether.services.schedules import Schedules
 from tether.services.worker import MAX_CONCURRENCY as MAX_CONCURRENCY
 from tether.services.worker import POISON_AFTER, Worker, check_worker
 from tether.settings import Settings
@@ -48,7 +51,7 @@ from tether.travel import TimeTravel
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class App(Registration, Tenancy, Settings, Decisions, TimeTravel):
+class App(Registration, Tenancy, Settings, Decisions, TimeTravel, Scheduling):
     """Agents registered on one store. Create with :func:`tether.open`.
 
     Tokens, tenants and the paged run list and inbox (``tokens``, ``scoped``,
@@ -96,6 +99,7 @@ class App(Registration, Tenancy, Settings, Decisions, TimeTravel):
             deps, self._states, self._leases, self._registry, self._executor, self.approver_groups
         )
         self._queues = Queues(deps, self._registry, self._executor)
+        self._schedules = Schedules(deps, self._registry, self._queues)
 
     def queue(
         self,
@@ -213,6 +217,7 @@ class App(Registration, Tenancy, Settings, Decisions, TimeTravel):
             cpu=cpu,
             prefetch=prefetch,
             poison_after=poison_after,
+            schedules=self._schedules,
         )
 
     # -- starting and resuming --------------------------------------------
@@ -364,6 +369,12 @@ class App(Registration, Tenancy, Settings, Decisions, TimeTravel):
     def memory(self) -> Memory:
         """Long-term memory on this app's store (namespaced, searchable, with TTL)."""
         return Memory(self.store, self.clock)
+
+    def board(self, name: str, *, by: str | None = None) -> Board:
+        """The board ``name``: keyed, versioned state shared by runs and code, with
+        compare-and-set and every change kept (see :mod:`tether.context.boards`; in a run,
+        ``run.board``). ``by``: who writes, recorded with each change."""
+        return Board(self.store, self.clock, name, by=by)
 
     @property
     def artifacts(self) -> Artifacts:

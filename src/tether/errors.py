@@ -15,7 +15,8 @@
     ├── NotFound                     no such run / agent / event (or another tenant's)
     ├── Forbidden                    an identity's role does not allow the action (audited)
     ├── Conflict                     someone else appended first, or holds the run
-    │   └── LeaseLost                a newer lease (fencing token) exists; stop writing
+    │   ├── LeaseLost                a newer lease (fencing token) exists; stop writing
+    │   └── VersionConflict          a board's key moved past the expected version: re-read
     ├── QueueFull                    a queue at its max depth refuses new runs (backpressure)
     ├── EncodeError                  a value cannot be stored (names the type and path)
     ├── InvalidInput                 an argument tether does not take (names it)
@@ -131,6 +132,20 @@ class Conflict(TetherError):
 
 class LeaseLost(Conflict):
     """A newer lease (fencing token) exists for the run: this writer must stop."""
+
+
+class VersionConflict(Conflict):
+    """A compare-and-set on a board found its key at another version than expected
+    (someone wrote it first): nothing was written. Read the key again and retry. Catch
+    this one (not Conflict) around a board write in an agent: a Conflict may be the run's
+    lost lease (LeaseLost), which must stop the agent."""
+
+    def __init__(self, message: str, *, board: str, key: str, expected: int, version: int):
+        super().__init__(message)
+        self.board = board
+        self.key = key
+        self.expected = expected
+        self.version = version
 
 
 class QueueFull(TetherError):

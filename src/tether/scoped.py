@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
 from tether.context.artifacts import Artifacts
+from tether.context.boards import Board
 from tether.context.conversation import Session
 from tether.context.memory import Memory
 from tether.context.tenant_artifacts import TenantArtifacts
@@ -39,6 +40,7 @@ from tether.services.identity import Identity, Role, Tokens
 from tether.services.listing import InboxPage, RunPage
 from tether.services.queues import Start
 from tether.store import AuditRecord, Effect, RunRecord, UsageTotal
+from tether.store.board_rows import BoardSummary
 
 if TYPE_CHECKING:
     from tether.app import App
@@ -404,6 +406,24 @@ class ScopedApp:
         if self.tenant is None:
             return self.app.memory
         return TenantMemory(self.app.memory, self.tenant)
+
+    def board(self, name: str) -> Board:
+        """This tenant's board ``name`` (another tenant's boards are never seen: see
+        :meth:`tether.App.board`); reads need the role to read, writes the role to write
+        boards (operator), and each change is recorded under this identity's name."""
+        by = None if self.local else self.identity.name
+        return Board(
+            self.app.store, self.app.clock, name, tenant=self.tenant, by=by, guard=self._board
+        )
+
+    def boards(self) -> list[BoardSummary]:
+        """The boards this identity sees: its tenant's (every tenant's for a view of every
+        tenant), by tenant and name, each with its keys holding a value and last change."""
+        self._require("read")
+        return self.app.store.list_boards(self.tenant)
+
+    def _board(self, action: str) -> None:
+        self._require("read" if action == "read" else "boards")
 
     @property
     def artifacts(self) -> Artifacts | TenantArtifacts:

@@ -21,7 +21,7 @@ LAYERS = [
     {"context"},
     {"engine"},
     {"services"},
-    {"app", "registration", "scoped", "settings", "decisions", "travel"},  # mixins of App
+    {"app", "registration", "scoped", "settings", "decisions", "travel", "scheduling"},  # App
     {"__init__"},  # the package's front door: tether.open, __all__
     # on top: they use the App (the CLI imports the server only inside `tether serve`)
     {"cli", "demo", "testing", "integrations", "server"},

@@ -15,6 +15,8 @@ Commands by module:
 - :mod:`tether.cli.retention`: gc
 - :mod:`tether.cli.worker`: worker, workers
 - :mod:`tether.cli.tokens`: token
+- :mod:`tether.cli.boards`: board
+- :mod:`tether.cli.schedules`: schedules, schedule
 - :mod:`tether.cli.serve`: serve (imports :mod:`tether.server` when it runs)
 
 What they share (:class:`~tether.cli.context.Command`, :class:`~tether.cli.context.Context`,
@@ -39,12 +41,14 @@ from collections.abc import Sequence
 
 import tether
 from tether.cli import (
+    boards,
     control,
     demo,
     export,
     logs,
     retention,
     runs,
+    schedules,
     serve,
     timetravel,
     tokens,
@@ -60,7 +64,19 @@ from tether.cli.context import (
 )
 from tether.cli.format import error_line
 
-MODULES = (demo, runs, control, timetravel, export, retention, worker, tokens, serve)
+MODULES = (
+    demo,
+    runs,
+    control,
+    timetravel,
+    export,
+    retention,
+    worker,
+    schedules,
+    tokens,
+    boards,
+    serve,
+)
 COMMANDS: tuple[Command, ...] = tuple(c for m in MODULES for c in m.COMMANDS)
 
 

@@ -14,10 +14,12 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Collection, Coroutine, Iterable, Iterator, MutableMapping
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
+from tether.context.boards import Board
 from tether.context.conversation import Session, session_of_run
 from tether.engine import fanout
+from tether.engine.boards import RunBoard, Stepper
 from tether.engine.calls import Call, Core, Sleep, Slot
 from tether.engine.effects import ToolDef, mark_secrets, tool_core
 from tether.engine.gates import approve_core, sleep_core, wait_core
@@ -214,6 +216,13 @@ class _RunBase:
             self._tenant = self._j.store.get_run(self.id).owner
         assert self._tenant is None or isinstance(self._tenant, str)
         return self._tenant
+
+    def board(self, name: str) -> RunBoard:
+        """The board ``name`` of this run's tenant, shared with other runs and code: each
+        ``get``, ``items``, ``set`` and ``delete`` a journaled step (see
+        :mod:`tether.engine.boards`), its writes recorded with this run and position."""
+        shared = Board(self._j.store, self._j.clock, name, tenant=self.tenant, by=self.agent)
+        return RunBoard(cast(Stepper, self), shared)  # Run and AsyncRun both have step
 
     @property
     def position(self) -> int:

@@ -88,6 +88,7 @@ ACTIONS: dict[str, Role] = {
     "fork": Role.OPERATOR,
     "budget": Role.OPERATOR,  # raise a run's budget
     "start": Role.OPERATOR,
+    "boards": Role.OPERATOR,  # write a board (tether.context.boards); reading one is "read"
     "queues": Role.ADMIN,
     "workers": Role.ADMIN,
     "metrics": Role.ADMIN,  # GET /metrics names every tenant's agents, queues and workers
@@ -103,6 +104,7 @@ _VERBS = {
     "metrics": "read the metrics",
     "maintain": "run commands that span tenants",
     "budget": "raise a budget",
+    "boards": "write a board",
 }
 
 

@@ -72,6 +72,7 @@ from tether.services.poison import ATTEMPT_FAILED as ATTEMPT_FAILED
 from tether.services.poison import described as _described
 from tether.services.queues import QueueConfig as QueueConfig
 from tether.services.queues import Queues
+from tether.services.schedules import Schedules
 from tether.services.workers import describe as describe
 from tether.services.workers import reap_dead_workers as reap_dead_workers
 from tether.store import Lease, QueueLimits, RunRecord, Transition, WorkerRecord
@@ -150,6 +151,7 @@ class Worker:
         cpu: int | str | None = None,
         prefetch: int | None = None,
         poison_after: int = POISON_AFTER,
+        schedules: Schedules | None = None,
     ) -> None:
         if isinstance(poison_after, bool) or not isinstance(poison_after, int) or poison_after < 1:
             raise ValueError(
@@ -200,6 +202,8 @@ class Worker:
         self._wake = threading.Event()  # set when a run ends here: capacity came back
         self._ready: deque[tuple[RunRecord, Lease]] = deque()  # claimed ahead, not started
         self.run_time: float | None = None  # moving average of this worker's run durations
+        self.schedules = schedules  # fires the due ticks of its queues' schedules
+        self._fired_at = -inf  # when it last looked for due ticks (monotonic)
 
     # -- lifecycle --------------------------------------------------------
 
@@ -281,6 +285,7 @@ class Worker:
             try:
                 with self._lock:
                     ended = self._ended
+                self._fire_schedules()
                 claimed = self._claim_and_submit(max_runs)
                 if claimed:
                     continue
@@ -305,6 +310,14 @@ class Worker:
             else:
                 failures = 0
             self._wake.clear()
+
+    def _fire_schedules(self) -> None:
+        """Start the runs of the due ticks of this worker's queues' schedules (looked for
+        every ``poll`` seconds at most; see tether.services.schedules)."""
+        now = time.monotonic()
+        if self.schedules is not None and now >= self._fired_at + self.poll:
+            self._fired_at = now
+            self.schedules.fire_due(self.queues)
 
     def _count_sharing(self, workers: Iterable[WorkerRecord] | None = None) -> None:
         """Tell the store how many live workers share the database (it may size its

@@ -20,6 +20,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from tether.model.events import Event, NewEvent
+from tether.store.board_rows import BoardData
 from tether.store.context_rows import ContextData
 from tether.store.log_rewrite import LogRewrite
 from tether.store.records import (
@@ -42,6 +43,7 @@ from tether.store.records import (
     UsageTotal,
     WorkerRecord,
 )
+from tether.store.schedule_rows import ScheduleData
 
 
 class RunLog(Protocol):
@@ -446,6 +448,8 @@ class Store(
     Maintenance,
     ContextData,
     LogRewrite,
+    BoardData,
+    ScheduleData,
     Protocol,
 ):
     """What tether needs from a database: every role. Every method is one transaction."""

@@ -39,6 +39,7 @@ from tether.errors import (
     StoreUnavailable,
 )
 from tether.model.events import NewEvent
+from tether.store.board_rows import BoardRows
 from tether.store.context_rows import ContextRows
 from tether.store.faults import translated
 from tether.store.groupcommit import GroupCommit, Pending
@@ -77,6 +78,7 @@ from tether.store.records import (
     Transition,
     pick_within_limits,
 )
+from tether.store.schedule_rows import ScheduleRows
 
 AUTO_LANES = 2  # group-commit lanes of a lone worker (see PostgresStore.workers_sharing)
 # How long a writer that finds a lane free waits for the writers the last batches released
@@ -106,7 +108,7 @@ def _one(cur: psycopg.Cursor[Any]) -> Any:
 
 
 @translated
-class PostgresStore(PgNotifications, ContextRows, LogRewriteRows):
+class PostgresStore(PgNotifications, ContextRows, LogRewriteRows, BoardRows, ScheduleRows):
     """A :class:`tether.store.Store` on one schema of a PostgreSQL database.
 
     Options (``tether.open(url, **options)`` passes them on): ``min_size`` and

@@ -28,6 +28,7 @@ from tether.errors import (
     TetherError,
 )
 from tether.model.events import NewEvent
+from tether.store.board_rows import BoardRows
 from tether.store.context_rows import ContextRows
 from tether.store.faults import schema_number, translated
 from tether.store.log_rewrite import LogRewriteRows
@@ -41,6 +42,7 @@ from tether.store.records import (
     Snapshot,
     pick_within_limits,
 )
+from tether.store.schedule_rows import ScheduleRows
 from tether.store.sqlite.connections import _MAX_SEQ, _Q, _event, _range, _record, log
 from tether.store.sqlite.writer import SQLiteWriter
 
@@ -49,7 +51,7 @@ SCHEMA_VERSION = _MIGRATIONS[-1][0]
 
 
 @translated
-class SQLiteStore(SQLiteWriter, ContextRows, LogRewriteRows):
+class SQLiteStore(SQLiteWriter, ContextRows, LogRewriteRows, BoardRows, ScheduleRows):
     """A :class:`tether.store.Store` on one SQLite file."""
 
     def __init__(

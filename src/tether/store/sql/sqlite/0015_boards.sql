@@ -1,0 +1,34 @@
+-- tether schema 15 (SQLite): boards, the keyed and versioned state that several runs and
+-- plain code share (tether.context.boards). board_values holds each key's current value
+-- and version (a deleted key keeps its row: value NULL, its version counted on);
+-- board_changes holds every change, with the version it made, the run and position
+-- that made it (inside a run) and who. Versions of a key are 1, 2, 3… without a gap:
+-- each write takes the next under the write lock. A run's position writes once: a
+-- second write by the same (run_id, pos), a replay after a crash, finds the first.
+-- tenant is '' outside tenants.
+CREATE TABLE board_values (
+    tenant     TEXT NOT NULL,
+    board      TEXT NOT NULL,
+    key        TEXT NOT NULL,
+    version    INTEGER NOT NULL,
+    value      TEXT,
+    run_id     TEXT,
+    pos        INTEGER,
+    actor      TEXT,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (tenant, board, key)
+);
+CREATE TABLE board_changes (
+    tenant  TEXT NOT NULL,
+    board   TEXT NOT NULL,
+    key     TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    value   TEXT,
+    run_id  TEXT,
+    pos     INTEGER,
+    actor   TEXT,
+    at      REAL NOT NULL,
+    PRIMARY KEY (tenant, board, key, version)
+);
+-- a run's position changes a board once (a replay finds the change it made)
+CREATE UNIQUE INDEX board_changes_run ON board_changes (run_id, pos) WHERE run_id IS NOT NULL;
