@@ -96,6 +96,7 @@ class App(Registration, Tenancy, Settings, Decisions, TimeTravel):
             deps, self._states, self._leases, self._registry, self._executor, self.approver_groups
         )
         self._queues = Queues(deps, self._registry, self._executor)
+        self._executor.spawner = self._queues.spawner()  # run.child enqueues through it
 
     def queue(
         self,
