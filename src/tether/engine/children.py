@@ -119,13 +119,13 @@ def _join(j: Journal, slot: Slot, ids: list[str], one: bool) -> Any:
     if rec is not None and slot.done:
         return _joined(j.run_id, rec.output, one)
     began = j.clock.now()
-    unfinished = [c for c in ids if j.store.get_run(c).status not in FINISHED]
-    if not unfinished:
+    unfinished = next((c for c in ids if j.store.get_run(c).status not in FINISHED), None)
+    if unfinished is None:
         outcomes = [outcome(States(j.store, j.clock).load(c)) for c in ids]
         since = rec.started_at if rec is not None and rec.started_at is not None else began
         j.record_success(slot, 1, None, outcomes, j.clock.now() - since)
         return _joined(j.run_id, outcomes, one)
-    waiting_for = WAITING_PREFIX + unfinished[0]
+    waiting_for = WAITING_PREFIX + unfinished
     events = []
     if rec is None:
         data = {"pos": slot.pos, "name": slot.name, "children": ids}
@@ -133,7 +133,7 @@ def _join(j: Journal, slot: Slot, ids: list[str], one: bool) -> Any:
     suspended = j.suspend(events, waiting_for, j.clock.now() + JOIN_RECHECK)
     # the child may have ended between the read above and this wait's commit: its wake
     # found no waiting parent then, so the parent wakes itself
-    if j.store.get_run(unfinished[0]).status in FINISHED:
+    if j.store.get_run(unfinished).status in FINISHED:
         j.store.wake(j.run_id, waiting_for, now=j.clock.now())
     raise suspended
 
@@ -165,8 +165,14 @@ def wake_caller(j: Journal, status: str) -> None:
     caller = j.caller
     if caller is None or status not in FINISHED:
         return
+    parent, waiting_for = str(caller["run"]), WAITING_PREFIX + j.run_id
     with contextlib.suppress(TetherError):
-        j.store.wake(str(caller["run"]), WAITING_PREFIX + j.run_id, now=j.clock.now())
+        # a read first: a parent of many children waits for one of them at a time, and a
+        # read costs less than a write transaction. A parent that starts waiting for this
+        # child after the read re-reads the child's row after its wait's commit (_join),
+        # which follows this end's commit: it finds the child finished and wakes itself.
+        if j.store.get_run(parent).waiting_for == waiting_for:
+            j.store.wake(parent, waiting_for, now=j.clock.now())
 
 
 def children_of(state: RunState) -> list[str]:
