@@ -192,3 +192,35 @@ def test_cancelling_a_parent_cancels_its_tree_and_compensates_newest_first(
     assert undone == ["m2.leaf", "m2", "m1.leaf", "m1", "root"]
     drain(app)  # nothing woken runs again
     assert undone == ["m2.leaf", "m2", "m1.leaf", "m1", "root"]
+
+
+def test_a_cancelled_child_reaches_its_parent_as_child_failed(app: tether.App) -> None:
+    @app.agent
+    def sleeper(run: tether.Run) -> None:
+        run.wait("never")
+
+    @app.agent
+    def boss(run: tether.Run) -> Any:
+        kid = run.child(sleeper)
+        try:
+            return run.join(kid)
+        except tether.ChildFailed as e:
+            return {"child": e.child_id, "status": e.error["status"], "message": str(e)}
+
+    rid = app.start(boss, queue="parents")
+    app.worker(queues=["parents", "default"]).run(until_idle=True, install_signals=False)
+    kid = child_id(rid, 1)
+    assert app.get(rid).status == "waiting" and app.get(kid).status == "waiting"
+    app.cancel(kid, reason="not needed")  # wakes the parent, which goes on
+    assert app.store.get_run(rid).status == "queued"
+    app.worker(queues=["parents"]).run(until_idle=True, install_signals=False)
+    out = app.get(rid).output
+    assert out["child"] == kid and out["status"] == "cancelled"
+    assert f"child run {kid} cancelled" in out["message"] and "not needed" in out["message"]
+
+
+def test_a_child_belongs_to_its_parents_tenant(app: tether.App) -> None:
+    fam = Family(app)
+    rid = app.for_tenant("acme").start(fam.parent, ["t"], queue="parents")
+    app.worker(queues=["parents"]).run(until_idle=True, install_signals=False)
+    assert app.store.get_run(child_id(rid, 2)).owner == "acme"
