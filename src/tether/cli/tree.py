@@ -13,7 +13,7 @@ import tether
 from tether.cli import format as fmt
 from tether.engine.children import children_of
 from tether.model.state import RunState
-from tether.model.steps import Usage
+from tether.model.steps import Usage, usage_data
 from tether.store import RunRecord
 
 MAX_DEPTH = 20  # a tree deeper than this is cut (and says so): a view, not a walk forever
@@ -90,21 +90,13 @@ def _row(record: RunRecord, state: RunState, depth: int) -> dict[str, Any]:
 
 
 def _usage(row: dict[str, Any]) -> Usage:
-    return Usage(
-        input_tokens=row.get("input_tokens") or 0,
-        output_tokens=row.get("output_tokens") or 0,
-        cost=row.get("cost") or 0.0,
-        calls=row.get("calls") or 0,
-    )
+    return Usage(**{k: row.get(k) or 0 for k in ("input_tokens", "output_tokens", "cost", "calls")})
 
 
 def _usage_data(u: Usage) -> dict[str, Any]:
-    return {
-        "input_tokens": u.input_tokens,
-        "output_tokens": u.output_tokens,
-        "cost": u.cost,
-        "calls": u.calls,
-    }
+    data = usage_data(u)
+    assert data is not None
+    return data
 
 
 def tree_table(rows: Sequence[dict[str, Any]]) -> str:
