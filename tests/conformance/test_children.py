@@ -224,3 +224,23 @@ def test_a_child_belongs_to_its_parents_tenant(app: tether.App) -> None:
     rid = app.for_tenant("acme").start(fam.parent, ["t"], queue="parents")
     app.worker(queues=["parents"]).run(until_idle=True, install_signals=False)
     assert app.store.get_run(child_id(rid, 2)).owner == "acme"
+
+
+def test_child_and_join_are_spans_when_traced(backend: Any) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    app = tether.open(backend.url, tracing=tether.Tracing(provider))
+    try:
+        fam = Family(app)
+        rid = app.start(fam.parent, ["x"])
+        assert drain(app).completed == 2 and app.get(rid).output == ["X"]
+        names = [s.name for s in spans.get_finished_spans()]
+        assert names.count("child kid") == 2  # started, then replayed when woken
+        assert names.count("join join") == 2  # waited, then joined
+    finally:
+        app.close()
