@@ -15,6 +15,12 @@ child   a parent that starts N children (each one step, the same body) and joins
 queued  N runs of the same one-step agent started with ``app.start`` and drained by the
         same worker: µs per run. What a child costs beyond a queued run is its link.
 
+    python bench/children.py --fanout 1000 --workers 4 [--url postgresql://…]
+
+fanout  one parent starts 1,000 one-step children and joins them; ``--workers`` real
+        ``tether worker`` processes (concurrency 4 each) execute the whole tree: seconds
+        from the parent's start to its end, children per second.
+
 The goal (issue 31): a child at most 3x a step. Medians of the rounds are printed with
 the ratio; the numbers go to bench/README.md by hand.
 """
@@ -22,6 +28,7 @@ the ratio; the numbers go to bench/README.md by hand.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -78,10 +85,47 @@ def per_queued(app: tether.App, kid: object, n: int) -> float:
     return (time.perf_counter() - began) / n * 1e6
 
 
+def fanout(url: str, n: int, workers: int) -> None:
+    """The whole tree of ``n`` children executed by ``workers`` worker processes."""
+    import subprocess
+
+    app, _, parent, _ = build(url)
+    here = Path(__file__).resolve()
+    cmd = [sys.executable, "-m", "tether.cli", "--app", f"{here}:APP", "worker", "--quiet"]
+    env = {**os.environ, "BENCH_CHILDREN_URL": url}
+    procs = [
+        subprocess.Popen([*cmd, "--concurrency", "4"], env=env, stderr=subprocess.PIPE)
+        for _ in range(workers)
+    ]
+    try:
+        time.sleep(2.0)  # the workers are up and polling
+        began = time.perf_counter()
+        rid = app.start(parent, n)  # type: ignore[arg-type]
+        while app.store.get_run(rid).status not in ("completed", "failed"):
+            time.sleep(0.01)
+        elapsed = time.perf_counter() - began
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(30)
+    state = app.get(rid)
+    print(f"fanout {n} children, {workers} workers x 4, {url.split('?')[0]}: {state.status}")
+    print(f"  {elapsed:.2f} s, {n / elapsed:.0f} children/s, parent executions {state.executions}")
+    app.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--fanout", type=int, metavar="N", help="the fan-out workload instead")
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--url", help="the database (default: a SQLite file in a temporary dir)")
     args = ap.parse_args()
+    if args.fanout:
+        with tempfile.TemporaryDirectory() as tmp:
+            fanout(args.url or str(Path(tmp) / "fanout.db"), args.fanout, args.workers)
+        return
     n, rounds = (50, 2) if args.quick else (200, 5)
     with tempfile.TemporaryDirectory() as tmp:
         app, steps, parent, kid = build(str(Path(tmp) / "children.db"))
@@ -105,6 +149,9 @@ def main() -> None:
     print(f"parent executions per round (wake-ups + 1): {executions}")
     print(f"child / step = {c / s:.2f}  (goal: <= 3); child / queued run = {c / q:.2f}")
 
+
+if os.environ.get("BENCH_CHILDREN_URL"):  # a worker process: `tether worker --app`
+    APP = build(os.environ["BENCH_CHILDREN_URL"])[0]
 
 if __name__ == "__main__":
     main()
