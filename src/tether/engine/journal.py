@@ -142,10 +142,9 @@ class Journal:
         self.agent_task: object | None = None  # an async agent's task (the executor sets it)
         self.trace: RunTrace | None = None  # this execution's spans (tether.engine.tracing)
         self.spawner: Spawner | None = None  # how run.child starts runs (the executor sets it)
-        # a child run's parent ({"run", "pos"}): woken when this run ends (engine.children)
+        # a child run's parent ({"run", "pos"}): woken when this run ends (engine.children),
+        # after the end's commit (its appends wait for their commit, see _append)
         self.caller = state.caller
-        if self.caller is not None:  # its parent's wake must follow the end's commit
-            self.detached_end = False
         self._took: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self._in_flight: dict[Any, int] = {}  # task -> its calls taken and not finished
         self._fork_edits = sorted(state.fork_edits, key=lambda edit: edit[0])
