@@ -27,6 +27,7 @@
     ├── ApprovalDenied               raised inside the agent by a denied (or timed-out) approval
     ├── WaitTimeout                  raised inside the agent when ``run.wait`` times out
     ├── BudgetExceeded               a run reached a limit whose policy is "fail" (names it)
+    ├── ChildFailed                  raised inside a parent by ``run.join`` for a failed child
     └── RunFailed                    raised by ``app.run`` when the run ends failed
 
 Some are built-in exceptions too, so that the ``except`` clause a caller already has
@@ -249,6 +250,22 @@ class BudgetExceeded(TetherError):
         self.limit = limit
         self.maximum = maximum
         self.used = used
+
+
+class ChildFailed(TetherError):
+    """Raised inside a parent by ``run.join`` when a child run failed or was cancelled:
+    ``child_id`` names the child, ``error`` is its failure context (type, message, step,
+    position). Recorded in the parent's log, so a replay raises the same."""
+
+    def __init__(self, run_id: str, child_id: str, error: dict[str, Any]) -> None:
+        where = f" in step {error.get('step')!r}" if error.get("step") is not None else ""
+        super().__init__(
+            f"run {run_id}: child run {child_id} {error.get('status', 'failed')}{where}: "
+            f"{error.get('type')}: {error.get('message')}. See `tether show {child_id}`."
+        )
+        self.run_id = run_id
+        self.child_id = child_id
+        self.error = error
 
 
 class RunFailed(TetherError):

@@ -36,3 +36,9 @@ def test_the_derived_on_doubt_is_the_documented_one() -> None:
     assert (derived_doubt("write", True), derived_doubt("write", False)) == ("retry", "ask")
     assert derived_doubt("irreversible", True) == "ask"
     assert inspect.signature(tether.tool).parameters["on_doubt"].default is None
+
+
+def test_the_child_runs_recheck_is_the_codes() -> None:
+    from tether.engine.children import JOIN_RECHECK
+
+    assert f"up to {JOIN_RECHECK:g} s later" in DOC

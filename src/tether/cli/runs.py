@@ -7,7 +7,7 @@ import dataclasses
 
 import tether
 from tether.cli import format as fmt
-from tether.cli import live
+from tether.cli import live, tree
 from tether.cli.arguments import positive_int, positive_seconds, whole_number
 from tether.cli.context import Command, Context
 from tether.model.status import STATUSES, RunStatus
@@ -27,6 +27,12 @@ def _runs_arguments(parser: argparse.ArgumentParser) -> None:
         "--limit", type=positive_int, default=20, help="at most this many (default 20)"
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--tree",
+        action="store_true",
+        help="show each run with its child runs indented under it, and the usage and cost "
+        "of its whole tree (child runs are listed under their parent only)",
+    )
     parser.add_argument(
         "--watch",
         action="store_true",
@@ -59,6 +65,11 @@ def _runs(args: argparse.Namespace, ctx: Context) -> int:
 def _runs_text(args: argparse.Namespace, app: ScopedApp) -> str:
     filters = {"queue": args.queue, "session": args.session, "text": args.text}
     records = app.runs(status=args.status, agent=args.agent, limit=args.limit, **filters)
+    if args.tree:
+        trees = tree.tree_rows(app, records)
+        if args.json:
+            return fmt.json_text(trees)
+        return tree.tree_table(trees) if trees else "no runs"
     expected = _Expected(app)
     rows = [_summary_of(app, r, expected) for r in records]
     if args.json:
@@ -119,8 +130,9 @@ def _show(args: argparse.Namespace, ctx: Context) -> int:
         state = app.get(args.run)
     except tether.RunDamaged as e:
         return _show_damaged(ctx, record, e, args.json)
+    kids = tree.child_rows(app, state) if state.steps else []
     if args.json:
-        ctx.print(fmt.json_text(fmt.run_details(record, state)))
+        ctx.print(fmt.json_text(fmt.run_details(record, state) | {"children": kids}))
         return 0
     ctx.print(fmt.header_text(record, state, _Expected(app)(record)))
     if state.blocked:
@@ -130,6 +142,9 @@ def _show(args: argparse.Namespace, ctx: Context) -> int:
     if state.steps:
         ctx.print()
         ctx.print(fmt.steps_table(state.steps))
+    if kids:
+        ctx.print()
+        ctx.print(tree.children_text(kids))
     return 0
 
 

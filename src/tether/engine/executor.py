@@ -21,6 +21,7 @@ from tether.context.conversation import Session
 from tether.engine import compensation, gates
 from tether.engine import tracing as traces
 from tether.engine.calls import Cancelling, Core, Stopping, Suspended, agent_body
+from tether.engine.children import Spawner
 from tether.engine.deps import Deps
 from tether.engine.journal import SECRET_TYPE, Journal, no_literal_secret
 from tether.engine.leases import Active, Leases
@@ -102,6 +103,7 @@ class Executor:
         self.approver_groups = approver_groups  # names recorded with approval requests
         self.tracing: Tracing | None = None  # tether.open(tracing=...): spans of executions
         self.prices: dict[str, Price] = {}  # model -> price (tether.open(prices=...))
+        self.spawner: Spawner | None = None  # how run.child enqueues runs (the App's queues)
 
     def create(
         self,
@@ -213,6 +215,7 @@ class Executor:
             detached_end=detached_end,
         )
         journal.meter = meter(d.limits, self.prices, state, self.deps.clock.now())
+        journal.spawner = self.spawner
         cls = AsyncRun if d.is_async else Run
         self.active.add(journal)
         groups = self.approver_groups

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
+from tether.engine import children
 from tether.engine.calls import Core, Sleep, Slot
 from tether.engine.journal import Journal
 from tether.errors import ApprovalDenied, WaitTimeout
@@ -21,7 +22,7 @@ from tether.model import events as ev
 from tether.model.clock import Clock
 from tether.model.durations import parse_duration
 from tether.model.state import RunState
-from tether.model.status import RunStatus, StepStatus
+from tether.model.status import FINISHED, RunStatus, StepStatus
 from tether.store import SignalTake, Store
 
 
@@ -233,6 +234,11 @@ def resumable(store: Store, clock: Clock, state: RunState) -> str | None:
         return None  # resuming sleeps what is left
     if kind == "signal" and store.pending_signal(state.run_id, str(name)) is not None:
         return None
+    if kind == "children":
+        kids = w.get("children") or ()
+        if all(store.get_run(str(c)).status in FINISHED for c in kids):
+            return None
+        return f"run {state.run_id} cannot resume yet: " + children.waiting_hint(state, w)
     hints = {
         "approval": f"it waits for approval {name!r}: `tether approve {state.run_id} {name} "
         f"--by NAME` (or deny)",

@@ -35,8 +35,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tether.engine import observe
+from tether.engine import children, observe
 from tether.engine.calls import Slot, Suspended, current_task
+from tether.engine.children import Spawner
 from tether.engine.limits import Meter
 from tether.engine.retry import Retry
 from tether.engine.tracing import RunTrace
@@ -140,6 +141,10 @@ class Journal:
         self.thread = threading.get_ident()  # the agent's thread
         self.agent_task: object | None = None  # an async agent's task (the executor sets it)
         self.trace: RunTrace | None = None  # this execution's spans (tether.engine.tracing)
+        self.spawner: Spawner | None = None  # how run.child starts runs (the executor sets it)
+        # a child run's parent ({"run", "pos"}): woken when this run ends (engine.children),
+        # after the end's commit (its appends wait for their commit, see _append)
+        self.caller = state.caller
         self._took: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self._in_flight: dict[Any, int] = {}  # task -> its calls taken and not finished
         self._fork_edits = sorted(state.fork_edits, key=lambda edit: edit[0])
@@ -359,13 +364,15 @@ class Journal:
                 transition=transition,
                 writes=writes,
                 now=self.clock.now(),
-                wait=wait,
+                wait=wait or self.caller is not None,  # a child's end: committed before its wake
             )
         except (LeaseLost, StoreUnavailable) as e:  # fenced out; or the connection died under
             self.poisoned = e  # the write, which may or may not have committed: write no more
             if observe.OBSERVER is not None and isinstance(e, LeaseLost):
                 observe.OBSERVER.lease_lost()
             raise
+        if self.caller is not None and transition is not None:
+            children.wake_caller(self, transition.status)
 
     def seq_after(self, n: int) -> int:
         """The seq the ``n``-th event of the next append will get (deferred ones first);

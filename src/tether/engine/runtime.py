@@ -18,7 +18,7 @@ from typing import Any, cast
 
 from tether.context.boards import Board
 from tether.context.conversation import Session, session_of_run
-from tether.engine import fanout
+from tether.engine import children, fanout
 from tether.engine.boards import RunBoard, Stepper
 from tether.engine.calls import Call, Core, Sleep, Slot
 from tether.engine.effects import ToolDef, mark_secrets, tool_core
@@ -224,6 +224,9 @@ class _RunBase:
         shared = Board(self._j.store, self._j.clock, name, tenant=self.tenant, by=self.agent)
         return RunBoard(cast(Stepper, self), shared)  # Run and AsyncRun both have step
 
+    def _tenant_of(self) -> str | None:
+        return self.tenant
+
     @property
     def position(self) -> int:
         """The position of the last tether call made (0 before the first)."""
@@ -392,6 +395,20 @@ class Run(_RunBase):
         """
         return wait_core(self._j, name, timeout)
 
+    def child(
+        self, agent: Callable[..., Any] | str, *args: Any, queue: str = "default", **kwargs: Any
+    ) -> str:
+        """Start a child run of ``agent`` in ``queue`` (workers execute it) and return its
+        id; on replay return the recorded id (a child is started once). See
+        ``docs/children.md``."""
+        return children.start_core(self._j, agent, args, kwargs, queue, self._tenant_of)
+
+    def join(self, runs: str | Iterable[str], name: str = "join") -> Any:
+        """The output of child run ``runs`` (an id), or the outputs of a list of them,
+        once all are finished; the run waits (no process) meanwhile. A failed or cancelled
+        child raises :class:`tether.ChildFailed` (the first, in the order given)."""
+        return children.join_core(self._j, runs, name)
+
 
 class AsyncRun(_RunBase):
     """What an ``async def`` agent receives first: the same calls, awaited.
@@ -488,6 +505,17 @@ class AsyncRun(_RunBase):
     def wait(self, name: str, timeout: str | float | None = None) -> Coroutine[Any, Any, Any]:
         """Wait for a signal; see :meth:`Run.wait`."""
         return _ready(wait_core(self._j, name, timeout))
+
+    def child(
+        self, agent: Callable[..., Any] | str, *args: Any, queue: str = "default", **kwargs: Any
+    ) -> Coroutine[Any, Any, str]:
+        """Start a child run; see :meth:`Run.child`."""
+        return _ready(children.start_core(self._j, agent, args, kwargs, queue, self._tenant_of))
+
+    def join(self, runs: str | Iterable[str], name: str = "join") -> Coroutine[Any, Any, Any]:
+        """Wait for child runs; see :meth:`Run.join` (each join takes its position when it
+        is called, so ``asyncio.gather(run.join(a), run.join(b))`` numbers them in order)."""
+        return _ready(children.join_core(self._j, runs, name))
 
 
 async def _ready(value: Any) -> Any:

@@ -45,6 +45,7 @@ APPROVAL_REQUESTED = "approval.requested"  # payload, approvers, timeout_at
 APPROVAL_DECIDED = "approval.decided"  # approved, by, reason (by "timeout" on expiry)
 TIMER_STARTED = "timer.started"  # until: a durable sleep
 WAIT_STARTED = "wait.started"  # timeout_at: waiting for a signal
+JOIN_STARTED = "join.started"  # children: waiting for child runs to finish (run.join)
 # Compensation (tether.engine.compensation) and cancellation
 RUN_COMPENSATING = "run.compensating"  # reason, error: undoing completed write tools
 RUN_CANCELLED = "run.cancelled"  # by, reason
@@ -73,6 +74,7 @@ ALL_TYPES = frozenset(
         APPROVAL_DECIDED,
         TIMER_STARTED,
         WAIT_STARTED,
+        JOIN_STARTED,
         RUN_COMPENSATING,
         RUN_CANCELLED,
         BUDGET_EXCEEDED,

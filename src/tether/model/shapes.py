@@ -191,6 +191,7 @@ SHAPES: dict[str, tuple[Mapping[str, Check], Mapping[str, Check]]] = {
             "session": opt(name),
             "trace": opt(text),  # a W3C traceparent (tether.open(tracing=...))
             "limits": opt(obj),
+            "caller": opt(obj),  # a child run's parent: {"run": id, "pos": position}
         },
     ),
     ev.RUN_STARTED: ({}, {"by": opt(text), "epoch": count, "retry": flag}),
@@ -244,6 +245,7 @@ SHAPES: dict[str, tuple[Mapping[str, Check], Mapping[str, Check]]] = {
     ev.APPROVAL_DECIDED: ({**STEP, "approved": flag, "by": text}, {"reason": opt(text)}),
     ev.TIMER_STARTED: ({**STEP, "until": time}, {"suspend": flag}),
     ev.WAIT_STARTED: (STEP, {"timeout_at": opt(time)}),
+    ev.JOIN_STARTED: ({**STEP, "children": names}, {}),
     ev.RUN_COMPENSATING: (
         {"reason": text, "from_position": pos},
         {"error": opt(obj)},

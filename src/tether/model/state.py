@@ -70,6 +70,8 @@ class RunState:
     # limits given at the start ("limits"), raised since ("added": field -> amount), and the
     # last limit reached ("exceeded": limit, max, used, position); see tether.model.budgets
     budget: Mapping[str, Any] | None = None
+    # a child run's parent (run.child): {"run": parent id, "pos": the position of the call}
+    caller: Mapping[str, Any] | None = None
 
     @property
     def error(self) -> Mapping[str, Any] | None:
@@ -195,6 +197,8 @@ def _created(f: _Fold, e: Event, d: dict[str, Any]) -> None:
     )
     if d.get("limits"):
         f.s["budget"] = {"limits": d["limits"], "added": {}}
+    if d.get("caller"):
+        f.s["caller"] = dict(d["caller"])
 
 
 def _started(f: _Fold, e: Event, d: dict[str, Any]) -> None:
@@ -360,6 +364,17 @@ def _wait_started(f: _Fold, e: Event, d: dict[str, Any]) -> None:
     f.wait("signal", d, e, until=d.get("timeout_at"))
 
 
+def _join_started(f: _Fold, e: Event, d: dict[str, Any]) -> None:
+    pos = d["pos"]
+    f.put_step(
+        pos,
+        StepState(
+            pos, d["name"], "join", StepStatus.WAITING, attempts=1, started_at=e.at, seq=e.seq
+        ),
+    )
+    f.wait("children", d, e, children=list(d["children"]))
+
+
 def _compensating(f: _Fold, e: Event, d: dict[str, Any]) -> None:
     f.s["compensating"] = {
         "reason": d["reason"],
@@ -518,6 +533,7 @@ _HANDLERS = {
     ev.APPROVAL_DECIDED: _approval_decided,
     ev.TIMER_STARTED: _timer_started,
     ev.WAIT_STARTED: _wait_started,
+    ev.JOIN_STARTED: _join_started,
     ev.RUN_COMPENSATING: _compensating,
     ev.RUN_CANCELLED: _cancelled,
     ev.BUDGET_EXCEEDED: _budget_exceeded,

@@ -7,7 +7,7 @@ A run's status (``RunState.status``, the ``runs.status`` column, ``tether runs -
                  |  ^
                  v  |
                waiting (approval, signal, timer, doubt,   blocked (the code no longer
-               budget)                                      matches its log; `tether retry`)
+               budget, children)                            matches its log; `tether retry`)
 
 ``completed``, ``failed`` and ``cancelled`` are final (:data:`FINISHED`). Both enums are
 ``str`` subclasses: ``state.status == "completed"`` holds, and they encode as plain strings.

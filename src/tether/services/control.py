@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tether.engine import compensation, gates
+from tether.engine import children, compensation, gates
 from tether.engine.calls import Cancelling
 from tether.engine.deps import Deps
 from tether.engine.executor import CANCEL_REQUESTED, Executor, RunHandle
@@ -299,6 +299,7 @@ class Control:
         record = d.store.get_run(inputs.lookup_id(run_id))
         if record.status in FINISHED:
             raise InvalidState(f"run {run_id} is already {record.status}; nothing to cancel")
+        self._cancel_children(run_id, compensate=compensate, by=by)
         try:
             lease = self.leases.claim(record)
         except Conflict:  # executing elsewhere: it stops at its next step
@@ -319,6 +320,19 @@ class Control:
         journal = Journal(d.store, d.clock, state, lease, actor=by or d.owner)
         ctx = {"type": "cancelled", "message": reason or "cancelled", "by": by}
         return self.executor.cancel_with(journal, ctx, compensate)
+
+    def _cancel_children(self, run_id: str, *, compensate: bool, by: str | None) -> None:
+        """Cancel the unfinished children of ``run_id`` before it (engine.children): the
+        newest first, each one's own children before it, so that compensation undoes
+        the tree newest child first and the parent last."""
+        for kid in reversed(children.children_of(self.states.load(run_id))):
+            try:
+                status = self.deps.store.get_run(kid).status
+            except NotFound:  # collected by gc: nothing left to cancel
+                continue
+            if status not in FINISHED:
+                why = f"its parent run {run_id} was cancelled"
+                self.cancel(kid, compensate=compensate, by=by, reason=why)
 
     def retry(self, run_id: str, *, in_queue: bool | None = None) -> RunHandle:
         """Execute a failed (or blocked) run again from where it stopped, here, or put it

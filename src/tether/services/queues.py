@@ -13,9 +13,10 @@ from typing import Any
 
 from tether.context.conversation import Session
 from tether.engine import tracing as traces
+from tether.engine.children import Spawner
 from tether.engine.deps import Deps
 from tether.engine.executor import Executor
-from tether.engine.registry import Registry
+from tether.engine.registry import AgentDef, Registry
 from tether.errors import InvalidInput
 from tether.model import events as ev
 from tether.model import inputs
@@ -118,19 +119,37 @@ class Queues:
         options = Start(queue, priority, run_id, dedup_key, delay, concurrency_key, limits)
         return self.enqueue(session, agent, args, kwargs, options)
 
+    def spawner(self) -> Spawner:
+        """How ``run.child`` starts runs: enqueued here, under the id it derives."""
+
+        def start(
+            d: AgentDef,
+            args: tuple[Any, ...],
+            kwargs: dict[str, Any],
+            queue: str,
+            run_id: str,
+            caller: dict[str, Any],
+            tenant: str | None,
+        ) -> str:
+            o = Start(queue=queue, run_id=run_id)
+            return self.enqueue(None, d, args, kwargs, o, tenant=tenant, caller=caller)
+
+        return Spawner(self.registry.resolve, start)
+
     def enqueue(
         self,
         session: Session | str | None,
-        agent: Callable[..., Any] | str,
+        agent: Callable[..., Any] | str | AgentDef,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         o: Start,
         *,
         tenant: str | None = None,
+        caller: dict[str, Any] | None = None,
     ) -> str:
         """:meth:`start` with the options as a Start; the run's owner (its tenant) is the
-        session's, else ``tenant``."""
-        d = self.registry.resolve(agent)
+        session's, else ``tenant``; ``caller``: a child run's parent (engine.children)."""
+        d = agent if isinstance(agent, AgentDef) else self.registry.resolve(agent)
         now = self.deps.clock.now()
         _check_start(o.queue, o.priority, o.run_id, o.dedup_key, o.concurrency_key)
         check_limits(o.limits, "limits")
@@ -168,6 +187,8 @@ class Queues:
             data["trace"] = traceparent
         if o.limits is not None:
             data["limits"] = o.limits.data()
+        if caller is not None:
+            data["caller"] = caller
         created = ev.new(ev.RUN_CREATED, data, now)
         rid, _ = self.deps.store.enqueue(
             new, [created], now=now, max_depth=self.config(o.queue).max_depth

@@ -35,7 +35,7 @@ class RunRecord:
     queue: str | None = None
     priority: int = 0
     available_at: float | None = None
-    waiting_for: str | None = None  # approval:NAME | signal:NAME | timer | doubt:KEY
+    waiting_for: str | None = None  # approval:NAME | signal:NAME | timer | doubt:KEY | child:ID
     cancel_requested: int = 0  # 1: stop at the next step; 2: and compensate
     dedup_key: str | None = None
     concurrency_key: str | None = None

@@ -1,0 +1,122 @@
+"""Runs with their child runs (issue 31): ``tether show``'s children and ``tether runs --tree``.
+
+A run's children are read from its own log (its ``child`` steps, engine.children), so a
+tree costs one state read per run in it. Usage and cost add up over the whole tree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import tether
+from tether.cli import format as fmt
+from tether.engine.children import children_of
+from tether.model.state import RunState
+from tether.model.steps import Usage, usage_data
+from tether.store import RunRecord
+
+MAX_DEPTH = 20  # a tree deeper than this is cut (and says so): a view, not a walk forever
+
+
+def child_rows(app: Any, state: RunState) -> list[dict[str, Any]]:
+    """One row per child run ``state`` started: id, agent, status, its usage."""
+    rows = []
+    for kid in children_of(state):
+        try:
+            rows.append(_row(app.record(kid), app.get(kid), 1))
+        except tether.NotFound:  # collected by gc
+            rows.append({"id": kid, "agent": None, "status": "gone", "depth": 1})
+    return rows
+
+
+_CHILD_CELLS = ("id", "agent", "status", "input_tokens", "output_tokens")
+
+
+def children_text(rows: Sequence[dict[str, Any]]) -> str:
+    """``tether show``'s child runs."""
+    return "children:\n" + fmt.table(
+        ["ID", "AGENT", "STATUS", "IN", "OUT", "COST"],
+        [[*(r.get(c) for c in _CHILD_CELLS), fmt.money(r.get("cost"))] for r in rows],
+        right="IN OUT COST",
+    )
+
+
+def tree_rows(app: Any, records: Sequence[RunRecord]) -> list[dict[str, Any]]:
+    """The runs of ``records`` that are no run's child, each followed by its descendants
+    (depth-first, in the order they were started); a root row carries the ``tree``'s
+    usage: its own and all its descendants'."""
+    out: list[dict[str, Any]] = []
+    for record in records:
+        state = app.get(record.id)
+        if state.caller is not None:
+            continue  # shown under its parent
+        rows = _walk(app.record, app.get, record, state, 0)
+        total = sum((_usage(r) for r in rows), Usage())
+        rows[0]["tree"] = _usage_data(total) | {"runs": len(rows)}
+        out += rows
+    return out
+
+
+def _walk(
+    record_of: Callable[[str], RunRecord],
+    get: Callable[[str], RunState],
+    record: RunRecord,
+    state: RunState,
+    depth: int,
+) -> list[dict[str, Any]]:
+    rows = [_row(record, state, depth)]
+    if depth >= MAX_DEPTH:
+        rows[0]["cut"] = True
+        return rows
+    for kid in children_of(state):
+        try:
+            rows += _walk(record_of, get, record_of(kid), get(kid), depth + 1)
+        except tether.NotFound:
+            rows.append({"id": kid, "agent": None, "status": "gone", "depth": depth + 1})
+    return rows
+
+
+def _row(record: RunRecord, state: RunState, depth: int) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "agent": record.agent,
+        "status": str(state.status),
+        "depth": depth,
+        "position": state.describe_position(),
+        "children": len(children_of(state)),
+        **_usage_data(state.usage),
+    }
+
+
+def _usage(row: dict[str, Any]) -> Usage:
+    return Usage(**{k: row.get(k) or 0 for k in ("input_tokens", "output_tokens", "cost", "calls")})
+
+
+def _usage_data(u: Usage) -> dict[str, Any]:
+    data = usage_data(u)
+    assert data is not None
+    return data
+
+
+def tree_table(rows: Sequence[dict[str, Any]]) -> str:
+    """``tether runs --tree``: children indented under their parent; a root's TREE
+    columns add up its whole tree."""
+    body = []
+    for r in rows:
+        tree = r.get("tree")
+        ident = ("  " * (r["depth"] - 1) + "└ " if r["depth"] else "") + r["id"]
+        body.append(
+            [
+                ident + (" …" if r.get("cut") else ""),
+                r["agent"],
+                r["status"],
+                r.get("position"),
+                fmt.money(r.get("cost")) if "cost" in r else None,
+                tree["runs"] if tree else None,
+                tree["input_tokens"] + tree["output_tokens"] if tree else None,
+                fmt.money(tree["cost"]) if tree else None,
+            ]
+        )
+    heads = ["ID", "AGENT", "STATUS", "POSITION", "COST", "TREE:RUNS", "TREE:TOKENS", "TREE:COST"]
+    return fmt.table(heads, body, right="COST TREE:RUNS TREE:TOKENS TREE:COST")
