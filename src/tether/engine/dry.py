@@ -16,7 +16,9 @@ stops at the first call the log cannot answer:
 
 Nothing is appended (a write would be a bug here, refused as such), no lease is taken,
 no snapshot is cached. ``replace`` gives chosen positions another result (a what-if: a
-different model output at position N), recorded there or not.
+different model output at position N), recorded there or not: what the call returns
+to the agent (a wait's: the signal's payload; an approval's: the decision, e.g.
+``{"approved": True, "by": "ann"}``).
 """
 
 from __future__ import annotations
@@ -119,7 +121,13 @@ class _Stop(BaseException):
 
 
 def _ref(rec: StepState | None) -> StepRef | None:
-    return None if rec is None else StepRef(rec.kind, rec.name, rec.input_digest)
+    """The step ``rec`` as replay compares it: the args digest only where it is compared."""
+    if rec is None:
+        return None
+    return StepRef(rec.kind, rec.name, rec.input_digest if rec.kind in _ARGS_CHECKED else None)
+
+
+_ARGS_CHECKED = ("tool", "compensate")  # the kinds whose args digest slot() compares
 
 
 _NONE = object()
@@ -145,6 +153,8 @@ class DryJournal(Journal):
             self._stop(stop)
         value = self.replace.get(slot.pos, _NONE)
         if value is not _NONE:
+            if kind == "wait":  # the log holds the signal; the agent gets its payload
+                value = {"payload": value}
             base = slot.recorded or StepState(slot.pos, name, kind, StepStatus.COMPLETED)
             rec = dataclasses.replace(base, status=StepStatus.COMPLETED, output=value)
             if not slot.done:
