@@ -113,7 +113,9 @@ def _report(
     if agent is None:
         assert app is not None
         registry: Registry = app._registry
-        agent = registry.agent_for(store.get_run(run_id))
+        agent = registry.agents.get(state.agent or "")  # registered: no second read
+        if agent is None:
+            agent = registry.agent_for(store.get_run(run_id))
     return dry_replay(agent, store, states.clock, state, replace=replace, config=_config(app))
 
 
