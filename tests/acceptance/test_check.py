@@ -5,7 +5,8 @@ Half the runs charged a customer and wait for a signal (one run executed, 499 co
 imported: their logs hold the charge); half are queued and never ran. The three
 changes: a compatible one (after every run's frontier), a fraud check inserted before
 the charge (the runs that charged would block, the queued ones would not), and the same
-insert guarded by the run's input (old runs take the old path: none would block).
+insert guarded by the run's input, or by ``run.patched`` (old runs take the old path:
+none would block).
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ INSERTED = AGENT.replace("#CHECK#", '    run.step("check_fraud", lambda: "ok")\n
 )
 GUARDED = AGENT.replace(
     "#CHECK#", '    if checked:\n        run.step("check_fraud", lambda: "ok")\n'
+).replace("#END#", '", shipped"')
+PATCHED = AGENT.replace(
+    "#CHECK#", '    if run.patched("fraud-check"):\n        run.step("check_fraud", lambda: "ok")\n'
 ).replace("#END#", '", shipped"')
 V1 = AGENT.replace("#CHECK#", "").replace("#END#", '", shipped"')
 
@@ -125,7 +129,8 @@ def test_check_lists_the_runs_each_change_would_block_and_writes_nothing(
         version = kept.execute("PRAGMA data_version").fetchone()[0]
 
     took = {}
-    for name, source in (("compatible", COMPATIBLE), ("inserted", INSERTED), ("guarded", GUARDED)):
+    changes = [("compatible", COMPATIBLE), ("inserted", INSERTED), ("guarded", GUARDED)]
+    for name, source in [*changes, ("patched", PATCHED)]:
         module.write_text(source)
         code, reports, took[name] = _check(module, env)
         assert len(reports) == RUNS
@@ -142,6 +147,11 @@ def test_check_lists_the_runs_each_change_would_block_and_writes_nothing(
             assert {(r["outcome"], r["found"]["name"]) for r in fresh} == {
                 ("continues", "check_fraud")
             }
+        elif name == "patched":  # old runs: the old path; the queued: the patch's marker
+            assert code == 0 and blocked == set()
+            fresh = {(r["outcome"], r["found"]["name"]) for r in reports if r["replayed"] == 0}
+            assert fresh == {("continues", "patch:fraud-check")}
+            assert len([r for r in reports if r["replayed"] == 1]) == RUNS // 2
         else:
             assert code == 0 and blocked == set()
             assert len(charged) == RUNS // 2

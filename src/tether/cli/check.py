@@ -41,7 +41,7 @@ def _check(args: argparse.Namespace, ctx: Context) -> int:
     store = ctx.reader(url).store if url.startswith(("postgres://", "postgresql://")) else None
     statuses = args.status or replay.UNFINISHED
     t0 = time.perf_counter()
-    reports = list(replay.check(app, args.runs or None, statuses, store=store))
+    reports = list(app._replayer().check(store or app.store, args.runs or None, statuses))
     took = time.perf_counter() - t0
     if args.json:
         ctx.print(fmt.codec_json_text([_data(r) for r in reports]))

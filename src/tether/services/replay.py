@@ -1,86 +1,92 @@
 """Replay testing and the pre-deploy check: a run's log against an agent's current code.
 
-:func:`replay` (``tether.testing.replay``) takes an App or an agent and a run (an id in
-the App's database, or a ``tether export`` file) and returns the
-:class:`~tether.engine.dry.ReplayReport` of a dry replay (:mod:`tether.engine.dry`):
-nothing executes, nothing is written. :func:`check` replays many runs of one App for
-``tether check``.
+A :class:`Replayer` holds what the agent's ``run`` object is made with (an App's agents,
+retry, policy: ``App._replayer()``, or one agent alone) and returns the
+:class:`~tether.engine.dry.ReplayReport` of a dry replay (:mod:`tether.engine.dry`) of a
+run in a store (:meth:`Replayer.stored`), of a ``tether export`` file read into a
+throwaway database (:meth:`Replayer.file`), or of many runs (:meth:`Replayer.check`,
+``tether check``): nothing executes, nothing is written. ``tether.testing.replay`` is
+the front door; :func:`regression_test` writes the file of ``export --as-test``.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from tether.engine.deps import Deps
 from tether.engine.dry import FAILS, Config, ReplayReport, dry_replay
 from tether.engine.journal import error_info
 from tether.engine.registry import AgentDef, Registry
 from tether.engine.states import States
 from tether.errors import InvalidInput, TetherError
+from tether.model.clock import Clock, SystemClock
 from tether.model.status import RunStatus
+from tether.services import export
 from tether.store import RunFilter, RunRecord, Store
-
-if TYPE_CHECKING:
-    from tether.app import App
 
 UNFINISHED = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.WAITING, RunStatus.BLOCKED)
 _NEVER = 2**62  # snapshot_every: a replay's loads never cache a snapshot (no write)
 
 
-def replay(
-    app_or_agent: App | Callable[..., Any],
-    run: str | os.PathLike[str],
-    *,
-    replace: Mapping[int, Any] | None = None,
-) -> ReplayReport:
-    """What the current code of ``app_or_agent`` would do with ``run``, from its log
-    alone: executing nothing, writing nothing (see :mod:`tether.engine.dry`).
+@dataclass(frozen=True, slots=True)
+class Replayer:
+    """Replays runs with ``agent`` (else the agent of each run, found in ``registry``),
+    its ``run`` object made with ``config``."""
 
-    ``run`` is the id of a run in the App's database, or the path of a ``tether export``
-    file (read into a throwaway database; then an agent function will do, no App needed).
-    ``replace`` maps positions to results that replace what the log recorded there, or
-    answer a position it has no record of (a what-if: another model output at N).
-    """
-    replace = _check_replace(replace)
-    app, agent = _split(app_or_agent)
-    if isinstance(run, os.PathLike) or (isinstance(run, str) and _is_file(run)):
-        with _imported(Path(run)) as (store, run_id):
-            return _replay_one(app, agent, store, run_id, replace)
-    if app is None:
-        raise InvalidInput(
-            f"replay: {run!r} is not an export file, and a run id needs the App whose "
-            f"database holds it: pass the App, or `tether export` the run to a file"
-        )
-    return _replay_one(app, agent, app.store, run, replace)
+    clock: Clock = field(default_factory=SystemClock)
+    registry: Registry | None = None
+    agent: AgentDef | None = None
+    config: Config = field(default_factory=Config)
 
+    def stored(
+        self, store: Store, run_id: str, replace: Mapping[int, Any] | None = None
+    ) -> ReplayReport:
+        """The replay of run ``run_id`` of ``store``, read only; ``replace``: positions ->
+        results that replace the recorded ones (a what-if), or answer unrecorded ones."""
+        states = States(store, self.clock, _NEVER)
+        return self._report(store, states, run_id, check_replace(replace))
 
-def check(
-    app: App,
-    runs: Iterable[str] | None = None,
-    statuses: Iterable[str] = UNFINISHED,
-    *,
-    store: Store | None = None,
-) -> Iterator[ReplayReport]:
-    """The replay report of each run named (else of every run in ``statuses``, unfinished
-    by default, oldest first) against ``app``'s current code, read from ``store`` (a
-    read-only one, else the App's); never writes. A run whose agent cannot be found, or
-    whose log cannot be read, is reported as ``fails`` with the error."""
-    store = store if store is not None else app.store
-    if runs is None:
-        records = [r for s in statuses for r in _all(store, str(s))]
-        records.sort(key=lambda r: (r.created_at, r.id))
-        runs = [r.id for r in records]
-    states = States(store, app.clock, _NEVER)
-    for run_id in runs:
-        try:
-            yield _report(app, None, store, states, run_id, {})
-        except TetherError as e:
-            error = error_info(e, app.clock.now())
-            yield ReplayReport(run_id, "?", "?", FAILS, error=error)
+    def file(self, path: Path, replace: Mapping[int, Any] | None = None) -> ReplayReport:
+        """The replay of the run of the export file ``path`` (see :meth:`stored`)."""
+        replace = check_replace(replace)
+        with _imported(path, self.clock) as (store, run_id):
+            return self.stored(store, run_id, replace)
+
+    def check(
+        self, store: Store, runs: Iterable[str] | None = None, statuses: Iterable[str] = UNFINISHED
+    ) -> Iterator[ReplayReport]:
+        """The report of each run named (else of every run in ``statuses``, unfinished by
+        default, oldest first), read only. A run whose agent cannot be found, or whose log
+        cannot be read, is reported as ``fails`` with the error."""
+        if runs is None:
+            records = [r for s in statuses for r in _all(store, str(s))]
+            records.sort(key=lambda r: (r.created_at, r.id))
+            runs = [r.id for r in records]
+        states = States(store, self.clock, _NEVER)
+        for run_id in runs:
+            try:
+                yield self._report(store, states, run_id, {})
+            except TetherError as e:
+                error = error_info(e, self.clock.now())
+                yield ReplayReport(run_id, "?", "?", FAILS, error=error)
+
+    def _report(
+        self, store: Store, states: States, run_id: str, replace: dict[int, Any]
+    ) -> ReplayReport:
+        state = states.load(run_id)
+        agent = self.agent
+        if agent is None:
+            assert self.registry is not None
+            agent = self.registry.agents.get(state.agent or "")  # registered: no second read
+            if agent is None:
+                agent = self.registry.agent_for(store.get_run(run_id))
+        return dry_replay(agent, store, self.clock, state, replace=replace, config=self.config)
 
 
 def _all(store: Store, status: str) -> Iterator[RunRecord]:
@@ -94,53 +100,8 @@ def _all(store: Store, status: str) -> Iterator[RunRecord]:
         after = (page[-1].created_at, page[-1].id)
 
 
-def _replay_one(
-    app: App | None, agent: AgentDef | None, store: Store, run_id: str, replace: dict[int, Any]
-) -> ReplayReport:
-    clock = app.clock if app is not None else _clock()
-    return _report(app, agent, store, States(store, clock, _NEVER), run_id, replace)
-
-
-def _report(
-    app: App | None,
-    agent: AgentDef | None,
-    store: Store,
-    states: States,
-    run_id: str,
-    replace: dict[int, Any],
-) -> ReplayReport:
-    state = states.load(run_id)
-    if agent is None:
-        assert app is not None
-        registry: Registry = app._registry
-        agent = registry.agents.get(state.agent or "")  # registered: no second read
-        if agent is None:
-            agent = registry.agent_for(store.get_run(run_id))
-    return dry_replay(agent, store, states.clock, state, replace=replace, config=_config(app))
-
-
-def _config(app: App | None) -> Config:
-    if app is None:
-        return Config()
-    e = app._executor
-    return Config(e.retry, e.policy, e.inline_sleep_max, frozenset(e.approver_groups))
-
-
-def _split(app_or_agent: Any) -> tuple[App | None, AgentDef | None]:
-    from tether.app import App
-
-    if isinstance(app_or_agent, App):
-        return app_or_agent, None
-    d = getattr(app_or_agent, "__tether_agent__", None)
-    if isinstance(d, AgentDef):
-        return None, d
-    raise InvalidInput(
-        f"replay takes an App or an agent (a function decorated with @app.agent or "
-        f"@tether.agent), not {app_or_agent!r}"
-    )
-
-
-def _check_replace(replace: Mapping[int, Any] | None) -> dict[int, Any]:
+def check_replace(replace: Mapping[int, Any] | None) -> dict[int, Any]:
+    """``replace`` as a dict, checked: positions (int >= 1) to results."""
     if replace is None:
         return {}
     if not isinstance(replace, Mapping):
@@ -151,32 +112,23 @@ def _check_replace(replace: Mapping[int, Any] | None) -> dict[int, Any]:
     return dict(replace)
 
 
-def _is_file(run: str) -> bool:
-    return os.sep in run or run.endswith((".jsonl", ".json")) or os.path.isfile(run)
-
-
-def _clock() -> Any:
-    from tether.model.clock import SystemClock
-
-    return SystemClock()
-
-
 @contextmanager
-def _imported(path: Path) -> Iterator[tuple[Store, str]]:
+def _imported(path: Path, clock: Clock) -> Iterator[tuple[Store, str]]:
     """The run of the export file ``path``, in a throwaway SQLite database."""
-    import tether
+    from tether.store.sqlite import SQLiteStore
 
     try:
         f = path.open(encoding="utf-8")
     except OSError as e:
         raise InvalidInput(f"replay: cannot read {path}: {e.strerror}") from None
     with tempfile.TemporaryDirectory(prefix="tether-replay-") as tmp, f:
-        scratch = tether.open(os.path.join(tmp, "replay.db"))
+        store = SQLiteStore(os.path.join(tmp, "replay.db"))
         try:
-            run_id = scratch.import_run(f, source=str(path))
-            yield scratch.store, run_id
+            deps = Deps(store, clock, "replay")
+            run_id = export.import_run(deps, States(store, clock, _NEVER), f, source=str(path))
+            yield store, run_id
         finally:
-            scratch.close()
+            store.close()
 
 
 _TEST = '''"""Regression test of run {run_id} (agent {agent!r}, {status} when exported), written
@@ -218,8 +170,6 @@ def regression_test(store: Store, run_id: str) -> str:
     """The text of a pytest file that replays run ``run_id`` (embedded, as exported) with
     its agent's current code (imported from where the run recorded it) and asserts that
     it would finish or go on: ``tether export RUN --as-test PATH``."""
-    from tether.services.export import FORMAT_VERSION, export_lines
-
     record = store.get_run(run_id)
     module, qualname = record.code.get("module"), record.code.get("qualname")
     if not isinstance(module, str) or not isinstance(qualname, str) or "<" in qualname:
@@ -232,7 +182,7 @@ def regression_test(store: Store, run_id: str) -> str:
             f"run {run_id}: its agent {record.agent!r} was defined in a script (__main__), "
             f"which a test cannot import; move it into a module"
         )
-    lines = "\n".join(f"    {line!r}," for line in export_lines(store, run_id))
+    lines = "\n".join(f"    {line!r}," for line in export.export_lines(store, run_id))
     name = "run_" + "".join(c if c.isalnum() else "_" for c in run_id)
     return _TEST.format(
         run_id=run_id,
@@ -240,7 +190,7 @@ def regression_test(store: Store, run_id: str) -> str:
         status=record.status,
         module=module,
         qualname=qualname,
-        version=FORMAT_VERSION,
+        version=export.FORMAT_VERSION,
         lines=lines,
         name=name,
     )

@@ -27,7 +27,6 @@ pytest.register_assert_rewrite(
 )
 
 from tether.engine.dry import ReplayReport, StepRef  # noqa: E402
-from tether.services.replay import replay  # noqa: E402
 from tether.testing.base import (  # noqa: E402  (after the rewrite is registered)
     T0,
     StoreTest,
@@ -41,6 +40,7 @@ from tether.testing.base import (  # noqa: E402  (after the rewrite is registere
 )
 from tether.testing.log import LogSuite  # noqa: E402
 from tether.testing.queue import QueueSuite  # noqa: E402
+from tether.testing.replay import replay  # noqa: E402
 from tether.testing.runs import LeasesSuite, RunsSuite  # noqa: E402
 from tether.testing.signals import SignalsAuditSuite  # noqa: E402
 from tether.testing.store import StoreSuite  # noqa: E402
