@@ -224,3 +224,21 @@ def _data_version(backend: Backend) -> int | None:
 
 
 _KEPT: dict[str, Any] = {}
+
+
+def test_a_fan_out_replays_from_its_branches_records(app: tether.App) -> None:
+    size = {"n": 3}
+
+    @app.agent
+    def scatter(run: tether.Run) -> list[int]:
+        squares = run.map("square", lambda x: x * x, range(size["n"]))
+        run.wait("go")
+        return squares
+
+    rid = app.run(scatter).id
+    report = replay(app, rid, replace={4: None})
+    assert (report.outcome, report.output, report.replayed) == ("finished", [0, 1, 4], 4)
+    size["n"] = 4  # a fourth branch takes the position the wait recorded: a resume blocks
+    report = replay(app, rid)
+    assert (report.outcome, report.position) == ("diverges", 4)
+    assert (str(report.recorded), str(report.found)) == ("wait go", "step square[3]")
