@@ -242,3 +242,26 @@ def test_a_fan_out_replays_from_its_branches_records(app: tether.App) -> None:
     report = replay(app, rid)
     assert (report.outcome, report.position) == ("diverges", 4)
     assert (str(report.recorded), str(report.found)) == ("wait go", "step square[3]")
+
+
+def test_a_run_being_compensated_would_finish_its_compensation(app: tether.App) -> None:
+    from tether.model import events as ev
+
+    @app.agent
+    def doomed(run: tether.Run) -> None:
+        run.step("one", lambda: 1)
+        run.wait("never")
+
+    rid = app.run(doomed).id
+    state = app.get(rid)
+    assert state.compensating is None
+    # what compensation.start records, as a crash in the middle of a compensation leaves it
+    now = app.clock.now()
+    lease = app.store.claim(rid, owner=app.owner, ttl=30, now=now)
+    data = {"reason": "cancelled", "error": {}, "from_position": 2}
+    start = ev.new(ev.RUN_COMPENSATING, data, now)
+    app.store.append(rid, [start], expected_seq=state.seq, epoch=lease.epoch, now=now)
+    assert app.get(rid).compensating is not None
+    report = replay(app, rid)
+    assert (report.outcome, report.position, report.ok) == ("continues", None, True)
+    assert "compensation" in str(report)

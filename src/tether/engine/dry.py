@@ -70,10 +70,12 @@ class ReplayReport:
     is where it stopped (None when finished); ``recorded`` the step the log holds there
     (None at a position with no record), ``found`` the call the code made there;
     ``differs`` ``{field: (recorded, found)}`` (kind, name, args) when it diverges;
-    ``output`` the agent's return value when finished; ``error`` the exception's type,
-    message and traceback when it fails; ``replayed`` how many positions the log (or
-    ``replace``) answered; ``unreached`` the recorded positions past where it stopped
-    (a finished replay that leaves some: the new code no longer makes those calls)."""
+    ``output`` the agent's return value when finished (``continues`` with no position:
+    a run whose compensation a resume finishes, without calling the agent); ``error``
+    the exception's type, message and traceback when it fails; ``replayed`` how many
+    positions the log (or ``replace``) answered; ``unreached`` the recorded positions
+    past where it stopped (a finished replay that leaves some: the new code no longer
+    makes those calls)."""
 
     run_id: str
     agent: str
@@ -97,6 +99,8 @@ class ReplayReport:
         head = f"run {self.run_id} ({self.agent}, {self.status}): "
         if self.outcome == FINISHED:
             return head + f"would finish after {self.replayed} replayed positions"
+        if self.outcome == CONTINUES and self.position is None:
+            return head + "would finish its compensation (the agent is not called)"
         if self.outcome == CONTINUES:
             where = f" (recorded: {self.recorded})" if self.recorded else ""
             return head + f"would continue at position {self.position}: {self.found}{where}"
@@ -211,6 +215,8 @@ def dry_replay(
     args = tuple(state.input.get("args", ()))
     kwargs = dict(state.input.get("kwargs", {}))
     base = ReplayReport(state.run_id, d.name, str(state.status), FINISHED)
+    if state.compensating is not None:  # a resume finishes the compensation, not the agent
+        return replace_(base, outcome=CONTINUES)
     try:
         output = _call(d, journal, run, args, kwargs)
     except _Stop:
