@@ -29,7 +29,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from dataclasses import replace as replace_
-from typing import Any
+from typing import Any, NoReturn
 
 from tether.engine.calls import Slot, agent_body
 from tether.engine.journal import Journal, differs, error_info
@@ -168,7 +168,7 @@ class DryJournal(Journal):
             self._stop(_Stop(CONTINUES, slot.pos, _ref(slot.recorded), StepRef(kind, name, digest)))
         return slot
 
-    def _stop(self, stop: _Stop) -> None:
+    def _stop(self, stop: _Stop) -> NoReturn:
         self.poisoned = stop
         raise stop
 
