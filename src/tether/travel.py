@@ -9,12 +9,15 @@ from collections.abc import Collection, Iterable, Sequence
 from typing import Any, TextIO
 
 from tether.engine.deps import Deps
+from tether.engine.dry import Config
+from tether.engine.executor import Executor
+from tether.engine.registry import Registry
 from tether.engine.states import States
 from tether.model import inputs
 from tether.model.clock import Clock
 from tether.model.durations import Duration
 from tether.model.state import RunState
-from tether.services import export, retention, timetravel
+from tether.services import export, replay, retention, timetravel
 from tether.store import Store
 
 
@@ -25,6 +28,15 @@ class TimeTravel:
     clock: Clock
     _deps: Deps
     _states: States
+    _executor: Executor
+    _registry: Registry
+
+    def _replayer(self) -> replay.Replayer:
+        """Replays runs with this App's agents, retry, policy and approver groups (for
+        ``tether.testing.replay`` and ``tether check``: see :mod:`tether.services.replay`)."""
+        e = self._executor
+        config = Config(e.retry, e.policy, e.inline_sleep_max, frozenset(e.approver_groups))
+        return replay.Replayer(self.clock, self._registry, None, config)
 
     def history(self, run_id: str) -> timetravel.History:
         """The run's row, every event with its seq, and its steps."""

@@ -12,6 +12,8 @@ from typing import TextIO
 import tether
 from tether.cli import format as fmt
 from tether.cli.context import Command, CommandError, Context, user_errors
+from tether.scoped import ScopedApp
+from tether.services import replay
 
 
 def _export_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,10 +21,18 @@ def _export_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-o", "--output", metavar="FILE", help="write to FILE instead of standard output"
     )
+    parser.add_argument(
+        "--as-test",
+        metavar="PATH",
+        help="write a pytest file to PATH that replays the run (embedded) against its "
+        "agent's current code and fails when a resume would block or fail it",
+    )
 
 
 def _export(args: argparse.Namespace, ctx: Context) -> int:
     app = ctx.read_view()
+    if args.as_test is not None:
+        return _as_test(args, app)
     if args.output is None:
         app.export_run(args.run, ctx.out)
         return 0
@@ -34,6 +44,21 @@ def _export(args: argparse.Namespace, ctx: Context) -> int:
     with f:
         n = app.export_run(args.run, f)
     print(f"exported run {args.run} ({n} events) to {args.output}", file=sys.stderr)
+    return 0
+
+
+def _as_test(args: argparse.Namespace, app: ScopedApp) -> int:
+    if args.output is not None:
+        raise CommandError("--as-test writes the test file; drop -o/--output", 2)
+    app.record(args.run)  # an unknown run (or another tenant's) leaves no file
+    with user_errors():
+        text = replay.regression_test(app.app.store, args.run)
+    try:
+        with open(args.as_test, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        raise CommandError(f"cannot write {args.as_test}: {e.strerror}") from None
+    print(f"wrote a replay test of run {args.run} to {args.as_test}", file=sys.stderr)
     return 0
 
 
@@ -92,7 +117,10 @@ COMMANDS = (
         _export_arguments,
         _export,
         "Writes a tether-run (format 1) file: a header line with the run's row, then one "
-        "line per event (seq, type, data, at, actor). `tether import` reads it back.",
+        "line per event (seq, type, data, at, actor). `tether import` reads it back. "
+        "--as-test PATH writes a pytest file instead, which replays the run with "
+        "tether.testing.replay (no model, tool or database): a production failure becomes "
+        "a regression test (docs/testing.md).",
     ),
     Command(
         "import",

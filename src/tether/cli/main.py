@@ -12,6 +12,7 @@ Commands by module:
 - :mod:`tether.cli.control`: approve, deny, signal, resolve, cancel, audit
 - :mod:`tether.cli.timetravel`: history, state, diff, fork
 - :mod:`tether.cli.export`: export, import
+- :mod:`tether.cli.check`: check
 - :mod:`tether.cli.retention`: gc
 - :mod:`tether.cli.worker`: worker, workers
 - :mod:`tether.cli.tokens`: token
@@ -42,6 +43,7 @@ from collections.abc import Sequence
 import tether
 from tether.cli import (
     boards,
+    check,
     control,
     demo,
     export,
@@ -70,6 +72,7 @@ MODULES = (
     control,
     timetravel,
     export,
+    check,
     retention,
     worker,
     schedules,

@@ -263,16 +263,14 @@ class Journal:
     ) -> None:
         """Raise NondeterminismError (and poison the journal) when the log recorded another
         step at ``pos``: another kind or name, or a tool call with other arguments."""
-        if recorded is None:
+        if recorded is None or not differs(recorded, kind, name, digest):
             return
         if recorded.name != name or recorded.kind != kind:
             expected, found = f"{recorded.kind} {recorded.name}", f"{kind} {name}"
-        elif digest is not None and recorded.input_digest not in (None, digest):
-            assert recorded.input_digest is not None
+        else:
+            assert recorded.input_digest is not None and digest is not None
             expected = f"{kind} {name}(args {recorded.input_digest[:12]})"
             found = f"{kind} {name}(args {digest[:12]})"
-        else:
-            return
         err = NondeterminismError(self.run_id, pos, expected, found)
         self.poisoned = err
         raise err
@@ -534,6 +532,16 @@ class Journal:
             ctx.update(position=exc.position, step=exc.found)
             return ctx
         return self.failure_context(exc, None, None, None)
+
+
+def differs(rec: StepState, kind: str, name: str, digest: str | None) -> dict[str, Any]:
+    """Why a call is not the step ``rec`` recorded at its position: ``{field: (recorded,
+    found)}`` for kind, name, and a tool's args digest (when both are known); empty when
+    replay may return the record. Replay's one comparison (Journal.slot, engine.dry)."""
+    out = {f: (r, c) for f, r, c in (("kind", rec.kind, kind), ("name", rec.name, name)) if r != c}
+    if not out and digest is not None and rec.input_digest not in (None, digest):
+        out["args"] = (rec.input_digest, digest)
+    return out
 
 
 SECRET_TYPE = "tether.Secret"  # EncodeError.type_name of a result holding a literal Secret

@@ -29,6 +29,7 @@ from tether.engine.retry import Retry, call_with_timeout
 from tether.engine.steps import step_core
 from tether.errors import EncodeError
 from tether.model import events as ev
+from tether.model import inputs
 from tether.model.clock import Clock
 
 _UNSET = object()
@@ -289,6 +290,21 @@ class _RunBase:
             policy = self._policy
             approve_core(self._j, gate, payload, policy.approvers, policy.timeout, self._groups)
         return tool_core(self._j, d, args, kwargs, d.retry or self._retry)
+
+    def patched(self, name: str) -> bool:
+        """Whether this run takes the new path of the code change ``name``: False for a
+        run that recorded another step at this position before the change was deployed
+        (it goes on the old way; no position is taken), else True, recorded as the
+        decision ``patch:NAME`` so that its replays agree. Old and new runs finish
+        under one code base: ``if run.patched("fraud-check"): run.step("check_fraud",
+        ...)``. Call it once per change, where the change begins (docs/deploys.md says
+        how to retire it)."""
+        marker = f"patch:{inputs.name(name, f'run {self.id}: a patch')}"
+        recorded = self._j.peek()
+        if recorded is not None and (recorded.kind, recorded.name) != ("decide", marker):
+            return False
+        self._decide(marker, True, "the new path of a code change", {})
+        return True
 
     def _decide(self, name: str, choice: Any, why: str, details: dict[str, Any]) -> Any:
         slot = self._j.slot("decide", name)

@@ -1,4 +1,6 @@
-"""Test kits for code built on tether; first, the store conformance suite.
+"""Test kits for code built on tether: replay testing (:func:`replay`: an agent's
+current code against a recorded run, see docs/testing.md), and the store conformance
+suite.
 
 The tests tether runs on its own SQLite and PostgreSQL stores, shipped as base classes,
 so that another backend can prove it keeps the same contract::
@@ -24,6 +26,7 @@ pytest.register_assert_rewrite(
     *(f"tether.testing.{name}" for name in ("base", "log", "queue", "runs", "signals", "writers"))
 )
 
+from tether.engine.dry import ReplayReport, StepRef  # noqa: E402
 from tether.testing.base import (  # noqa: E402  (after the rewrite is registered)
     T0,
     StoreTest,
@@ -37,6 +40,7 @@ from tether.testing.base import (  # noqa: E402  (after the rewrite is registere
 )
 from tether.testing.log import LogSuite  # noqa: E402
 from tether.testing.queue import QueueSuite  # noqa: E402
+from tether.testing.replay import replay  # noqa: E402
 from tether.testing.runs import LeasesSuite, RunsSuite  # noqa: E402
 from tether.testing.signals import SignalsAuditSuite  # noqa: E402
 from tether.testing.store import StoreSuite  # noqa: E402
@@ -50,8 +54,10 @@ __all__ = [
     "LogSuite",
     "PostedSuite",
     "QueueSuite",
+    "ReplayReport",
     "RunsSuite",
     "SignalsAuditSuite",
+    "StepRef",
     "StoreSuite",
     "StoreTest",
     "claimed",
@@ -59,6 +65,7 @@ __all__ = [
     "ev",
     "new_run",
     "race",
+    "replay",
     "seqs",
     "until",
 ]

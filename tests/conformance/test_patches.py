@@ -1,0 +1,97 @@
+"""``run.patched(name)``: one code base finishes old runs the old way and new runs the new
+way, recorded in the log so that replays agree. On both backends."""
+
+from __future__ import annotations
+
+import pytest
+
+import tether
+from tether.testing import replay
+
+pytestmark = pytest.mark.conformance
+
+
+class Orders:
+    """An order agent: v1 charges then waits; v2 inserts a fraud check before the charge,
+    behind the patch "fraud-check" (``patched``), or without one."""
+
+    def __init__(self, app: tether.App) -> None:
+        self.app = app
+        self.code = "v1"
+        self.calls: list[str] = []
+
+        @app.tool(risk="write")
+        def charge(amount: int, *, idempotency_key: str) -> str:
+            self.calls.append("charge")
+            return f"charged {amount}"
+
+        def check_fraud(amount: int) -> str:
+            self.calls.append("check_fraud")
+            return "ok"
+
+        @app.agent
+        def order(run: tether.Run, amount: int) -> str:
+            # v2: the patch retired, the new path only
+            if self.code == "v2" or (self.code == "patched" and run.patched("fraud-check")):
+                run.step("check_fraud", check_fraud, amount)
+            receipt = run.tool(charge, amount)
+            run.wait("shipped")
+            return f"{receipt}, shipped"
+
+        self.order = order
+
+    def steps(self, rid: str) -> list[tuple[str, str]]:
+        return [(s.kind, s.name) for s in self.app.get(rid).steps]
+
+
+@pytest.fixture
+def orders(app: tether.App) -> Orders:
+    return Orders(app)
+
+
+def test_an_old_run_takes_the_old_path_and_a_new_run_the_new_one(orders: Orders) -> None:
+    old = orders.app.run(orders.order, 5).id  # charged under v1, waits
+    queued = orders.app.start(orders.order, 6)  # created under v1, never executed
+    orders.code = "patched"
+    assert replay(orders.app, old).outcome == "continues"  # no block: the check passes
+    orders.app.signal(old, "shipped")
+    assert orders.app.resume(old).output == "charged 5, shipped"
+    assert orders.steps(old) == [("tool", "charge"), ("wait", "shipped")]  # no marker
+
+    new = orders.app.run(orders.order, 7).id
+    assert orders.steps(new)[:2] == [("decide", "patch:fraud-check"), ("step", "check_fraud")]
+    orders.app.signal(new, "shipped")
+    assert orders.app.resume(new).output == "charged 7, shipped"  # replayed: patched again
+    # a run that recorded nothing before the deploy has no old path to keep: the new one
+    orders.app.resume(queued)
+    assert orders.steps(queued)[0] == ("decide", "patch:fraud-check")
+    assert orders.calls == ["charge", "check_fraud", "charge", "check_fraud", "charge"]
+
+
+def test_retiring_a_patch_blocks_the_runs_in_flight_that_recorded_either_path(
+    orders: Orders,
+) -> None:
+    old = orders.app.run(orders.order, 5).id
+    orders.code = "patched"
+    new = orders.app.run(orders.order, 7).id
+    orders.code = "v2"  # the patch removed too early: both runs are still in flight
+    old_report, new_report = replay(orders.app, old), replay(orders.app, new)
+    assert (old_report.outcome, str(old_report.found)) == ("diverges", "step check_fraud")
+    assert (new_report.outcome, new_report.position) == ("diverges", 1)
+    assert new_report.recorded is not None and new_report.recorded.name == "patch:fraud-check"
+    # once they finished, the code without the patch is safe for every new run
+    orders.code = "patched"
+    for rid in (old, new):
+        orders.app.signal(rid, "shipped")
+        assert orders.app.resume(rid).status == "completed"
+    orders.code = "v2"
+    assert orders.app.run(orders.order, 8).status == "waiting"
+
+
+def test_a_patch_name_is_checked(app: tether.App) -> None:
+    @app.agent
+    def bad(run: tether.Run) -> bool:
+        return run.patched("")
+
+    with pytest.raises(tether.RunFailed, match="patch"):
+        app.run(bad)

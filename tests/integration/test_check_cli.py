@@ -1,0 +1,82 @@
+"""`tether check` in process: what it lists (the runs that would block or fail; --all:
+every run), for the runs named or of a status, and its exit status."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tether.cli.main import main
+
+pytestmark = pytest.mark.integration
+
+MODULE = """
+import tether
+
+app = tether.open({db!r})
+
+
+@app.agent
+def job(run, n):
+    x = run.step({step!r}, lambda: n)
+    run.wait("go")
+    return x
+"""
+
+
+def _module(tmp_path: Path, name: str, step: str) -> str:
+    path = tmp_path / f"{name}.py"
+    path.write_text(MODULE.format(db=str(tmp_path / "check.db"), step=step))
+    return f"{path}:app"
+
+
+def _runs(tmp_path: Path) -> tuple[str, str, str]:
+    import tether
+
+    with tether.open(str(tmp_path / "check.db")) as app:
+        app.agent(name="job")(lambda run, n: (run.step("fetch", lambda: n), run.wait("go"))[0])
+        waiting = app.run("job", 1).id
+        queued = app.start("job", 2)
+        done = app.run("job", 3).id
+        app.signal(done, "go")
+        assert app.resume(done).status == "completed"
+    return waiting, queued, done
+
+
+def test_check_lists_what_would_block_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    waiting, queued, done = _runs(tmp_path)
+    same = _module(tmp_path, "same", "fetch")
+    assert main(["--app", same, "check"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines() == [
+        "2 runs: 0 would finish, 2 would continue, 0 would block, 0 would fail"
+    ]
+    assert main(["--app", same, "check", "--all", "--status", "completed"]) == 0
+    out = capsys.readouterr().out
+    assert done in out and "finish" in out and waiting not in out
+
+    renamed = _module(tmp_path, "renamed", "load")
+    assert main(["--app", renamed, "check"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["RUN", "AGENT", "STATUS", "WOULD", "AT", "RECORDED", "FOUND"]
+    assert lines[1].split() == [
+        waiting,
+        "job",
+        "waiting",
+        "BLOCK",
+        "1",
+        "step",
+        "fetch",
+        "step",
+        "load",
+    ]
+    assert len(lines) == 3 and lines[2].startswith("2 runs: 0 would finish, 1 would continue, 1")
+    # the queued run has recorded nothing: the new code is fine for it
+    assert main(["--app", renamed, "check", queued]) == 0
+    assert "continue" in capsys.readouterr().out
+    assert main(["--app", renamed, "check", "no-such-run"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "NotFound" in out
