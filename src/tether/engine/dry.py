@@ -3,7 +3,7 @@ writing nothing.
 
 The agent function is called as a resume calls it, on a :class:`DryJournal`: each call
 takes its position and is checked against the log by the engine's own
-:meth:`~tether.engine.journal.Journal.slot` (one comparison, :func:`journal.differs`);
+:meth:`~tether.engine.journal.Journal.slot` (one comparison, :func:`tether.model.steps.differs`);
 a recorded, completed position returns its recorded result, as on resume. The replay
 stops at the first call the log cannot answer:
 
@@ -32,7 +32,7 @@ from dataclasses import replace as replace_
 from typing import Any, NoReturn
 
 from tether.engine.calls import Slot, agent_body
-from tether.engine.journal import Journal, differs, error_info
+from tether.engine.journal import Journal, error_info
 from tether.engine.policy import Policy
 from tether.engine.registry import AgentDef
 from tether.engine.retry import Retry
@@ -42,7 +42,7 @@ from tether.model.clock import Clock
 from tether.model.events import NewEvent
 from tether.model.state import RunState
 from tether.model.status import StepStatus
-from tether.model.steps import StepState
+from tether.model.steps import StepState, differs
 from tether.store import EffectWrite, Lease, SignalTake, Store, Transition
 
 FINISHED, CONTINUES, DIVERGES, FAILS = "finished", "continues", "diverges", "fails"

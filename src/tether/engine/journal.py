@@ -54,7 +54,7 @@ from tether.model.clock import Clock
 from tether.model.events import NewEvent
 from tether.model.state import RunState
 from tether.model.status import UNRECORDED, EffectStatus, RunStatus
-from tether.model.steps import StepState, usage_of
+from tether.model.steps import StepState, differs, usage_of
 from tether.store import EffectWrite, Lease, SignalTake, Store, Transition
 
 MAX_INPUT_REPR = 2000
@@ -532,16 +532,6 @@ class Journal:
             ctx.update(position=exc.position, step=exc.found)
             return ctx
         return self.failure_context(exc, None, None, None)
-
-
-def differs(rec: StepState, kind: str, name: str, digest: str | None) -> dict[str, Any]:
-    """Why a call is not the step ``rec`` recorded at its position: ``{field: (recorded,
-    found)}`` for kind, name, and a tool's args digest (when both are known); empty when
-    replay may return the record. Replay's one comparison (Journal.slot, engine.dry)."""
-    out = {f: (r, c) for f, r, c in (("kind", rec.kind, kind), ("name", rec.name, name)) if r != c}
-    if not out and digest is not None and rec.input_digest not in (None, digest):
-        out["args"] = (rec.input_digest, digest)
-    return out
 
 
 SECRET_TYPE = "tether.Secret"  # EncodeError.type_name of a result holding a literal Secret

@@ -262,3 +262,14 @@ def step_from(d: Mapping[str, Any]) -> StepState:
     x["usage"] = Usage(**x["usage"]) if x.get("usage") else None
     x["errors"] = tuple(x["errors"])
     return StepState(**x)
+
+
+def differs(rec: StepState, kind: str, name: str, digest: str | None) -> dict[str, Any]:
+    """Why a call is not the step ``rec`` recorded at its position: ``{field: (recorded,
+    found)}`` for kind, name, and a tool's args digest (when both are known); empty when
+    replay may return the record. Replay's one comparison (Journal.slot,
+    engine.dry)."""
+    out = {f: (r, c) for f, r, c in (("kind", rec.kind, kind), ("name", rec.name, name)) if r != c}
+    if not out and digest is not None and rec.input_digest not in (None, digest):
+        out["args"] = (rec.input_digest, digest)
+    return out
