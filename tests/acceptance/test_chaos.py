@@ -15,7 +15,6 @@ import collections
 import os
 import random
 import secrets
-import signal
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _workers import kill_one, stop_all
 
 import tether
 
@@ -132,22 +132,13 @@ def test_chaos(target: tuple[str, int], tmp_path: Path) -> None:
             if cut is not None and (kills + cuts) % 2:
                 cuts += _cut_connections(cut) > 0
                 continue
-            victim = rng.randrange(len(workers))
-            workers[victim].send_signal(signal.SIGKILL)
-            workers[victim].wait()
+            kill_one(workers, rng, lambda: _worker(env))
             kills += 1
-            workers[victim] = _worker(env)
         calm = time.monotonic() + DRAIN_LIMIT
         while not all_completed() and time.monotonic() < calm:
             time.sleep(0.5)
     finally:
-        for w in workers:
-            w.send_signal(signal.SIGTERM)
-        for w in workers:
-            try:
-                w.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                w.kill()
+        stop_all(workers)
     statuses = collections.Counter(app.store.get_run(i).status for i in ids)
     assert statuses == {"completed": RUNS}, f"{statuses} after {kills} kills, {cuts} cuts"
     assert kills >= 5, "the killer hardly ran: the test proved little"

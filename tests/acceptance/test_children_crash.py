@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _workers import kill_one, stop_all
 
 import tether
 from tether.engine.children import child_id
@@ -113,22 +114,13 @@ def test_twenty_children_on_four_workers_killed_at_random(url: str, tmp_path: Pa
     try:
         while time.monotonic() < deadline and not done():
             time.sleep(rng.uniform(0.3, 0.8))
-            victim = rng.randrange(len(workers))
-            workers[victim].send_signal(signal.SIGKILL)
-            workers[victim].wait()
+            kill_one(workers, rng, lambda: _worker(env))
             kills += 1
-            workers[victim] = _worker(env)
         calm = time.monotonic() + DRAIN_LIMIT
         while not done() and time.monotonic() < calm:
             time.sleep(0.2)
     finally:
-        for w in workers:
-            w.send_signal(signal.SIGTERM)
-        for w in workers:
-            try:
-                w.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                w.kill()
+        stop_all(workers)
     try:
         state = app.get(rid)
         assert state.status == "completed", f"{state.status} after {kills} kills"
