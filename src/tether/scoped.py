@@ -39,7 +39,7 @@ from tether.services import control, export, listing, timetravel
 from tether.services.identity import Identity, Role, Tokens
 from tether.services.listing import InboxPage, RunPage
 from tether.services.queues import Start
-from tether.store import AuditRecord, Effect, RunRecord, UsageTotal
+from tether.store import AuditRecord, Effect, RunCount, RunRecord, UsageTotal
 from tether.store.board_rows import BoardSummary
 
 if TYPE_CHECKING:
@@ -87,12 +87,13 @@ class Tenancy:
         text: str | None = None,
         created_after: float | None = None,
         created_before: float | None = None,
+        version: str | None = None,
         limit: int = listing.PAGE_DEFAULT,
         cursor: str | None = None,
     ) -> RunPage:
         """A page of runs, newest first, filtered (see :mod:`tether.services.listing`:
-        ``text`` is a prefix of the run id or the agent); ``cursor``: the previous page's
-        ``next_cursor``."""
+        ``text`` is a prefix of the run id or the agent, ``version`` the agent's version
+        the runs recorded); ``cursor``: the previous page's ``next_cursor``."""
         filters = listing.check_filter(
             status=status,
             agent=agent,
@@ -102,8 +103,14 @@ class Tenancy:
             text=text,
             created_after=created_after,
             created_before=created_before,
+            version=version,
         )
         return self._app()._reader.list_runs(filters, limit=limit, cursor=cursor)
+
+    def count_runs(self, **filters: Any) -> list[RunCount]:
+        """How many runs ``filters`` (those of :meth:`list_runs`) select, by agent, version
+        and status: which versions still have runs in flight (docs/deploys.md)."""
+        return self._app().store.run_counts(listing.check_filter(**filters))
 
     def inbox(
         self,
@@ -293,6 +300,13 @@ class ScopedApp:
                 return RunPage([], None)
             tenant = self.tenant
         return self.app.list_runs(tenant=tenant, **filters)
+
+    def count_runs(self, **filters: Any) -> list[RunCount]:
+        """This tenant's runs counted by agent, version and status (as ``App.count_runs``)."""
+        self._require("read")
+        if self.tenant is not None:
+            filters["tenant"] = self.tenant
+        return self.app.count_runs(**filters)
 
     def costs(self, *, by: str = "agent", **filters: Any) -> list[UsageTotal]:
         """Model usage per agent or session of this tenant's runs (as ``App.costs``)."""

@@ -88,6 +88,16 @@ def _check(module: Path, env: dict[str, str]) -> tuple[int, list[dict[str, objec
     return done.returncode, json.loads(done.stdout), done.stderr.strip()
 
 
+def _cli(module: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tether.cli", "--app", f"{module}:app", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+
+
 def _counts(url: str) -> dict[str, int]:
     if url.startswith("postgresql://"):
         import psycopg
@@ -152,12 +162,30 @@ def test_check_lists_the_runs_each_change_would_block_and_writes_nothing(
             fresh = {(r["outcome"], r["found"]["name"]) for r in reports if r["replayed"] == 0}
             assert fresh == {("continues", "patch:fraud-check")}
             assert len([r for r in reports if r["replayed"] == 1]) == RUNS // 2
+            relying = {r["run_id"] for r in reports if r["patches"]}
+            assert relying == {r["run_id"] for r in reports if r["replayed"] == 1}
+            assert {json.dumps(r["patches"]) for r in reports if r["patches"]} == {
+                '{"fraud-check": "old path"}'
+            }
+            table = _cli(module, env, "check").stdout.splitlines()
+            assert table[0].split()[-2:] == ["NEEDS", "PATCH"]
+            assert table[1].endswith("fraud-check (old path)")
+            assert table[-1].endswith(f"0 would fail, {RUNS // 2} would need a patch")
+            listed = _cli(module, env, "runs", "--needs-patch", "fraud-check").stdout
+            assert f"{RUNS // 2} runs in flight need patch 'fraud-check'" in listed
+            assert listed.count("old path") == RUNS // 2
         else:
             assert code == 0 and blocked == set()
             assert len(charged) == RUNS // 2
             assert {(r["outcome"], r["position"]) for r in reports if r["run_id"] in charged} == {
                 ("continues", 2)
             }
+    module.write_text(V1)  # the patch retired: no run relies on what the code never calls
+    listed = _cli(module, env, "runs", "--needs-patch", "fraud-check").stdout
+    assert (
+        listed.strip()
+        == "no run in flight needs patch 'fraud-check': it can be retired (docs/deploys.md)"
+    )
     backend = "postgresql" if url.startswith("postgresql://") else "sqlite"
     print(f"\ntether check, {RUNS} runs ({backend}): {took}")
     assert _counts(url) == before

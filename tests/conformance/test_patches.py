@@ -95,3 +95,18 @@ def test_a_patch_name_is_checked(app: tether.App) -> None:
 
     with pytest.raises(tether.RunFailed, match="patch"):
         app.run(bad)
+
+
+def test_a_replay_names_the_patches_a_run_relies_on(orders: Orders) -> None:
+    """What `tether runs --needs-patch` and `tether check` read: a run that took the old
+    path of a patch, or recorded its new one, relies on it; one that has not reached it
+    (or finished) does not."""
+    old = orders.app.run(orders.order, 5).id  # charged under v1
+    queued = orders.app.start(orders.order, 6)  # never executed
+    orders.code = "patched"
+    new = orders.app.run(orders.order, 7).id
+    assert replay(orders.app, old).patches == {"fraud-check": "old path"}
+    assert replay(orders.app, new).patches == {"fraud-check": "recorded"}
+    assert replay(orders.app, queued).patches == {}  # at its frontier: no path taken yet
+    orders.code = "v1"  # code without the patch: nothing relies on what it does not call
+    assert replay(orders.app, old).patches == {}

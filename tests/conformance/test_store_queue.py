@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from _conformance import PG_URL, T0, Backend, claimed, enqueue, new_run, until
 
-from tether.store import QueueLimits, Store, Transition
+from tether.store import QueueLimits, Serving, Store, Transition
+from tether.store.records import CLAIM_ALL
 
 pytestmark = pytest.mark.conformance
 
@@ -58,8 +59,13 @@ def test_one_claim_merges_the_kinds_in_priority_order(store: Store, limited: boo
     assert claimed(store, limits, now=T0 + 10, capacity=3) == ["queued-p0"]
 
 
-def test_a_claim_reads_the_queue_through_its_order_index(backend: Backend) -> None:
-    """A claim must not sort the whole queue (it did: O(queue depth) per claim)."""
+@pytest.mark.parametrize("serving", [None, Serving(("triage",), (("triage", "2"),))])
+def test_a_claim_reads_the_queue_through_its_order_index(
+    backend: Backend, serving: Serving | None
+) -> None:
+    """A claim must not sort the whole queue (it did: O(queue depth) per claim), whether
+    or not its worker serves only some versions."""
+    serves = CLAIM_ALL if serving is None else serving.params()
     store = backend.open()
     for i in range(300):
         enqueue(store, f"r{i:03}", priority=i % 3, now=T0 + i)
@@ -70,7 +76,7 @@ def test_a_claim_reads_the_queue_through_its_order_index(backend: Backend) -> No
             str(r)
             for r in backend.sql_params(
                 "EXPLAIN QUERY PLAN " + SQ["claim_candidates"],
-                {"queue": "q", "now": T0 + 1000, "scan": 1},
+                {"queue": "q", "now": T0 + 1000, "scan": 1, **serves},
             )
         )
     else:
@@ -81,7 +87,7 @@ def test_a_claim_reads_the_queue_through_its_order_index(backend: Backend) -> No
             str(r)
             for r in backend.sql_params(
                 "EXPLAIN " + PQ["claim_fast"],
-                {"queue": "q", "now": T0 + 1000, "scan": 1, "owner": "w", "expires": T0},
+                {"queue": "q", "now": T0 + 1000, "scan": 1, "owner": "w", "expires": T0, **serves},
             )
         )
     assert "runs_queued_order" in plan, plan
@@ -95,7 +101,8 @@ def _claim_plan(backend: Backend, now: float) -> str:
         from tether.store.sqlite.connections import _Q as SQ
 
         rows = backend.sql_params(
-            "EXPLAIN QUERY PLAN " + SQ["claim_candidates"], {"queue": "q", "now": now, "scan": 2}
+            "EXPLAIN QUERY PLAN " + SQ["claim_candidates"],
+            {"queue": "q", "now": now, "scan": 2, **CLAIM_ALL},
         )
         return " ".join(str(r) for r in rows)
     from tether.store.pgwire import Prepared
@@ -103,6 +110,7 @@ def _claim_plan(backend: Backend, now: float) -> str:
 
     claim = Prepared("claim", PQ["claim_fast"])
     values = {"queue": "'q'", "now": repr(now), "scan": "2", "owner": "'w'", "expires": repr(now)}
+    values |= {"pinned": "NULL", "served": "NULL"}  # a worker that serves every version
     args = ", ".join(values[name] for name in claim.params)
     prepare = b"PREPARE claim AS " + claim.sql
     return _pg_plan(backend, f"EXECUTE claim({args})".encode(), prepare)

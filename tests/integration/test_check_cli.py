@@ -3,6 +3,7 @@ every run), for the runs named or of a status, and its exit status."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,8 @@ def test_check_lists_what_would_block_and_exits_1(
     assert main(["--app", same, "check"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines() == [
-        "2 runs: 0 would finish, 2 would continue, 0 would block, 0 would fail"
+        "2 runs: 0 would finish, 2 would continue, 0 would block, 0 would fail, "
+        "0 would need a patch"
     ]
     assert main(["--app", same, "check", "--all", "--status", "completed"]) == 0
     out = capsys.readouterr().out
@@ -80,3 +82,36 @@ def test_check_lists_what_would_block_and_exits_1(
     assert main(["--app", renamed, "check", "no-such-run"]) == 1
     out = capsys.readouterr().out
     assert "FAIL" in out and "NotFound" in out
+
+
+def test_runs_counts_and_filters_by_version(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import tether
+
+    db = str(tmp_path / "versions.db")
+    with tether.open(db) as app:
+        for version in ("1", "2"):
+            app.agent(name="job", version=version)(lambda run, n: run.wait("go"))
+            app.run("job", 1)
+            app.start("job", 2)
+        app.agent(name="mail")(lambda run: None)
+        app.run("mail")
+    assert main(["--db", db, "runs", "--count"]) == 0
+    lines = [ln.split() for ln in capsys.readouterr().out.splitlines()]
+    assert lines == [
+        ["AGENT", "VERSION", "STATUS", "RUNS"],
+        ["job", "1", "queued", "1"],
+        ["job", "1", "waiting", "1"],
+        ["job", "2", "queued", "1"],
+        ["job", "2", "waiting", "1"],
+        ["mail", "-", "completed", "1"],
+        ["5", "runs"],
+    ]
+    assert main(["--db", db, "runs", "--version", "2", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert sorted(r["status"] for r in listed) == ["queued", "waiting"]
+    assert main(["--db", db, "runs", "--count", "--version", "1", "--status", "queued"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "1 run"
+    assert main(["--db", db, "runs", "--count", "--agent", "nobody"]) == 0
+    assert capsys.readouterr().out.strip() == "no runs"

@@ -6,13 +6,13 @@ import argparse
 import dataclasses
 
 import tether
+from tether.cli import check, live, tree
 from tether.cli import format as fmt
-from tether.cli import live, tree
 from tether.cli.arguments import positive_int, positive_seconds, whole_number
 from tether.cli.context import Command, Context
 from tether.model.status import STATUSES, RunStatus
 from tether.scoped import ScopedApp
-from tether.store import RunRecord
+from tether.store import RunCount, RunRecord
 
 # -- runs ---------------------------------------------------------------------------
 
@@ -20,6 +20,9 @@ from tether.store import RunRecord
 def _runs_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--status", choices=STATUSES, help="only runs with this status")
     parser.add_argument("--agent", help="only runs of this agent")
+    parser.add_argument(
+        "--version", help="only runs of this version of their agent (@app.agent(version=...))"
+    )
     parser.add_argument("--queue", help="only runs started in this queue")
     parser.add_argument("--session", help="only runs of this session")
     parser.add_argument("--text", help="only runs whose id or agent starts with this text")
@@ -27,6 +30,19 @@ def _runs_arguments(parser: argparse.ArgumentParser) -> None:
         "--limit", type=positive_int, default=20, help="at most this many (default 20)"
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--needs-patch",
+        metavar="NAME",
+        help="list the runs in flight that rely on run.patched(NAME), replaying each with "
+        "the code of --app (no other filter but --agent applies): none left, the patch can "
+        "be retired",
+    )
+    parser.add_argument(
+        "--count",
+        action="store_true",
+        help="count the runs (all of them, not --limit) by agent, version and status instead "
+        "of listing them: which versions still have runs in flight",
+    )
     parser.add_argument(
         "--tree",
         action="store_true",
@@ -53,6 +69,9 @@ def _interval_argument(parser: argparse.ArgumentParser, default: float) -> None:
 
 
 def _runs(args: argparse.Namespace, ctx: Context) -> int:
+    if args.needs_patch is not None:
+        ctx.print(check.needs_patch(ctx, args.needs_patch, args.agent))
+        return 0
     app = ctx.read_view()
     if args.watch:
         return live.watch(
@@ -63,7 +82,14 @@ def _runs(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _runs_text(args: argparse.Namespace, app: ScopedApp) -> str:
-    filters = {"queue": args.queue, "session": args.session, "text": args.text}
+    filters = {
+        "queue": args.queue,
+        "session": args.session,
+        "text": args.text,
+        "version": args.version,
+    }
+    if args.count:
+        return _counts_text(app.count_runs(status=args.status, agent=args.agent, **filters), args)
     records = app.runs(status=args.status, agent=args.agent, limit=args.limit, **filters)
     if args.tree:
         trees = tree.tree_rows(app, records)
@@ -78,6 +104,17 @@ def _runs_text(args: argparse.Namespace, app: ScopedApp) -> str:
         narrowed = args.status or args.agent or any(filters.values())
         return "no runs" + (" match" if narrowed else " yet")
     return fmt.runs_table(rows)
+
+
+def _counts_text(counts: list[RunCount], args: argparse.Namespace) -> str:
+    if args.json:
+        return fmt.json_text([dataclasses.asdict(c) for c in counts])
+    if not counts:
+        return "no runs"
+    rows = [(c.agent, c.version or "-", c.status, c.runs) for c in counts]
+    total = sum(c.runs for c in counts)
+    table = fmt.table(("AGENT", "VERSION", "STATUS", "RUNS"), rows, "RUNS")
+    return f"{table}\n{fmt.plural(total, 'run')}"
 
 
 def _summary_of(app: ScopedApp, record: RunRecord, expected: _Expected) -> dict[str, object]:

@@ -75,7 +75,9 @@ class ReplayReport:
     the exception's type, message and traceback when it fails; ``replayed`` how many
     positions the log (or ``replace``) answered; ``unreached`` the recorded positions
     past where it stopped (a finished replay that leaves some: the new code no longer
-    makes those calls)."""
+    makes those calls); ``patches`` the ``run.patched`` names the run relies on (``old
+    path``: it takes the old one; ``recorded``: it recorded the new one), which retiring
+    that patch would block."""
 
     run_id: str
     agent: str
@@ -89,6 +91,7 @@ class ReplayReport:
     error: Mapping[str, Any] | None = None
     replayed: int = 0
     unreached: tuple[int, ...] = ()
+    patches: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -146,6 +149,7 @@ class DryJournal(Journal):
     ) -> None:
         super().__init__(store, clock, state, Lease(state.run_id, "replay", 0, math.inf))
         self.replace = dict(replace)
+        self.patches: dict[str, str] = {}  # run.patched(name): the old path, or recorded
 
     def slot(self, kind: str, name: str, digest: str | None = None) -> Slot:
         try:
@@ -226,6 +230,7 @@ def dry_replay(
             error = error_info(exc, clock.now())
             return replace_(base, outcome=FAILS, error=error, replayed=len(journal.reused))
         output = None
+    base = replace_(base, patches=dict(journal.patches))
     stop = journal.poisoned
     if isinstance(stop, _Stop):
         return replace_(

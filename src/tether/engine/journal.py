@@ -104,6 +104,8 @@ def branch(reserved: Reserved) -> Iterator[None]:
 class Journal:
     """A run's log as seen by one execution: positions, replay, appends with the lease."""
 
+    patches: dict[str, str] | None = None  # a dry replay's: the patches the run relies on
+
     def __init__(
         self,
         store: Store,

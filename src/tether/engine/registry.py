@@ -38,7 +38,7 @@ from tether.engine.retry import Retry
 from tether.errors import InvalidInput, NotFound
 from tether.model import inputs
 from tether.model.budgets import Limits, check_limits
-from tether.store import RunRecord
+from tether.store import RunRecord, Serving
 
 log = logging.getLogger("tether")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -65,16 +65,47 @@ class Registry:
     code of the runs it did not register (``code``): the one place user code is found."""
 
     def __init__(self, code: Iterable[str] | None = None) -> None:
-        self.agents: dict[str, AgentDef] = {}
+        self.agents: dict[str, AgentDef] = {}  # by name: the newest registered (new runs)
+        self.versions: dict[str, dict[str | None, AgentDef]] = {}  # by name, by version
         self.tools: dict[str, ToolDef] = {}
         self.code = check_modules(code)
+        self._found: dict[tuple[str, str | None], AgentDef] = {}  # found by recorded code
+        self.serving: Serving | None = None  # what a worker of this registry claims
 
     def add(self, d: AgentDef | ToolDef) -> None:
-        """Register an agent or a tool (a later one of the same name replaces it)."""
+        """Register an agent or a tool. A later agent of the same name and version replaces
+        it; one of another version is registered beside it (and starts the new runs)."""
         if isinstance(d, AgentDef):
             self.agents[d.name] = d
+            self.versions.setdefault(d.name, {})[d.version] = d
+            self.serving = serving(self.versions)
         else:
             self.tools[d.name] = d
+
+    def serves(self, agent: str, version: str | None) -> bool:
+        """Whether this app executes runs of ``agent`` at ``version``: every run of an
+        agent it does not register (found by its recorded code) or registers without a
+        version; exactly the versions registered of the others."""
+        defs = self.versions.get(agent)
+        return not defs or set(defs) == {None} or version in defs
+
+    def registered(self, agent: str, version: str | None, run_id: str) -> AgentDef | None:
+        """The agent registered for a run of ``agent`` at ``version`` (None: not
+        registered). NotFound when the agent is registered at other versions only."""
+        defs = self.versions.get(agent)
+        if not defs:
+            return None
+        found = defs.get(version, defs.get(None) if set(defs) == {None} else None)
+        if found is None:
+            raise NotFound(
+                f"run {run_id}: agent {agent!r} version {version!r} is not served by this "
+                f"app, which registers {_versions(defs)}: keep the code that finishes it "
+                f"registered beside the new one (@app.agent(name={agent!r}, "
+                f"version={version!r})) until no run of that version is in flight "
+                f"(tether runs --agent {agent} --version {version or 'none'}; "
+                f"docs/deploys.md)"
+            )
+        return found
 
     def allow(self, modules: Iterable[str]) -> None:
         """Allow importing ``modules`` (and their submodules)."""
@@ -125,8 +156,11 @@ class Registry:
         return d
 
     def agent_for(self, record: RunRecord) -> AgentDef:
-        """The agent of a run: registered here, or found where the run recorded its code."""
-        found = self.agents.get(record.agent)
+        """The agent of a run at its version: registered here, or found where the run
+        recorded its code (which must declare no version, or the run's)."""
+        found = self.registered(record.agent, record.version, record.id)
+        if found is None:
+            found = self._found.get((record.agent, record.version))
         if found is not None:
             return found
         what = f"run {record.id}: agent {record.agent!r}"
@@ -138,8 +172,29 @@ class Registry:
                 f"{record.code.get('qualname')} is {found_name!r}, not that agent; "
                 f"pass --app pkg.module:app"
             )
-        self.agents[d.name] = d
+        if d.version is not None and d.version != record.version:
+            raise NotFound(
+                f"{what}: its recorded code {record.code.get('module')}."
+                f"{record.code.get('qualname')} is version {d.version!r} now, not the "
+                f"run's {record.version!r}; register the code of version "
+                f"{record.version!r} (pass --app pkg.module:app; docs/deploys.md)"
+            )
+        self._found[(record.agent, record.version)] = d
         return d
+
+
+def serving(versions: Mapping[str, Mapping[str | None, AgentDef]]) -> Serving | None:
+    """The claim filter of an app's registered versions; None when no agent declares one."""
+    pinned = sorted(name for name, defs in versions.items() if set(defs) != {None})
+    if not pinned:
+        return None
+    served = tuple((name, v) for name in pinned for v in versions[name])
+    return Serving(tuple(pinned), served)
+
+
+def _versions(defs: Mapping[str | None, AgentDef]) -> str:
+    names = sorted(repr(v) for v in defs)
+    return "version " + names[0] if len(names) == 1 else "versions " + ", ".join(names)
 
 
 def check_modules(modules: Iterable[str] | str | None, *, what: str = "code") -> frozenset[str]:

@@ -301,10 +301,12 @@ class _RunBase:
         how to retire it)."""
         marker = f"patch:{inputs.name(name, f'run {self.id}: a patch')}"
         recorded = self._j.peek()
-        if recorded is not None and (recorded.kind, recorded.name) != ("decide", marker):
-            return False
-        self._decide(marker, True, "the new path of a code change", {})
-        return True
+        old = recorded is not None and (recorded.kind, recorded.name) != ("decide", marker)
+        if not old:
+            self._decide(marker, True, "the new path of a code change", {})
+        if self._j.patches is not None:  # a dry replay: this run relies on the patch
+            self._j.patches[name] = "old path" if old else "recorded"
+        return not old
 
     def _decide(self, name: str, choice: Any, why: str, details: dict[str, Any]) -> Any:
         slot = self._j.slot("decide", name)

@@ -90,6 +90,7 @@ def check_filter(
     text: str | None = None,
     created_after: float | None = None,
     created_before: float | None = None,
+    version: str | None = None,
 ) -> RunFilter:
     """The filters as a RunFilter, each checked (see :mod:`tether.model.inputs`)."""
     for value, what in ((status, "status"), (agent, "agent"), (queue, "queue")):
@@ -97,9 +98,10 @@ def check_filter(
     inputs.optional_name(session, "session")
     inputs.optional_name(tenant, "tenant")
     inputs.optional_name(text, "text")
+    inputs.optional_name(version, "version")
     after = None if created_after is None else inputs.seconds(created_after, "created_after")
     before = None if created_before is None else inputs.seconds(created_before, "created_before")
-    return RunFilter(status, agent, queue, session, tenant, text, after, before)
+    return RunFilter(status, agent, queue, session, tenant, text, after, before, version)
 
 
 def page_limit(limit: Any) -> int:

@@ -83,7 +83,8 @@ class Replayer:
         agent = self.agent
         if agent is None:
             assert self.registry is not None
-            agent = self.registry.agents.get(state.agent or "")  # registered: no second read
+            # registered (no second read), at the run's version
+            agent = self.registry.registered(state.agent or "", state.version, run_id)
             if agent is None:
                 agent = self.registry.agent_for(store.get_run(run_id))
         return dry_replay(agent, store, self.clock, state, replace=replace, config=self.config)

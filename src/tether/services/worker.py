@@ -370,7 +370,12 @@ class Worker:
         try:
             now = self.deps.clock.now()
             claims = self.deps.store.claim_next(
-                limits, owner=self.id, ttl=self.deps.lease_ttl, now=now, capacity=free
+                limits,
+                owner=self.id,
+                ttl=self.deps.lease_ttl,
+                now=now,
+                capacity=free,
+                serving=self.executor.registry.serving,  # the versions its code finishes
             )
         finally:
             with self._lock:

@@ -33,8 +33,10 @@ from tether.store.records import (
     NewRun,
     NewToken,
     QueueLimits,
+    RunCount,
     RunFilter,
     RunRecord,
+    Serving,
     Signal,
     SignalTake,
     Snapshot,
@@ -88,6 +90,10 @@ class RunLog(Protocol):
         of the previous page (keyset paging: a page costs the same at any depth, and runs
         created meanwhile never shift a page). One read; an index fits each filter
         (schema 11)."""
+        ...
+
+    def run_counts(self, filters: RunFilter) -> list[RunCount]:
+        """How many runs ``filters`` select, by agent, version and status (in that order)."""
         ...
 
     def usage_totals(self, filters: RunFilter, *, by: str) -> list[UsageTotal]:
@@ -211,10 +217,18 @@ class Queue(Protocol):
         ...
 
     def claim_next(
-        self, queues: Sequence[QueueLimits], *, owner: str, ttl: float, now: float, capacity: int
+        self,
+        queues: Sequence[QueueLimits],
+        *,
+        owner: str,
+        ttl: float,
+        now: float,
+        capacity: int,
+        serving: Serving | None = None,
     ) -> list[tuple[RunRecord, Lease]]:
         """Claim up to ``capacity`` runs from ``queues`` (in the order given), best first:
-        queued and due, waiting and due (timer, timeout) or running under an expired lease.
+        queued and due, waiting and due (timer, timeout) or running under an expired lease;
+        with ``serving``, only runs of the agents' versions it serves (see Serving).
 
         Each claim bumps the fencing token. Never exceeds a queue's limits, whatever
         other workers claim concurrently. Returns the rows as the claim left them

@@ -5,6 +5,7 @@ Importable from :mod:`tether.store` as well (``from tether.store import RunRecor
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,7 +47,8 @@ class RunRecord:
 class RunFilter:
     """Which runs a page of the run list holds (RunLog.page_runs): each field given narrows
     it (None: any). ``text``: the run id or the agent name starts with it; the times are
-    ``created_after <= created_at < created_before``; ``tenant`` is the runs' owner."""
+    ``created_after <= created_at < created_before``; ``tenant`` is the runs' owner;
+    ``version`` the agent's version the runs recorded (runs without one never match)."""
 
     status: str | None = None
     agent: str | None = None
@@ -56,6 +58,17 @@ class RunFilter:
     text: str | None = None
     created_after: float | None = None
     created_before: float | None = None
+    version: str | None = None  # the agent's version the runs recorded
+
+
+@dataclass(frozen=True, slots=True)
+class RunCount:
+    """How many runs of one agent at one version have one status (RunLog.run_counts)."""
+
+    agent: str
+    version: str | None
+    status: str
+    runs: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +122,23 @@ class QueueLimits:
     def most(self, capacity: int) -> int:
         """How many runs one claim may take from this queue, with ``capacity`` left."""
         return capacity if self.room is None else min(capacity, self.room)
+
+
+@dataclass(frozen=True, slots=True)
+class Serving:
+    """Which runs a worker claims, by agent and version: every run of an agent not in
+    ``pinned``; of one in it, only the ``(agent, version)`` pairs of ``served``."""
+
+    pinned: tuple[str, ...]
+    served: tuple[tuple[str, str | None], ...]
+
+    def params(self) -> dict[str, str | None]:
+        """The claim statements' parameters: JSON arrays (pairs for ``served``)."""
+        return {"pinned": json.dumps(self.pinned), "served": json.dumps(self.served)}
+
+
+# the claim statements' parameters of a worker that claims every run (no Serving)
+CLAIM_ALL: dict[str, str | None] = {"pinned": None, "served": None}
 
 
 @dataclass(frozen=True, slots=True)

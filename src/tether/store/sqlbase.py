@@ -41,6 +41,7 @@ from tether.store.records import (
     Gauges,
     Lease,
     NewToken,
+    RunCount,
     RunFilter,
     RunRecord,
     Signal,
@@ -161,7 +162,7 @@ class SqlStore:
         """The page_runs_* conditions of ``filters`` and their parameters."""
         params: dict[str, Any] = {}
         parts = []
-        for name in ("status", "agent", "queue", "session", "tenant"):
+        for name in ("status", "agent", "queue", "session", "tenant", "version"):
             value = getattr(filters, name)
             if value is not None:
                 parts.append(self._Q[f"page_runs_{name}"])
@@ -174,6 +175,13 @@ class SqlStore:
                 parts.append(self._Q[f"page_runs_{name}"])
                 params[bound] = getattr(filters, bound)
         return parts, params
+
+    def run_counts(self, filters: RunFilter) -> list[RunCount]:
+        parts, params = self._filters(filters)
+        sql = self._Q["run_counts"].replace("/*filters*/", " ".join(parts))
+        with self._for_read() as conn:
+            rows = conn.execute(sql, params).fetchall()
+        return [RunCount(r[0], r[1], r[2], int(r[3])) for r in rows]
 
     def usage_totals(self, filters: RunFilter, *, by: str) -> list[UsageTotal]:
         parts, params = self._filters(filters)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tether.model.events import NewEvent
-from tether.store import NewRun, QueueLimits, Store
+from tether.store import NewRun, QueueLimits, Serving, Store
 
 T0 = 1_700_000_000.0
 """The time the tests start at (a fixed epoch second: stores take ``now`` as an argument)."""
@@ -112,7 +112,8 @@ def enqueue(
     **fields: Any,
 ) -> tuple[str, bool]:
     """Enqueue a run with one event; what ``store.enqueue`` returns."""
-    run = NewRun(run_id, "agent", None, "queued", queue=queue, **fields)
+    agent, version = fields.pop("agent", "agent"), fields.pop("version", None)
+    run = NewRun(run_id, agent, version, "queued", queue=queue, **fields)
     return store.enqueue(run, [ev(1)], now=now, max_depth=max_depth)
 
 
@@ -123,9 +124,12 @@ def claimed(
     now: float = T0 + 10,
     capacity: int = 10,
     ttl: float = 30,
+    serving: Serving | None = None,
 ) -> list[str]:
     """The ids of the runs one ``claim_next`` of these queues takes, in its order."""
-    claims = store.claim_next(list(limits), owner=owner, ttl=ttl, now=now, capacity=capacity)
+    claims = store.claim_next(
+        list(limits), owner=owner, ttl=ttl, now=now, capacity=capacity, serving=serving
+    )
     return [record.id for record, _ in claims]
 
 

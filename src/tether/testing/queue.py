@@ -10,6 +10,7 @@ import pytest
 from tether.errors import Conflict, LeaseLost, QueueFull
 from tether.store import (
     QueueLimits,
+    Serving,
     Store,
     Transition,
     WorkerRecord,
@@ -136,6 +137,25 @@ class QueueSuite(StoreTest):
         assert store.get_run("timer").waiting_for is None
         with pytest.raises(LeaseLost):  # the dead worker's lease is gone
             store.append("dead", [ev(3)], expected_seq=2, epoch=1, now=T0 + 61)
+
+    @pytest.mark.parametrize("limited", [False, True])
+    def test_claim_next_passes_over_the_versions_its_worker_does_not_serve(
+        self, limited: bool
+    ) -> None:
+        """A worker that registers ``triage`` at versions 2 and none (``Serving``) claims
+        those and every run of another agent, never ``triage`` 1, whether queued, due
+        or under an expired lease; a worker without a filter claims them all."""
+        store = self.store
+        for run_id, version in [("v1", "1"), ("v2", "2"), ("none", None)]:
+            enqueue(store, run_id, agent="triage", version=version, now=T0 + len(run_id))
+        enqueue(store, "other", agent="mail", version="1", now=T0 + 9)
+        new_run(store, "dead1", owner="w0", queue="q", agent="triage", version="1")
+        new_run(store, "dead2", owner="w0", queue="q", agent="triage", version="2")
+        limits = QueueLimits("q", concurrency=50) if limited else QueueLimits("q")
+        serving = Serving(("triage",), (("triage", "2"), ("triage", None)))
+        got = claimed(store, limits, now=T0 + 60, serving=serving)
+        assert sorted(got) == ["dead2", "none", "other", "v2"]
+        assert sorted(claimed(store, limits, now=T0 + 60, owner="w2")) == ["dead1", "v1"]
 
     def test_claim_next_goes_through_the_queues_in_order(self) -> None:
         store = self.store

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from functools import partial
 from typing import Any
@@ -67,12 +67,14 @@ from tether.store.postgres.statements import (
 )
 from tether.store.prefetch import Prefetched, as_claimed
 from tether.store.records import (
+    CLAIM_ALL,
     EffectWrite,
     Lease,
     Loaded,
     NewRun,
     QueueLimits,
     RunRecord,
+    Serving,
     SignalTake,
     Snapshot,
     Transition,
@@ -224,7 +226,7 @@ class PostgresStore(PgNotifications, ContextRows, LogRewriteRows, BoardRows, Sch
             try:
                 created = _one(conn.execute(self._Q["create_run"], params))[0]
             except pg_errors.UniqueViolation as e:
-                if _constraint(e) == "runs_dedup":
+                if e.diag.constraint_name == "runs_dedup":
                     raise _dedup_conflict(run.queue, run.dedup_key) from None
                 created = 0  # events of that id exist: the id is taken all the same
         if not created:
@@ -267,7 +269,7 @@ class PostgresStore(PgNotifications, ContextRows, LogRewriteRows, BoardRows, Sch
         try:
             fenced, ok = self._commits.submit(statement)
         except pg_errors.UniqueViolation as e:
-            if _constraint(e) == "runs_dedup":
+            if e.diag.constraint_name == "runs_dedup":
                 raise _dedup_conflict(None, None, run_id) from None
             raise Conflict(
                 f"run {run_id}: seq {expected_seq + 1} was already appended by another "
@@ -445,29 +447,37 @@ class PostgresStore(PgNotifications, ContextRows, LogRewriteRows, BoardRows, Sch
         return _lock_key(f"{self.schema}:{queue}")
 
     def claim_next(
-        self, queues: Sequence[QueueLimits], *, owner: str, ttl: float, now: float, capacity: int
+        self,
+        queues: Sequence[QueueLimits],
+        *,
+        owner: str,
+        ttl: float,
+        now: float,
+        capacity: int,
+        serving: Serving | None = None,
     ) -> list[tuple[RunRecord, Lease]]:
         out: list[tuple[RunRecord, Lease]] = []
+        serves = CLAIM_ALL if serving is None else serving.params()
         # Queues with limits are claimed under their lock, taken up front in one order (no
         # deadlock between workers listing queues in different orders); the others rely on
         # FOR UPDATE SKIP LOCKED alone.
         keys = sorted({self._queue_key(q.name) for q in queues if q.limited})
         if not keys:
-            return self._claim_fast(queues, owner, ttl, now, capacity)
+            return self._claim_fast(queues, owner, ttl, now, capacity, serves)
         with self._borrow() as conn, conn.transaction():
             for key in keys:
                 conn.execute(self._Q["queue_lock"], (_QUEUE_LOCK_CLASS, key))
             for limits in queues:
                 if len(out) >= capacity:
                     break
-                out += self._claim_from(
-                    conn, limits, owner, ttl, now, limits.most(capacity - len(out))
-                )
+                most = limits.most(capacity - len(out))
+                out += self._claim_from(conn, limits, owner, ttl, now, most, serves)
         return out
 
     def _claim_fast(
-        self, queues: Sequence[QueueLimits], owner: str, ttl: float, now: float, capacity: int
-    ) -> list[tuple[RunRecord, Lease]]:
+        self, queues: Sequence[QueueLimits], owner: str, ttl: float, now: float, capacity: int,
+        serves: Mapping[str, str | None],
+    ) -> list[tuple[RunRecord, Lease]]:  # fmt: skip
         """Queues without limits: one statement per queue, riding the group commit.
 
         The statement also reads each claimed run's log, kept for the load that comes next
@@ -483,6 +493,7 @@ class PostgresStore(PgNotifications, ContextRows, LogRewriteRows, BoardRows, Sch
                 "scan": limits.most(capacity - len(out)),
                 "owner": owner,
                 "expires": now + ttl,
+                **serves,
             }
             rows = self._commits.submit(_statement("", "claim_fast", params, _claimed))
             for before, epoch, snap, events in rows:
@@ -493,16 +504,16 @@ class PostgresStore(PgNotifications, ContextRows, LogRewriteRows, BoardRows, Sch
         return out
 
     def _claim_from(
-        self, conn: Conn, limits: QueueLimits, owner: str, ttl: float, now: float, capacity: int
-    ) -> list[tuple[RunRecord, Lease]]:
+        self, conn: Conn, limits: QueueLimits, owner: str, ttl: float, now: float,
+        capacity: int, serves: Mapping[str, str | None],
+    ) -> list[tuple[RunRecord, Lease]]:  # fmt: skip
         running, budget = self._budget(conn, limits, now, capacity)
         if budget <= 0:
             return []
         scan = budget if limits.per_key is None else budget * 20
         cur = conn.cursor(row_factory=dict_row)
-        rows = cur.execute(
-            self._Q["claim_candidates"], {"queue": limits.name, "now": now, "scan": scan}
-        ).fetchall()
+        scope = {"queue": limits.name, "now": now, "scan": scan, **serves}
+        rows = cur.execute(self._Q["claim_candidates"], scope).fetchall()
         by_id = {r["id"]: r for r in rows}
         ids = pick_within_limits(
             [(r["id"], r["concurrency_key"]) for r in rows], running, limits, budget
@@ -577,10 +588,6 @@ class PostgresStore(PgNotifications, ContextRows, LogRewriteRows, BoardRows, Sch
     def vacuum(self) -> None:
         with self._borrow() as conn:
             conn.execute(self._Q["vacuum"])
-
-
-def _constraint(e: psycopg.Error) -> str | None:
-    return e.diag.constraint_name
 
 
 def _dedup_conflict(queue: str | None, key: str | None, run_id: str | None = None) -> Conflict:

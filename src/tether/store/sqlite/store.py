@@ -16,7 +16,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from tether.errors import (
     Conflict,
@@ -34,11 +34,13 @@ from tether.store.faults import schema_number, translated
 from tether.store.log_rewrite import LogRewriteRows
 from tether.store.queries import migrations
 from tether.store.records import (
+    CLAIM_ALL,
     Lease,
     Loaded,
     NewRun,
     QueueLimits,
     RunRecord,
+    Serving,
     Snapshot,
     pick_within_limits,
 )
@@ -241,14 +243,23 @@ class SQLiteStore(SQLiteWriter, ContextRows, LogRewriteRows, BoardRows, Schedule
         return run.id, True
 
     def claim_next(
-        self, queues: Sequence[QueueLimits], *, owner: str, ttl: float, now: float, capacity: int
+        self,
+        queues: Sequence[QueueLimits],
+        *,
+        owner: str,
+        ttl: float,
+        now: float,
+        capacity: int,
+        serving: Serving | None = None,
     ) -> list[tuple[RunRecord, Lease]]:
         out: list[tuple[RunRecord, Lease]] = []
+        serves = CLAIM_ALL if serving is None else serving.params()
         with self._tx() as conn:
             for limits in queues:
                 if len(out) >= capacity:
                     break
-                for run_id in self._pick(conn, limits, now, limits.most(capacity - len(out))):
+                most = limits.most(capacity - len(out))
+                for run_id in self._pick(conn, limits, now, most, serves):
                     row = conn.execute(
                         _Q["claim_picked"],
                         {"id": run_id, "owner": owner, "expires": now + ttl, "now": now},
@@ -260,7 +271,12 @@ class SQLiteStore(SQLiteWriter, ContextRows, LogRewriteRows, BoardRows, Schedule
         return out
 
     def _pick(
-        self, conn: sqlite3.Connection, limits: QueueLimits, now: float, capacity: int
+        self,
+        conn: sqlite3.Connection,
+        limits: QueueLimits,
+        now: float,
+        capacity: int,
+        serves: Mapping[str, str | None],
     ) -> list[str]:
         """Which candidates of one queue this claim may take, within the queue's limits."""
         limited = limits.concurrency is not None or limits.per_key is not None
@@ -279,9 +295,8 @@ class SQLiteStore(SQLiteWriter, ContextRows, LogRewriteRows, BoardRows, Schedule
         if budget <= 0:
             return []
         scan = budget if limits.per_key is None else budget * 20
-        rows = conn.execute(
-            _Q["claim_candidates"], {"queue": limits.name, "now": now, "scan": scan}
-        ).fetchall()
+        params = {"queue": limits.name, "now": now, "scan": scan, **serves}
+        rows = conn.execute(_Q["claim_candidates"], params).fetchall()
         return pick_within_limits([(r[0], r[1]) for r in rows], running, limits, budget)
 
     def worker_heartbeat(

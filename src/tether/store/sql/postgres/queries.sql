@@ -394,6 +394,16 @@ GROUP BY concurrency_key;
 -- How many claims a queue made since a time (rate limits), by claim time (runs_claimed).
 SELECT count(*) FROM runs WHERE queue = %s::text AND claimed_at > %s::float8;
 
+-- name: _serves
+-- Fragment of _claimable: the run is of a version this worker serves. pinned and served
+-- are NULL for a worker that serves every run; else pinned is the JSON array of the agents
+-- it registers at given versions, served the JSON array of its [agent, version] pairs
+-- (version null: the agent's code registered without one).
+(%(pinned)s::jsonb IS NULL
+ OR NOT agent = ANY(ARRAY(SELECT jsonb_array_elements_text(%(pinned)s::jsonb)))
+ OR EXISTS (SELECT 1 FROM jsonb_array_elements(%(served)s::jsonb) AS s(pair)
+            WHERE s.pair->>0 = agent AND (s.pair->>1) IS NOT DISTINCT FROM version))
+
 -- name: _claimable
 -- Fragment of claim_fast and claim_candidates: the claimable runs of a queue in the claim's
 -- order, at most scan of each kind, locked (FOR UPDATE SKIP LOCKED: rows another worker is
@@ -401,14 +411,14 @@ SELECT count(*) FROM runs WHERE queue = %s::text AND claimed_at > %s::float8;
 -- runs are read in that order from runs_queued_order (schema 6); waiting runs whose time is
 -- due and running runs whose lease expired are ranges of runs_claimable and runs_lease_due
 -- (schema 8), sorted once found: a claim never reads the runs that wait for later or
--- execute elsewhere.
+-- execute elsewhere. Runs of versions the worker does not serve are passed over (_serves).
 queued AS (
     SELECT id, agent, version, status, code, created_at, updated_at, epoch, lease_owner,
            lease_expires, parent_id, fork_seq, session_id, owner, queue, priority, available_at,
            waiting_for, cancel_requested, dedup_key, concurrency_key, claimed_at
     FROM runs
     WHERE queue = %(queue)s::text AND status = 'queued'
-      AND (available_at IS NULL OR available_at <= %(now)s::float8)
+      AND (available_at IS NULL OR available_at <= %(now)s::float8) AND {{_serves}}
     ORDER BY priority DESC, COALESCE(available_at, created_at), created_at, id
     LIMIT %(scan)s::bigint
     FOR UPDATE SKIP LOCKED
@@ -418,6 +428,7 @@ queued AS (
            waiting_for, cancel_requested, dedup_key, concurrency_key, claimed_at
     FROM runs
     WHERE queue = %(queue)s::text AND status = 'waiting' AND available_at <= %(now)s::float8
+      AND {{_serves}}
     ORDER BY priority DESC, available_at, created_at, id
     LIMIT %(scan)s::bigint
     FOR UPDATE SKIP LOCKED
@@ -428,6 +439,7 @@ queued AS (
     FROM runs
     WHERE queue = %(queue)s::text AND status = 'running'
       AND (CASE WHEN lease_owner IS NULL THEN 0 ELSE lease_expires END) < %(now)s::float8
+      AND {{_serves}}
     ORDER BY priority DESC, COALESCE(available_at, created_at), created_at, id
     LIMIT %(scan)s::bigint
     FOR UPDATE SKIP LOCKED
@@ -634,6 +646,16 @@ AND status = %(status)s::text
 -- name: page_runs_agent
 -- Filter of page_runs: one agent.
 AND agent = %(agent)s::text
+
+-- name: page_runs_version
+-- Filter of page_runs: one version of the agents' (runs without one never match).
+AND version = %(version)s::text
+
+-- name: run_counts
+-- How many runs the page_runs_* filters (the /*filters*/ mark) select, by agent, version
+-- and status: what `tether runs --count` prints (one read of the runs they select).
+SELECT agent, version, status, count(*) FROM runs WHERE true /*filters*/
+GROUP BY agent, version, status ORDER BY agent, version NULLS FIRST, status;
 
 -- name: page_runs_queue
 -- Filter of page_runs: one queue.

@@ -213,29 +213,40 @@ SELECT id FROM runs WHERE queue = ? AND dedup_key = ?
 -- How many runs wait in a queue to be claimed.
 SELECT COUNT(*) FROM runs WHERE queue = ? AND status = 'queued';
 
+-- name: _serves
+-- Fragment of claim_candidates: the run is of a version this worker serves. :pinned and
+-- :served are NULL for a worker that serves every run; else :pinned is the JSON array of
+-- the agents it registers at given versions, :served the JSON array of its [agent,
+-- version] pairs (version null: the agent's code registered without one).
+(:pinned IS NULL OR agent NOT IN (SELECT value FROM json_each(:pinned))
+ OR EXISTS (SELECT 1 FROM json_each(:served) AS s
+            WHERE json_extract(s.value, '$[0]') = runs.agent
+              AND json_extract(s.value, '$[1]') IS runs.version))
+
 -- name: claim_candidates
 -- Claimable runs of one queue, best first: queued and due, waiting and due, or running
 -- under an expired lease (its worker died). Queued runs are read in the claim's order from
 -- runs_queued_order (schema 6); due waiting runs and expired leases are ranges of
 -- runs_claimable and runs_lease_due (schema 8), sorted once found. So a claim reads a few
 -- rows whatever the queue's depth, and never the runs that wait for later or execute
--- elsewhere.
+-- elsewhere. Runs of versions the worker does not serve are passed over (see _serves).
 SELECT id, concurrency_key FROM (
     SELECT * FROM (
         SELECT id, concurrency_key, priority, COALESCE(available_at, created_at) AS due, created_at FROM runs
         WHERE queue = :queue AND status = 'queued'
-          AND (available_at IS NULL OR available_at <= :now)
+          AND (available_at IS NULL OR available_at <= :now) AND {{_serves}}
         ORDER BY priority DESC, COALESCE(available_at, created_at), created_at, id LIMIT :scan)
     UNION ALL
     SELECT * FROM (
         SELECT id, concurrency_key, priority, COALESCE(available_at, created_at) AS due, created_at FROM runs
-        WHERE queue = :queue AND status = 'waiting' AND available_at <= :now
+        WHERE queue = :queue AND status = 'waiting' AND available_at <= :now AND {{_serves}}
         ORDER BY priority DESC, available_at, created_at, id LIMIT :scan)
     UNION ALL
     SELECT * FROM (
         SELECT id, concurrency_key, priority, COALESCE(available_at, created_at) AS due, created_at FROM runs
         WHERE queue = :queue AND status = 'running'
           AND (CASE WHEN lease_owner IS NULL THEN 0 ELSE lease_expires END) < :now
+          AND {{_serves}}
         ORDER BY priority DESC, COALESCE(available_at, created_at), created_at, id LIMIT :scan)
 )
 ORDER BY priority DESC, due, created_at, id
@@ -331,6 +342,16 @@ AND status = :status
 -- name: page_runs_agent
 -- Filter of page_runs: one agent.
 AND agent = :agent
+
+-- name: page_runs_version
+-- Filter of page_runs: one version of the agents' (runs without one never match).
+AND version = :version
+
+-- name: run_counts
+-- How many runs the page_runs_* filters (the /*filters*/ mark) select, by agent, version
+-- and status: what `tether runs --count` prints (one read of the runs they select).
+SELECT agent, version, status, COUNT(*) FROM runs WHERE 1 = 1 /*filters*/
+GROUP BY agent, version, status ORDER BY agent, version, status;
 
 -- name: page_runs_queue
 -- Filter of page_runs: one queue.

@@ -1,0 +1,4 @@
+-- tether schema 17 (SQLite): nothing. PostgreSQL's schema 17 replaces its claim_fast
+-- function with one that passes over the runs of versions a worker does not serve;
+-- SQLite's claim statements are not stored in the database. The number keeps both
+-- dialects' schema versions in step.
