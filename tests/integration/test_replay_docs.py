@@ -17,7 +17,7 @@ def test_the_replay_section_runs_as_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     text = PAGE.read_text()
-    section = text[text.index("## Replay testing") : text.index("## Prove your own backend")]
+    section = text[text.index("## Replay testing") : text.index("## The pytest plugin")]
     blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
     assert len(blocks) == 2
     monkeypatch.chdir(tmp_path)
