@@ -27,7 +27,7 @@ from tether.engine import tracing as _traces
 from tether.engine.calls import StepInfo, current_step
 from tether.engine.executor import RunHandle
 from tether.engine.policy import Policy
-from tether.engine.registry import AgentDef, agent, tool
+from tether.engine.registry import AgentDef, agent, source_version, tool
 from tether.engine.retry import Retry
 from tether.engine.runtime import AsyncRun, Run
 from tether.engine.tracing import Tracing
@@ -134,6 +134,7 @@ __all__ = [
     "encode",
     "fold",
     "open",
+    "source_version",
     "tool",
 ]
 

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, overload
 
 from tether.engine.effects import ToolDef
-from tether.engine.registry import AgentDef, Registry, agent, tool
+from tether.engine.registry import AgentDef, Registry, Version, agent, tool
 from tether.engine.retry import Retry
 from tether.model.budgets import Limits
 
@@ -29,7 +29,7 @@ class Registration:
 
     @overload
     def agent(
-        self, *, name: str | None = None, version: str | None = None, limits: Limits | None = None
+        self, *, name: str | None = None, version: Version = None, limits: Limits | None = None
     ) -> Callable[[F], F]: ...
 
     def agent(
@@ -37,10 +37,12 @@ class Registration:
         fn: F | None = None,
         *,
         name: str | None = None,
-        version: str | None = None,
+        version: Version = None,
         limits: Limits | None = None,
     ) -> F | Callable[[F], F]:
-        """Register an agent (its first parameter is the ``run``); ``limits``: see Limits."""
+        """Register an agent (its first parameter is the ``run``); ``version``: declared
+        (``"2"``), or derived from its code (``tether.source_version``): each run resumes
+        under its own version's code (docs/deploys.md); ``limits``: see Limits."""
 
         def register(f: F) -> F:
             agent(name=name, version=version, limits=limits)(f)

@@ -84,3 +84,21 @@ def test_a_version_is_checked(app: tether.App) -> None:
         _define(app, "")
     with pytest.raises(tether.InvalidInput, match="version"):
         app.count_runs(version="bad\x00")
+
+
+def test_a_version_derived_from_the_code_changes_with_it(app: tether.App) -> None:
+    def triage(run: tether.Run) -> str:
+        return "v1"
+
+    def triage_edited(run: tether.Run) -> str:
+        return "v2"
+
+    app.agent(name="triage", version=tether.source_version)(triage)
+    first = app.store.get_run(app.run("triage").id).version
+    assert first == tether.source_version(triage) and len(first or "") == 12
+    assert tether.source_version(triage) == tether.source_version(triage)  # stable
+    app.agent(name="triage", version=tether.source_version)(triage_edited)
+    second = app.store.get_run(app.run("triage").id).version
+    assert second != first
+    with pytest.raises(tether.InvalidInput, match="cannot be read"):
+        tether.source_version(len)  # no source text: declare the version instead

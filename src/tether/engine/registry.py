@@ -22,6 +22,7 @@ to pass.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import inspect
 import logging
@@ -44,6 +45,8 @@ log = logging.getLogger("tether")
 F = TypeVar("F", bound=Callable[..., Any])
 
 CODE_ENV = "TETHER_CODE"
+# an agent's declared version, or a function of its code that derives it (source_version)
+Version = str | Callable[[Callable[..., Any]], str] | None
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _MISSING = object()
 
@@ -310,7 +313,7 @@ def agent(
     fn: None = None,
     *,
     name: str | None = None,
-    version: str | None = None,
+    version: Version = None,
     limits: Limits | None = None,
 ) -> Callable[[F], F]: ...
 
@@ -319,7 +322,7 @@ def agent(
     fn: F | None = None,
     *,
     name: str | None = None,
-    version: str | None = None,
+    version: Version = None,
     limits: Limits | None = None,
 ) -> F | Callable[[F], F]:
     """Declare an agent without an App (``@tether.agent``): any App runs it, and a
@@ -381,8 +384,26 @@ def tool(
     return declare(fn) if fn is not None else declare
 
 
+def source_version(fn: Callable[..., Any]) -> str:
+    """A version derived from an agent's code: the first 12 hex digits of the SHA-256 of
+    its function's source text. ``@app.agent(version=tether.source_version)``: any edit
+    of the function (a comment too) is a new version, whose runs only workers with that
+    code claim (docs/deploys.md, "Versions")."""
+    try:
+        text = inspect.getsource(fn)
+    except (OSError, TypeError) as e:
+        raise InvalidInput(
+            f"source_version: the source of {getattr(fn, '__qualname__', fn)!r} cannot be "
+            f"read ({e}); declare its version instead (version='2')"
+        ) from None
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
 def _define(
-    fn: Callable[..., Any], name: str | None, version: str | None, limits: Limits | None = None
+    fn: Callable[..., Any],
+    name: str | None,
+    version: Version,
+    limits: Limits | None = None,
 ) -> AgentDef:
     if not callable(fn):
         raise TypeError(f"@app.agent decorates a function, not {fn!r}")
@@ -394,6 +415,8 @@ def _define(
         )
     name = fn.__name__ if name is None else name
     inputs.name(name, "the agent's name")
+    if callable(version):  # derived from the code (source_version)
+        version = version(fn)
     inputs.optional_name(version, "the agent's version")
     code = {"module": fn.__module__, "qualname": fn.__qualname__}
     source = inspect.getsourcefile(fn)
