@@ -17,12 +17,15 @@ picks the runs) alternates between the two stores, each claim's runs then marked
 completed. Prints the median µs per claim of each and busy ÷ empty (1.00: the runs that
 are not claimable cost a claim nothing). Then what a rate-limited queue adds to each
 claim: its count of the claims of the last minute, among the 20,000 completed runs that
-were claimed over the day before (``claims_since``).
+were claimed over the day before (``claims_since``). And what a worker that serves only
+some versions of the agents (schema 17: a ``Serving`` filter in the claim) pays per claim
+on the busy store, against a worker that serves every version (serving ÷ busy).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import secrets
 import sqlite3
 import statistics
@@ -39,6 +42,10 @@ from queue_tether import open_app
 from tether.store.pgwire import Prepared
 from tether.store.postgres import PostgresStore
 from tether.store.queries import load_queries
+from tether.store.records import CLAIM_ALL, Serving
+
+# a worker that registers the agent "bench" at versions "2" and none (the rows' version)
+SERVING = Serving(("bench",), (("bench", "2"), ("bench", None))).params()
 
 COLUMNS = (
     "id, agent, version, status, code, created_at, updated_at, epoch, lease_owner, "
@@ -100,13 +107,15 @@ def postgres(args: argparse.Namespace) -> dict[str, list[float]]:
             "WHERE lease_owner = 'bench'"
         ).format(sql.Identifier(schema))
 
-        def one(lane=lane, done=done) -> None:  # type: ignore[no-untyped-def]
+        def one(lane=lane, done=done, serves=CLAIM_ALL) -> None:  # type: ignore[no-untyped-def]
             now = time.time()
             values = {"queue": "q", "now": now, "scan": 2, "owner": "bench", "expires": now + 60}
-            assert lane.execute(claim, claim.values(values)).ntuples == 2
+            assert lane.execute(claim, claim.values({**values, **serves})).ntuples == 2
             admin.execute(done)
 
         claimers[kind] = one
+        if busy:
+            claimers["serving"] = functools.partial(one, serves=SERVING)
         claimers[kind + "_app"] = app.close
     since = load_queries("postgres")["claims_since"].replace("runs", f"{schemas[-1]}.runs")
     claimers["count"] = lambda: admin.execute(since.encode(), ("q", time.time() - 60)).fetchone()
@@ -137,13 +146,16 @@ def sqlite(args: argparse.Namespace) -> dict[str, list[float]]:
             )
             conn.execute("ANALYZE")
 
-            def one(conn=conn) -> None:  # type: ignore[no-untyped-def]
-                rows = conn.execute(query, {"queue": "q", "now": time.time(), "scan": 2}).fetchall()
+            def one(conn=conn, serves=CLAIM_ALL) -> None:  # type: ignore[no-untyped-def]
+                values = {"queue": "q", "now": time.time(), "scan": 2, **serves}
+                rows = conn.execute(query, values).fetchall()
                 assert len(rows) == 2
                 ids = [r[0] for r in rows]
                 conn.execute("UPDATE runs SET status = 'completed' WHERE id IN (?, ?)", ids)
 
             claimers[kind] = one
+            if busy:
+                claimers["serving"] = functools.partial(one, serves=SERVING)
         since = load_queries("sqlite")["claims_since"]
         claimers["count"] = lambda: conn.execute(since, ("q", time.time() - 60)).fetchone()
         try:
@@ -156,13 +168,13 @@ def sqlite(args: argparse.Namespace) -> dict[str, list[float]]:
 def measure(claimers: dict[str, Callable[[], None]], rounds: int) -> dict[str, list[float]]:
     """µs per claim, in blocks of 5 claims, the two stores alternating which goes first;
     and a rate limit's count on the busy one."""
-    kinds = ["empty", "busy", "count"]
+    kinds = ["empty", "busy", "count", "serving"]
     out: dict[str, list[float]] = {k: [] for k in kinds}
     for k in kinds:
         for _ in range(5):  # warm up: prepare, cache
             claimers[k]()
     for r in range(rounds):
-        for k in kinds[r % 3 :] + kinds[: r % 3]:
+        for k in kinds[r % 4 :] + kinds[: r % 4]:
             start = time.perf_counter()
             for _ in range(5):
                 claimers[k]()
@@ -187,6 +199,11 @@ def main() -> None:
         print(f"{name:10}  empty {empty:8.1f} µs  busy {busy:8.1f} µs  busy/empty {ratio:5.2f}×")
         count = statistics.median(times["count"])
         print(f"{'':10}  a rate limit's count of the last minute's claims: {count:6.1f} µs")
+        serving = statistics.median(times["serving"])
+        print(
+            f"{'':10}  busy, by a worker serving some versions: {serving:8.1f} µs  "
+            f"serving/busy {serving / busy:5.2f}×"
+        )
 
 
 if __name__ == "__main__":

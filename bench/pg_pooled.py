@@ -37,11 +37,15 @@ from tether.store.pgwire import WireConnection
 from tether.store.postgres import PostgresStore
 from tether.store.postgres.pooling import qualify_sql
 from tether.store.postgres.statements import _WIRE, _statement
+from tether.store.records import CLAIM_ALL
 from tether.testing.base import new_run
 
 STATEMENTS: dict[str, dict[str, Any]] = {
     "load_run": {"id": "r1", "upto": 2**62},
-    "claim_fast": {"queue": "empty", "now": 1.0, "scan": 8, "owner": "o", "expires": 2.0},
+    "claim_fast": {
+        **{"queue": "empty", "now": 1.0, "scan": 8, "owner": "o", "expires": 2.0},
+        **CLAIM_ALL,  # a worker that serves every version
+    },
 }
 
 
