@@ -199,11 +199,11 @@ def test_secrets_are_handed_as_markers_and_credentials_redacted(
 
     rid = app.start(cashier)
     drain(app)
-    assert app.get(rid).output is True  # a Secret.env reveals in the target
     target = child_id(rid, 3)
     stored = "".join(e.data for r in (rid, target) for e in app.events(r))
     for clear in ("4111-card-secret-88", "env-token-5521", "Hq3xT9Vw2mLp8RzK4nBc"):
         assert clear not in stored
+    assert app.get(rid).output is True  # a Secret.env reveals in the target
     assert seen[0][2] == [{"role": "user", "content": "my key is [redacted:openai-key]"}]
 
 

@@ -32,6 +32,7 @@ from tether.model import codec, inputs
 
 if TYPE_CHECKING:
     from tether.engine.calls import Slot
+    from tether.engine.children import Spawner
     from tether.engine.journal import Journal
     from tether.engine.registry import AgentDef
 
@@ -75,7 +76,9 @@ def handoff_core(
     slot = j.slot("handoff", d.name)
 
     def give() -> str:
-        return _give(j, slot, d, args, kwargs, keys, conversation, queue, tenant, session)
+        return _give(
+            j, spawner, slot, d, (args, kwargs), keys, conversation, queue, tenant, session
+        )
 
     rid = str(j.trace.gate(slot, give)) if j.trace is not None else give()
     if not wait:
@@ -96,10 +99,10 @@ def _names(run_id: str, agent: str, names: Iterable[str] | str) -> list[str]:
 
 def _give(
     j: Journal,
+    spawner: Spawner,
     slot: Slot,
     d: AgentDef,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
+    call: tuple[tuple[Any, ...], dict[str, Any]],
     keys: list[str],
     conversation: Any,
     queue: str,
@@ -115,10 +118,9 @@ def _give(
     handed: dict[str, Any] = {"from": j.run_id, "pos": slot.pos, "vars": _values(j, keys, where)}
     handed |= _conversation(conversation, session, owner, where)
     caller = {"run": j.run_id, "pos": slot.pos}
-    rid = j.spawner.start(  # type: ignore[union-attr]  (checked by handoff_core)
+    rid = spawner.start(
         d,
-        args,
-        kwargs,
+        *call,
         queue,
         children.child_id(j.run_id, slot.pos),
         caller,
