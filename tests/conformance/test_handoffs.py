@@ -345,3 +345,18 @@ def test_show_prints_the_handoff_in_both_runs_and_the_tree_links_them(
     assert main(["--db", backend.url, "runs", "--tree"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].split()[0] == rid and lines[2].startswith(f"└ {target}")
+
+
+def test_the_target_belongs_to_the_givers_tenant(app: tether.App) -> None:
+    @app.agent
+    def helper(run: tether.Run) -> Any:
+        return run.tenant
+
+    @app.agent
+    def giver(run: tether.Run) -> Any:
+        return run.handoff(helper, conversation=[{"role": "user", "content": "hi"}])
+
+    rid = app.for_tenant("acme").start(giver)
+    drain(app)
+    assert app.store.get_run(child_id(rid, 1)).owner == "acme"
+    assert app.get(rid).output == "acme"
