@@ -22,11 +22,8 @@ app = tether.open(os.environ["TETHER_TEST_DB"], lease_ttl=2.0)
 
 
 def _append(line: str) -> None:
-    fd = os.open(os.path.join(DIR, "ledger.txt"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-    finally:
-        os.close(fd)
+    with open(os.path.join(DIR, "ledger.txt"), "a") as ledger:  # one short write: O_APPEND
+        ledger.write(line + "\n")
 
 
 @app.agent

@@ -147,16 +147,21 @@ def _values(j: Journal, keys: list[str], where: str) -> dict[str, Any]:
         )
     values = {k: j.vars[k] for k in keys}
     for k, v in values.items():
-        try:
-            codec.encode(v, what=f"task variable {k!r}")
-        except EncodeError as e:
-            raise EncodeError(
-                f"{where}: task variable {k!r} cannot be handed (stored): {e.type_name} at "
-                f"{e.path.replace('$.value', '$', 1)}; hand a value tether can store",
-                path=e.path,
-                type_name=e.type_name,
-            ) from None
+        _storable(v, f"{where}: task variable {k!r}", "a value")
     return values
+
+
+def _storable(value: Any, what: str, instead: str) -> None:
+    """Raise EncodeError, naming ``what`` and the path, when ``value`` cannot be stored."""
+    try:
+        codec.encode(value, what=what)
+    except EncodeError as e:
+        raise EncodeError(
+            f"{what} cannot be handed (stored): {e.type_name} at {e.path}; hand {instead} "
+            f"tether can store",
+            path=e.path,
+            type_name=e.type_name,
+        ) from None
 
 
 def _conversation(
@@ -188,15 +193,7 @@ def _conversation(
         for m in conversation
     ):
         messages = [dict(m) for m in conversation]
-        try:
-            codec.encode(messages, what="conversation")
-        except EncodeError as e:
-            raise EncodeError(
-                f"{where}: the conversation cannot be handed (stored): {e.type_name} at "
-                f"{e.path}; hand messages tether can store",
-                path=e.path,
-                type_name=e.type_name,
-            ) from None
+        _storable(messages, f"{where}: the conversation", "messages")
         return {"messages": messages}
     raise InvalidInput(
         f"{where}: conversation= takes True (this run's session), a Session, or a list of "
