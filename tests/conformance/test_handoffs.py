@@ -342,6 +342,8 @@ def test_show_prints_the_handoff_in_both_runs_and_the_tree_links_them(
     assert main(["--db", backend.url, "show", rid, "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert [h["run"] for h in shown["handoffs"]] == [target]
+    assert main(["--db", backend.url, "history", target]) == 0
+    assert f"agent billing, handed by {rid} at 4, input" in capsys.readouterr().out
     assert main(["--db", backend.url, "runs", "--tree"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].split()[0] == rid and lines[2].startswith(f"└ {target}")
