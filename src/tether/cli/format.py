@@ -424,7 +424,9 @@ def event_summary(type_: str, d: dict[str, Any]) -> str:
     """One event's data in a few words."""
     step = f"{d.get('pos')} {d.get('name')}"
     if type_ == "run.created":
-        text = f"agent {d.get('agent')}, input {short(d.get('input'), 60)}"
+        h = d.get("handoff") or {}
+        by = f", handed by {h.get('from')} at {h.get('pos')}" if h else ""
+        text = f"agent {d.get('agent')}{by}, input {short(d.get('input'), 60)}"
     elif type_ == "run.started":
         text = f"by {d.get('by')}, epoch {d.get('epoch')}" + (" (retry)" * bool(d.get("retry")))
     elif type_ == "run.completed":

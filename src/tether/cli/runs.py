@@ -169,9 +169,12 @@ def _show(args: argparse.Namespace, ctx: Context) -> int:
         return _show_damaged(ctx, record, e, args.json)
     kids = tree.child_rows(app, state) if state.steps else []
     if args.json:
-        ctx.print(fmt.json_text(fmt.run_details(record, state) | {"children": kids}))
+        details = fmt.run_details(record, state) | {"children": kids}
+        ctx.print(fmt.json_text(details | tree.handoff_data(state)))
         return 0
     ctx.print(fmt.header_text(record, state, _Expected(app)(record)))
+    if handed := tree.handoff_text(state):
+        ctx.print(handed)
     if state.blocked:
         ctx.print(fmt.blocked_text(state.blocked, record))
     if state.failure:

@@ -12,6 +12,7 @@ from typing import Any
 import tether
 from tether.cli import format as fmt
 from tether.engine.children import children_of
+from tether.engine.handoffs import handoffs_of
 from tether.model.state import RunState
 from tether.model.steps import Usage, usage_data
 from tether.store import RunRecord
@@ -40,6 +41,35 @@ def children_text(rows: Sequence[dict[str, Any]]) -> str:
         [[*(r.get(c) for c in _CHILD_CELLS), fmt.money(r.get("cost"))] for r in rows],
         right="IN OUT COST",
     )
+
+
+def handoff_text(state: RunState) -> str:
+    """``tether show``'s handoffs: what the run was handed (from whom), and what it handed
+    (to whom), one line each; empty when it was neither."""
+    out = []
+    h = state.handed
+    if h is not None:
+        out.append(("handed", f"from {h.get('from')} at position {h.get('pos')}: {_what(h)}"))
+    for o in handoffs_of(state.steps):
+        text = f"to {o.get('run')} ({o.get('agent')}) at position {o['pos']}: {_what(o)}"
+        out.append(("handoff", text))
+    return fmt.fields(out) if out else ""
+
+
+def _what(h: Any) -> str:
+    names = h.get("vars") or ()
+    what = [f"vars {', '.join(names)}" if names else "no vars"]
+    if h.get("session") is not None:
+        what.append(f"session {h['session']} up to message {h.get('upto')}")
+    elif h.get("messages") is not None:
+        n = h["messages"] if isinstance(h["messages"], int) else len(h["messages"])
+        what.append(f"{n} messages")
+    return ", ".join(what)
+
+
+def handoff_data(state: RunState) -> dict[str, Any]:
+    """``show --json``'s ``handed`` (what the run got, or None) and ``handoffs``."""
+    return {"handed": state.handed, "handoffs": handoffs_of(state.steps)}
 
 
 def tree_rows(app: Any, records: Sequence[RunRecord]) -> list[dict[str, Any]]:

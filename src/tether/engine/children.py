@@ -44,8 +44,10 @@ WAITING_PREFIX = "child:"  # a parent's waiting_for: child:RUN_ID
 @dataclass(frozen=True, slots=True)
 class Spawner:
     """How a run starts its children: ``resolve`` an agent (a function or a name) to its
-    definition, ``start(d, args, kwargs, queue, run_id, caller, tenant)`` enqueues a run of
-    it with that id (the existing run's id when it exists) and returns the id."""
+    definition, ``start(d, args, kwargs, queue, run_id, caller, tenant, session=None,
+    handoff=None)`` enqueues a run of it with that id (the existing run's id when it
+    exists) and returns the id; a handoff's target runs in ``session`` and its
+    ``run.created`` records ``handoff`` (engine.handoffs)."""
 
     resolve: Callable[[Any], AgentDef]
     start: Callable[..., str]
@@ -176,8 +178,15 @@ def wake_caller(j: Journal, status: str) -> None:
 
 
 def children_of(state: RunState) -> list[str]:
-    """The ids of the children a run started, in the order of their positions."""
-    return [str(s.output) for s in state.steps if s.kind == "child" and s.output is not None]
+    """The ids of the children a run started (``child`` steps) or handed off to
+    (``handoff`` steps, engine.handoffs), in the order of their positions."""
+    out = []
+    for s in state.steps:
+        if s.kind == "child" and s.output is not None:
+            out.append(str(s.output))
+        elif s.kind == "handoff" and isinstance(s.output, Mapping):
+            out.append(str(s.output["run"]))
+    return out
 
 
 def waiting_hint(state: RunState, waiting: Mapping[str, Any]) -> str:

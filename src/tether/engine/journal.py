@@ -137,7 +137,10 @@ class Journal:
         self.executed: list[tuple[int, str]] = []
         self.last_failure: tuple[BaseException, dict[str, Any]] | None = None
         self.compensating = state.compensating  # set: resume the compensation, not the agent
-        self.vars: dict[str, Any] = {}  # task variables as of the current position
+        # task variables as of the current position: a run handed off to starts with those
+        # it was handed (engine.handoffs)
+        self.handed = state.handed
+        self.vars: dict[str, Any] = dict((state.handed or {}).get("vars") or {})
         # fan-outs: calls from several threads share this journal (see the module docstring)
         self.lock = threading.RLock()
         self.thread = threading.get_ident()  # the agent's thread

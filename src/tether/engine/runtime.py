@@ -18,7 +18,7 @@ from typing import Any, cast
 
 from tether.context.boards import Board
 from tether.context.conversation import Session, session_of_run
-from tether.engine import children, fanout
+from tether.engine import children, fanout, handoffs
 from tether.engine.boards import RunBoard, Stepper
 from tether.engine.calls import Call, Core, Sleep, Slot
 from tether.engine.effects import ToolDef, mark_secrets, tool_core
@@ -229,6 +229,23 @@ class _RunBase:
         return self.tenant
 
     @property
+    def handed(self) -> handoffs.Handed | None:
+        """What this run was handed by ``run.handoff`` (giver, position, vars, messages,
+        session), or None. See ``docs/children.md``."""
+        return handoffs.handed(self._j)
+
+    def _handoff(self, agent: Any, args: Any, kwargs: Any, **how: Any) -> Any:
+        return handoffs.handoff_core(
+            self._j,
+            agent,
+            args,
+            kwargs,
+            tenant=self._tenant_of,
+            session=lambda: self.session,
+            **how,
+        )
+
+    @property
     def position(self) -> int:
         """The position of the last tether call made (0 before the first)."""
         return self._j.pos
@@ -427,6 +444,25 @@ class Run(_RunBase):
         child raises :class:`tether.ChildFailed` (the first, in the order given)."""
         return children.join_core(self._j, runs, name)
 
+    def handoff(
+        self,
+        agent: Callable[..., Any] | str,
+        *args: Any,
+        vars: Iterable[str] | str = (),
+        conversation: Any = None,
+        queue: str = "default",
+        wait: bool = True,
+        **kwargs: Any,
+    ) -> Any:
+        """Hand ``vars`` (task variable names) and ``conversation`` (True: this run's
+        session; a Session; or a list of messages) to a new run of ``agent``, linked and
+        recorded in both logs; it is started once. With ``wait`` (default), wait for it
+        (no process) and return its output (a failure raises :class:`tether.ChildFailed`);
+        else return its id. See ``docs/children.md``."""
+        return self._handoff(
+            agent, args, kwargs, names=vars, conversation=conversation, queue=queue, wait=wait
+        )
+
 
 class AsyncRun(_RunBase):
     """What an ``async def`` agent receives first: the same calls, awaited.
@@ -534,6 +570,23 @@ class AsyncRun(_RunBase):
         """Wait for child runs; see :meth:`Run.join` (each join takes its position when it
         is called, so ``asyncio.gather(run.join(a), run.join(b))`` numbers them in order)."""
         return _ready(children.join_core(self._j, runs, name))
+
+    def handoff(
+        self,
+        agent: Callable[..., Any] | str,
+        *args: Any,
+        vars: Iterable[str] | str = (),
+        conversation: Any = None,
+        queue: str = "default",
+        wait: bool = True,
+        **kwargs: Any,
+    ) -> Coroutine[Any, Any, Any]:
+        """Hand off to a new run of ``agent``; see :meth:`Run.handoff`."""
+        return _ready(
+            self._handoff(
+                agent, args, kwargs, names=vars, conversation=conversation, queue=queue, wait=wait
+            )
+        )
 
 
 async def _ready(value: Any) -> Any:

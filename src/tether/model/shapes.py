@@ -192,6 +192,7 @@ SHAPES: dict[str, tuple[Mapping[str, Check], Mapping[str, Check]]] = {
             "trace": opt(text),  # a W3C traceparent (tether.open(tracing=...))
             "limits": opt(obj),
             "caller": opt(obj),  # a child run's parent: {"run": id, "pos": position}
+            "handoff": opt(obj),  # what a run handed off to got: from, pos, vars, …
         },
     ),
     ev.RUN_STARTED: ({}, {"by": opt(text), "epoch": count, "retry": flag}),

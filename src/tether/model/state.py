@@ -72,6 +72,9 @@ class RunState:
     budget: Mapping[str, Any] | None = None
     # a child run's parent (run.child): {"run": parent id, "pos": the position of the call}
     caller: Mapping[str, Any] | None = None
+    # what a run handed off to was handed (run.handoff): from, pos, vars, and session and
+    # upto, or messages; its vars are the run's from the start
+    handed: Mapping[str, Any] | None = None
 
     @property
     def error(self) -> Mapping[str, Any] | None:
@@ -199,6 +202,9 @@ def _created(f: _Fold, e: Event, d: dict[str, Any]) -> None:
         f.s["budget"] = {"limits": d["limits"], "added": {}}
     if d.get("caller"):
         f.s["caller"] = dict(d["caller"])
+    if d.get("handoff"):
+        f.s["handed"] = dict(d["handoff"])
+        f.vars.update(d["handoff"].get("vars") or {})
 
 
 def _started(f: _Fold, e: Event, d: dict[str, Any]) -> None:

@@ -130,9 +130,13 @@ class Queues:
             run_id: str,
             caller: dict[str, Any],
             tenant: str | None,
+            session: str | None = None,
+            handoff: dict[str, Any] | None = None,
         ) -> str:
             o = Start(queue=queue, run_id=run_id)
-            return self.enqueue(None, d, args, kwargs, o, tenant=tenant, caller=caller)
+            return self.enqueue(
+                session, d, args, kwargs, o, tenant=tenant, caller=caller, handoff=handoff
+            )
 
         return Spawner(self.registry.resolve, start)
 
@@ -146,9 +150,11 @@ class Queues:
         *,
         tenant: str | None = None,
         caller: dict[str, Any] | None = None,
+        handoff: dict[str, Any] | None = None,
     ) -> str:
         """:meth:`start` with the options as a Start; the run's owner (its tenant) is the
-        session's, else ``tenant``; ``caller``: a child run's parent (engine.children)."""
+        session's, else ``tenant``; ``caller``: a child run's parent (engine.children);
+        ``handoff``: what a handoff's target is handed (engine.handoffs)."""
         d = agent if isinstance(agent, AgentDef) else self.registry.resolve(agent)
         now = self.deps.clock.now()
         _check_start(o.queue, o.priority, o.run_id, o.dedup_key, o.concurrency_key)
@@ -189,6 +195,8 @@ class Queues:
             data["limits"] = o.limits.data()
         if caller is not None:
             data["caller"] = caller
+        if handoff is not None:
+            data["handoff"] = handoff
         created = ev.new(ev.RUN_CREATED, data, now)
         rid, _ = self.deps.store.enqueue(
             new, [created], now=now, max_depth=self.config(o.queue).max_depth
