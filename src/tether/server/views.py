@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from tether.context.boards import BoardEntry
 from tether.model import codec
 from tether.model.events import Event
 from tether.model.state import RunState, head_data
@@ -15,6 +16,7 @@ from tether.model.steps import StepState, step_data
 from tether.server import schemas
 from tether.services.listing import InboxItem
 from tether.store import RunRecord
+from tether.store.schedule_rows import ScheduleRecord
 
 
 def summary(r: RunRecord) -> schemas.RunSummary:
@@ -102,4 +104,34 @@ def inbox_item(i: InboxItem) -> schemas.InboxItem:
         key=i.key,
         until=i.until,
         problem=i.problem,
+    )
+
+
+def schedule(s: ScheduleRecord) -> schemas.ScheduleOut:
+    """A schedule's row (its inputs stay in the database: the runs it starts show them)."""
+    return schemas.ScheduleOut(
+        name=s.name,
+        agent=s.agent,
+        when=s.spec,
+        queue=s.queue,
+        catch_up=s.catch_up,
+        paused=s.paused,
+        next_at=s.next_at,
+        last_tick=s.last_tick,
+        created_at=s.created_at,
+        updated_at=s.updated_at,
+    )
+
+
+def board_entry(e: BoardEntry) -> schemas.BoardEntryOut:
+    """A key at one version (its value as JSON values)."""
+    return schemas.BoardEntryOut(
+        key=e.key,
+        version=e.version,
+        value=codec.to_json_value(e.value),
+        deleted=e.deleted,
+        run_id=e.run_id,
+        position=e.position,
+        by=e.by,
+        at=e.at,
     )
