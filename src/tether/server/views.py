@@ -3,6 +3,7 @@ a tuple, bytes or a datetime stays recognisable)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -109,18 +110,10 @@ def inbox_item(i: InboxItem) -> schemas.InboxItem:
 
 def schedule(s: ScheduleRecord) -> schemas.ScheduleOut:
     """A schedule's row (its inputs stay in the database: the runs it starts show them)."""
-    return schemas.ScheduleOut(
-        name=s.name,
-        agent=s.agent,
-        when=s.spec,
-        queue=s.queue,
-        catch_up=s.catch_up,
-        paused=s.paused,
-        next_at=s.next_at,
-        last_tick=s.last_tick,
-        created_at=s.created_at,
-        updated_at=s.updated_at,
-    )
+    row = dataclasses.asdict(s)
+    row["when"] = row.pop("spec")
+    del row["inputs"]
+    return schemas.ScheduleOut(**row)
 
 
 def board_entry(e: BoardEntry) -> schemas.BoardEntryOut:
