@@ -55,9 +55,11 @@ def unknown_schedule(name: str) -> NotFound:
     return NotFound(f"no schedule {name!r}: `GET /api/schedules` lists the schedules you can see")
 
 
-def unknown_board(name: str) -> NotFound:
-    """The one NotFound for a board this identity may not see, or that has no change."""
-    return NotFound(f"no board {name!r}: `GET /api/boards` lists the boards you can see")
+def unknown_board(name: str, *, every_tenant: bool = False) -> NotFound:
+    """The one NotFound for a board this identity may not see, or that has no change
+    (an identity of every tenant is told how to name a tenant's)."""
+    where = " of no tenant (a tenant's: add ?tenant=NAME)" if every_tenant else ""
+    return NotFound(f"no board {name!r}{where}: `GET /api/boards` lists the boards you can see")
 
 
 class Access:
@@ -229,7 +231,7 @@ class Access:
         who = self.who if own is not None else Identity(self.who.name, self.who.role, tenant)
         board = self.app.scoped(who).board(name)
         if exists and not board.history(limit=1):
-            raise unknown_board(name)
+            raise unknown_board(name, every_tenant=own is None and tenant is None)
         return board
 
     def set_board_key(
