@@ -174,7 +174,7 @@ def runs_table(rows: Sequence[Mapping[str, Any]]) -> str:
         [
             [
                 r["id"],
-                r["agent"],
+                r["agent"] + (f"@{r['version']}" if r.get("version") else ""),  # as in traces
                 r["status"] + (" (stalled)" * r["stalled"]) + _why(r),
                 r["position"],
                 when(r["updated_at"]),
