@@ -1,0 +1,14 @@
+-- tether schema 19 (PostgreSQL only: SQLite has no TOAST): an event's data is compressed
+-- in its row and stays there up to a page (STORAGE MAIN), instead of being moved out to
+-- the events table's TOAST table as soon as its row passes ~2 KB (EXTENDED, the default
+-- for TEXT). An event is read with its run's log, whole: inline, that is one heap read
+-- per row instead of a TOAST index probe and its chunks; and the bytes are fewer: a
+-- TOASTed value pays 2 KB chunks each with a tuple header and an index entry, its own
+-- pages half empty at first, a free space map and an index (a LangGraph thread of 100
+-- turns, bench/langgraph.py: three events of 2.7-7.5 KB that do not compress, 48 KB of
+-- TOAST relations before, none now). Values that do not fit a page even compressed are
+-- still moved out. The column's compression stays the server's default
+-- (default_toast_compression, pglz unless set): on JSON text it stored 20-45% fewer bytes
+-- than lz4. Only rows written from now on are stored so; no row is rewritten, and the
+-- ALTER changes the catalog alone (a brief lock of the table). Idempotent.
+ALTER TABLE events ALTER COLUMN data SET STORAGE MAIN;
