@@ -232,24 +232,3 @@ def test_a_dropped_connection_fails_one_call_then_the_store_recovers(pg_backend:
         assert seqs(store) == [1, 2]
     finally:
         store.close()
-
-
-def test_an_event_of_a_few_kb_stays_in_its_row_and_a_larger_one_goes_out(
-    pg_backend: Backend,
-) -> None:
-    """Schema 19: an event's data is kept in its row up to about a page (STORAGE MAIN),
-    not moved to the TOAST table once the row passes ~2 KB; past a page it still is."""
-    import secrets
-
-    from tether.model.events import NewEvent
-
-    store = pg_backend.open()
-    new_run(store, events=1)
-    mid = f'{{"v": "{secrets.token_hex(2500)}"}}'  # 5 KB of hex: pglz does not compress it
-    store.append("run-1", [NewEvent("note", mid, 2.0, None)], expected_seq=1, epoch=1, now=2.0)
-    toast = "(SELECT reltoastrelid FROM pg_class WHERE oid = 'events'::regclass)"
-    assert pg_backend.sql(f"SELECT pg_relation_size({toast})") == [(0,)]
-    big = f'{{"v": "{secrets.token_hex(10_000)}"}}'  # 20 KB: more than a page
-    store.append("run-1", [NewEvent("note", big, 3.0, None)], expected_seq=2, epoch=1, now=3.0)
-    assert pg_backend.sql(f"SELECT pg_relation_size({toast})")[0][0] > 0
-    assert [e.data for e in store.read_events("run-1")][1:] == [mid, big]
