@@ -561,31 +561,6 @@ def render_diff(d: Diff) -> str:
 # -- workers ------------------------------------------------------------------------
 
 
-def workers_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """``tether workers``: the rows of ``tether.services.worker.describe``."""
-    return table(
-        ["worker", "queues", "conc", "heartbeat", "runs"],
-        [
-            [
-                r["id"],
-                ",".join(r["queues"]),
-                r["concurrency"],
-                f"{r['heartbeat_age_s']:.1f}s ago",
-                _runs_cell(r["runs"]),
-            ]
-            for r in rows
-        ],
-    )
-
-
-def _runs_cell(runs: list[str]) -> str:
-    """How many runs a worker holds, and the first few: ``0``, ``2: a b``, ``9: a b c d …``."""
-    if not runs:
-        return "0"
-    more = " …" if len(runs) > 4 else ""
-    return f"{len(runs)}: {' '.join(runs[:4])}{more}"
-
-
 def tokens_table(rows: Sequence[Mapping[str, Any]]) -> str:
     """``tether token list``: name, role, tenant (``*``: every one), id, created, state."""
     lines = [f"{'NAME':<20} {'ROLE':<9} {'TENANT':<12} {'ID':<16}  {'CREATED':<19}  STATE"]
