@@ -158,7 +158,8 @@ def test_workers_show_what_they_serve_and_count_names_the_versions_none_serves(
         app.store.register_worker(worker, now=now)
     assert main(["--db", db, "workers"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split()[-1] == "serves" and lines[1].endswith("job@2 + other agents")
+    assert lines[0].split()[:3] == ["worker", "queues", "serves"]
+    assert "job@2 + other agents" in lines[1]
     assert main(["--db", db, "runs", "--count"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[-1].startswith("no live worker serves job@1 (1 run in flight): they wait")

@@ -181,15 +181,15 @@ def _workers_table(rows: list[dict[str, Any]]) -> str:
     """``tether workers``: the rows of ``tether.services.workers.describe``; ``serves``:
     ``all``, or the agents' versions its code registers (docs/deploys.md)."""
     return fmt.table(
-        ["worker", "queues", "conc", "heartbeat", "runs", "serves"],
+        ["worker", "queues", "serves", "conc", "heartbeat", "runs"],
         [
             [
                 r["id"],
                 ",".join(r["queues"]),
+                r["serves"] or "all",
                 r["concurrency"],
                 f"{r['heartbeat_age_s']:.1f}s ago",
                 _runs_cell(r["runs"]),
-                r["serves"] or "all",
             ]
             for r in rows
         ],
