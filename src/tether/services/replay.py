@@ -88,7 +88,10 @@ class Replayer:
             agent = self.registry.registered(state.agent or "", state.version, run_id)
             if agent is None:
                 agent = self.registry.agent_for(store.get_run(run_id))
-        return dry_replay(agent, store, self.clock, state, replace=replace, config=self.config)
+        resolve = None if self.registry is None else self.registry.resolve
+        return dry_replay(
+            agent, store, self.clock, state, replace=replace, config=self.config, resolve=resolve
+        )
 
 
 def _row(store: Store, run_id: str) -> tuple[str, str]:
