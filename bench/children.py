@@ -12,6 +12,8 @@ child   a parent that starts N children (each one step, the same body) and joins
         True)``, concurrency 1): µs per child, from the parent's start to its end, over N.
         A child is a queued run: created, claimed, its step, its end, the wake-up of its
         parent, and its share of the parent's replays up to the join.
+inline  a parent run through ``app.run`` that calls ``run.child(kid, i, inline=True)`` N
+        times (each child executed at once in the parent's thread): µs per child.
 queued  N runs of the same one-step agent started with ``app.start`` and drained by the
         same worker: µs per run. What a child costs beyond a queued run is its link.
 
@@ -57,7 +59,15 @@ def build(path: str) -> tuple[tether.App, object, object, object]:
     def parent(run: tether.Run, n: int) -> int:
         return sum(run.join([run.child(kid, i) for i in range(n)]))
 
+    @app.agent
+    def inline_parent(run: tether.Run, n: int) -> int:
+        return sum(run.child(kid, i, inline=True) for i in range(n))
+
+    INLINE[app] = inline_parent
     return app, steps, parent, kid
+
+
+INLINE: dict[tether.App, object] = {}  # the inline parent of each app built
 
 
 def per_step(app: tether.App, steps: object, n: int) -> float:
@@ -75,6 +85,13 @@ def per_child(app: tether.App, parent: object, n: int) -> tuple[float, int]:
     state = app.get(rid)
     assert state.status == "completed", state.status
     return elapsed / n * 1e6, state.executions
+
+
+def per_inline(app: tether.App, n: int) -> float:
+    began = time.perf_counter()
+    handle = app.run(INLINE[app], n)  # type: ignore[arg-type]
+    assert handle.status == "completed", handle.status
+    return (time.perf_counter() - began) / n * 1e6
 
 
 def per_queued(app: tether.App, kid: object, n: int) -> float:
@@ -132,22 +149,26 @@ def main() -> None:
         per_step(app, steps, 50)  # warm up
         per_child(app, parent, 10)
         per_queued(app, kid, 10)
-        step_us, child_us, queued_us, executions = [], [], [], []
+        per_inline(app, 10)
+        step_us, child_us, queued_us, inline_us, executions = [], [], [], [], []
         for _ in range(rounds):
             step_us.append(per_step(app, steps, n))
+            inline_us.append(per_inline(app, n))
             queued_us.append(per_queued(app, kid, n))
             us, execs = per_child(app, parent, n)
             child_us.append(us)
             executions.append(execs)
         app.close()
     s, c = statistics.median(step_us), statistics.median(child_us)
-    q = statistics.median(queued_us)
+    q, i = statistics.median(queued_us), statistics.median(inline_us)
     print(f"python {sys.version.split()[0]}, tether {tether.__version__}, SQLite, n={n}")
     print(f"step   {s:9.1f} µs  (rounds: {', '.join(f'{x:.0f}' for x in step_us)})")
     print(f"child  {c:9.1f} µs  (rounds: {', '.join(f'{x:.0f}' for x in child_us)})")
+    print(f"inline {i:9.1f} µs  (rounds: {', '.join(f'{x:.0f}' for x in inline_us)})")
     print(f"queued {q:9.1f} µs  (rounds: {', '.join(f'{x:.0f}' for x in queued_us)})")
     print(f"parent executions per round (wake-ups + 1): {executions}")
     print(f"child / step = {c / s:.2f}  (goal: <= 3); child / queued run = {c / q:.2f}")
+    print(f"inline child / step = {i / s:.2f}  (goal: <= 3); inline / queued child = {i / c:.2f}")
 
 
 if os.environ.get("BENCH_CHILDREN_URL"):  # a worker process: `tether worker --app`

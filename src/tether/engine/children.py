@@ -21,7 +21,7 @@ re-checks its children.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +51,14 @@ class Spawner:
 
     resolve: Callable[[Any], AgentDef]
     start: Callable[..., str]
+    # inline children (engine.inline): ``inline(d, args, kwargs, queue, run_id, caller,
+    # tenant)`` creates the child, or claims it when it exists unfinished and free, and
+    # returns it prepared to execute here (else None); ``execute(prepared)`` executes it in
+    # this thread, ``aexecute(prepared)`` in the running event loop (both return when it
+    # ends, waits or is blocked: its outcome when it ended completed or failed, else None)
+    inline: Callable[..., Any] | None = None
+    execute: Callable[[Any], dict[str, Any] | None] | None = None
+    aexecute: Callable[[Any], Awaitable[dict[str, Any] | None]] | None = None
 
 
 def child_id(parent_id: str, pos: int) -> str:
@@ -184,6 +192,8 @@ def children_of(state: RunState) -> list[str]:
     for s in state.steps:
         if s.kind == "child" and s.output is not None:
             out.append(str(s.output))
+        elif s.kind == "child" and s.status == "waiting":  # an inline child not finished
+            out.append(child_id(state.run_id, s.position))
         elif s.kind == "handoff" and isinstance(s.output, Mapping):
             out.append(str(s.output["run"]))
     return out

@@ -375,10 +375,17 @@ def _join_started(f: _Fold, e: Event, d: dict[str, Any]) -> None:
     f.put_step(
         pos,
         StepState(
-            pos, d["name"], "join", StepStatus.WAITING, attempts=1, started_at=e.at, seq=e.seq
+            pos,
+            d["name"],
+            d.get("kind", "join"),  # "child": an inline child not finished (engine.inline)
+            StepStatus.WAITING,
+            attempts=1,
+            started_at=e.at,
+            seq=e.seq,
         ),
     )
-    f.wait("children", d, e, children=list(d["children"]))
+    inline = {"inline": True} if d.get("inline") else {}
+    f.wait("children", d, e, children=list(d["children"]), **inline)
 
 
 def _compensating(f: _Fold, e: Event, d: dict[str, Any]) -> None:
