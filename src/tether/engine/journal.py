@@ -463,7 +463,8 @@ class Journal:
             side = [_with_result(effect, output)] if effect is not None else []
         except EncodeError as e:
             raise self._encode_error(slot, e) from None
-        if side or writes or slot.kind == "llm" or duration >= DEFER_BELOW:
+        slow = duration >= DEFER_BELOW and slot.kind != "child"  # a child is found by its id
+        if side or writes or slot.kind == "llm" or slow:
             self.append([event], writes=[*side, *writes])
         else:
             self.defer([event])
