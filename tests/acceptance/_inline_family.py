@@ -39,7 +39,7 @@ def _append(line: str) -> None:
 
 def _kill_once(point: str) -> None:
     marker = os.path.join(DIR, "killed")
-    if KILL == point and not os.path.exists(marker):
+    if point == KILL and not os.path.exists(marker):
         open(marker, "w").close()
         os.kill(os.getpid(), signal.SIGKILL)
 

@@ -217,3 +217,24 @@ def test_cancelling_a_parent_stops_the_inline_child_it_executes(app: tether.App)
     kid_id = child_id(handle.id, 1)
     assert (handle.status, app.get(kid_id).status) == ("cancelled", "cancelled")
     assert calls.n == {}  # neither went on past the cancel
+
+
+def test_resuming_a_parent_executes_its_woken_inline_child_inline(app: tether.App) -> None:
+    calls = Calls()
+
+    @app.agent
+    def asker(run: tether.Run) -> str:
+        run.step("before", calls, "kid:before", None)
+        return str(run.wait("answer"))
+
+    @app.agent
+    def parent(run: tether.Run) -> str:
+        return str(run.child(asker, inline=True))
+
+    rid = app.run(parent).id  # no workers anywhere
+    kid = child_id(rid, 1)
+    app.signal(kid, "answer", "yes")
+    assert app.store.get_run(kid).status == "queued"
+    handle = app.resume(rid)  # not refused: it executes the child here, from its log
+    assert (handle.status, handle.output) == ("completed", "yes")
+    assert app.get(kid).status == "completed" and calls.n == {"kid:before": 1}

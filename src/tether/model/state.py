@@ -372,18 +372,9 @@ def _wait_started(f: _Fold, e: Event, d: dict[str, Any]) -> None:
 
 def _join_started(f: _Fold, e: Event, d: dict[str, Any]) -> None:
     pos = d["pos"]
-    f.put_step(
-        pos,
-        StepState(
-            pos,
-            d["name"],
-            d.get("kind", "join"),  # "child": an inline child not finished (engine.inline)
-            StepStatus.WAITING,
-            attempts=1,
-            started_at=e.at,
-            seq=e.seq,
-        ),
-    )
+    kind = d.get("kind", "join")  # "child": an inline child not finished (engine.inline)
+    waits = StepStatus.WAITING
+    f.put_step(pos, StepState(pos, d["name"], kind, waits, attempts=1, started_at=e.at, seq=e.seq))
     inline = {"inline": True} if d.get("inline") else {}
     f.wait("children", d, e, children=list(d["children"]), **inline)
 
