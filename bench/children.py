@@ -21,7 +21,10 @@ queued  N runs of the same one-step agent started with ``app.start`` and drained
 
 fanout  one parent starts 1,000 one-step children and joins them; ``--workers`` real
         ``tether worker`` processes (concurrency 4 each) execute the whole tree: seconds
-        from the parent's start to its end, children per second.
+        from the parent's start to its end, children per second. Then, in the same run and
+        on the same database server (or a SQLite file beside tether's), DBOS's child
+        workflows on the same workload (bench/children_dbos.py; ``--no-dbos`` skips it),
+        and the ratio of the two times.
 
 The goal (issue 31): a child at most 3x a step. Medians of the rounds are printed with
 the ratio; the numbers go to bench/README.md by hand.
@@ -102,7 +105,7 @@ def per_queued(app: tether.App, kid: object, n: int) -> float:
     return (time.perf_counter() - began) / n * 1e6
 
 
-def fanout(url: str, n: int, workers: int) -> None:
+def fanout(url: str, n: int, workers: int) -> float:
     """The whole tree of ``n`` children executed by ``workers`` worker processes."""
     import subprocess
 
@@ -127,9 +130,28 @@ def fanout(url: str, n: int, workers: int) -> None:
         for p in procs:
             p.wait(30)
     state = app.get(rid)
-    print(f"fanout {n} children, {workers} workers x 4, {url.split('?')[0]}: {state.status}")
+    print(f"tether fanout {n} children, {workers} workers x 4, {url.split('?')[0]}: {state.status}")
     print(f"  {elapsed:.2f} s, {n / elapsed:.0f} children/s, parent executions {state.executions}")
     app.close()
+    return elapsed
+
+
+def dbos_fanout(url: str | None, tmp: str, n: int, workers: int) -> float:
+    """DBOS's child workflows on the same workload (bench/children_dbos.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import children_dbos
+
+    if url is None:
+        p = {"url": f"sqlite:///{Path(tmp) / 'dbos.db'}", "schema": None}
+    else:
+        schema = f"dbos_{os.getpid()}"
+        p = {"url": url.split("?")[0], "schema": schema}
+    out = children_dbos.fanout(p, n, workers)
+    print(
+        f"DBOS fanout {n} child workflows, {workers} workers x 4: {out['seconds']:.2f} s, "
+        f"{out['per_s']:.0f} children/s"
+    )
+    return float(out["seconds"])
 
 
 def main() -> None:
@@ -138,10 +160,16 @@ def main() -> None:
     ap.add_argument("--fanout", type=int, metavar="N", help="the fan-out workload instead")
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--url", help="the database (default: a SQLite file in a temporary dir)")
+    ap.add_argument("--no-dbos", action="store_true", help="fan-out: tether alone, not DBOS")
     args = ap.parse_args()
     if args.fanout:
+        print(f"load average before: {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs)")
         with tempfile.TemporaryDirectory() as tmp:
-            fanout(args.url or str(Path(tmp) / "fanout.db"), args.fanout, args.workers)
+            t = fanout(args.url or str(Path(tmp) / "fanout.db"), args.fanout, args.workers)
+            if not args.no_dbos:
+                d = dbos_fanout(args.url, tmp, args.fanout, args.workers)
+                print(f"tether / DBOS time = {t / d:.2f} (below 1: tether faster)")
+        print(f"load average after: {os.getloadavg()[0]:.1f}")
         return
     n, rounds = (50, 2) if args.quick else (200, 5)
     with tempfile.TemporaryDirectory() as tmp:
