@@ -238,3 +238,25 @@ def test_resuming_a_parent_executes_its_woken_inline_child_inline(app: tether.Ap
     handle = app.resume(rid)  # not refused: it executes the child here, from its log
     assert (handle.status, handle.output) == ("completed", "yes")
     assert app.get(kid).status == "completed" and calls.n == {"kid:before": 1}
+
+
+def test_a_dry_replay_reads_children_from_the_log(app: tether.App) -> None:
+    from tether.testing import replay
+
+    @app.agent
+    def kid(run: tether.Run, n: int) -> int:
+        return int(run.step("sq", lambda: n * n))
+
+    @app.agent
+    def parent(run: tether.Run) -> list[Any]:
+        inline = run.child(kid, 3, inline=True)
+        queued = run.join(run.child("kid", 4))  # by name, as an agent may
+        run.wait("go")
+        return [inline, queued]
+
+    rid = app.start(parent)
+    drain(app)
+    report = replay(app, rid)  # what `tether check` does: executing and writing nothing
+    assert (report.outcome, report.position) == ("continues", 4), report
+    what_if = replay(app, rid, replace={1: 100, 4: None})
+    assert (what_if.outcome, what_if.output) == ("finished", [100, 16])

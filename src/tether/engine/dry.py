@@ -32,6 +32,7 @@ from dataclasses import replace as replace_
 from typing import Any, NoReturn
 
 from tether.engine.calls import Slot, agent_body
+from tether.engine.children import Spawner
 from tether.engine.journal import Journal, error_info
 from tether.engine.policy import Policy
 from tether.engine.registry import AgentDef
@@ -148,6 +149,7 @@ class DryJournal(Journal):
         self, store: Store, clock: Clock, state: RunState, replace: Mapping[int, Any]
     ) -> None:
         super().__init__(store, clock, state, Lease(state.run_id, "replay", 0, math.inf))
+        self.spawner = Spawner(_agent_named, _never)  # run.child: a name for its position
         self.replace = dict(replace)
         self.patches: dict[str, str] = {}  # run.patched(name): the old path, or recorded
 
@@ -165,6 +167,8 @@ class DryJournal(Journal):
                 value = {"payload": value}
             base = slot.recorded or StepState(slot.pos, name, kind, StepStatus.COMPLETED)
             rec = dataclasses.replace(base, status=StepStatus.COMPLETED, output=value)
+            if kind == "child":  # an inline child's: the value is its output (engine.inline)
+                rec = dataclasses.replace(rec, detail=None)
             if not slot.done:
                 self.reused.append((slot.pos, name))
             slot = Slot(slot.pos, kind, name, rec)
@@ -189,6 +193,21 @@ class DryJournal(Journal):
             f"run {self.run_id}: a dry replay writes nothing, yet a call at position "
             f"{self.pos} tried to append {[e.type for e in events]} (a bug in tether: report it)"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Named:
+    name: str
+
+
+def _agent_named(agent: Any) -> Any:
+    """What a child's position is checked with in a dry replay: the agent's name (the
+    function's definition, or the name given), registered here or not."""
+    return _Named(agent) if isinstance(agent, str) else getattr(agent, "__tether_agent__", agent)
+
+
+def _never(*args: Any, **kwargs: Any) -> NoReturn:
+    raise AssertionError("a dry replay starts no child: it stops at the position first")
 
 
 @dataclass(frozen=True, slots=True)

@@ -103,7 +103,7 @@ def begin(
     (the child prepared under this process's lease), or None: the position is recorded,
     or the child is finished, waits, or executes elsewhere (:func:`end` says which)."""
     spawner = j.spawner
-    if spawner is None or spawner.inline is None:
+    if spawner is None:
         raise TetherError(f"run {j.run_id}: run.child needs a run executed by a tether App")
     d = spawner.resolve(agent)
     inputs.name(queue, "queue")
@@ -112,6 +112,7 @@ def begin(
     if slot.done:
         return slot, rid, None
     caller = {"run": j.run_id, "pos": slot.pos}
+    assert spawner.inline is not None, "an App's spawner executes inline children"
     job = spawner.inline(d, args, kwargs, queue, rid, caller, tenant())
     if job is not None:
         j.inline_child = job[1]  # a cancel of the parent reaches the child (Journal.interrupt)
@@ -126,7 +127,9 @@ def end(j: Journal, slot: Slot, rid: str, began: float, ended: dict[str, Any] | 
     j.inline_child = None
     rec = slot.recorded
     if slot.done:
-        assert rec is not None and rec.detail is not None
+        assert rec is not None
+        if rec.detail is None:  # a dry replay's what-if gave this position a value
+            return rec.output
         return _outcome(j, rec.detail["outcome"])
     if ended is not None or j.store.get_run(rid).status in FINISHED:
         o = ended or children.outcome(States(j.store, j.clock).load(rid))
