@@ -33,6 +33,7 @@ the ratio; the numbers go to bench/README.md by hand.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import sys
@@ -166,7 +167,9 @@ def main() -> None:
         print(f"load average before: {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs)")
         with tempfile.TemporaryDirectory() as tmp:
             t = fanout(args.url or str(Path(tmp) / "fanout.db"), args.fanout, args.workers)
-            if not args.no_dbos:
+            if not args.no_dbos and importlib.util.find_spec("dbos") is None:
+                print("DBOS is not installed (pip install -e '.[bench]'): tether alone")
+            elif not args.no_dbos:
                 d = dbos_fanout(args.url, tmp, args.fanout, args.workers)
                 print(f"tether / DBOS time = {t / d:.2f} (below 1: tether faster)")
         print(f"load average after: {os.getloadavg()[0]:.1f}")

@@ -66,16 +66,22 @@ def child_id(parent_id: str, pos: int) -> str:
     return f"{parent_id}~{pos}"
 
 
-def start_core(
-    j: Journal, agent: Any, args: tuple[Any, ...], kwargs: dict[str, Any], queue: str, tenant: Any
-) -> str:
-    """Start a child run of ``agent`` (its position taken now), or return the recorded id."""
+def take(j: Journal, agent: Any, queue: str) -> tuple[Spawner, AgentDef, Slot]:
+    """What a ``run.child`` call takes first: the App's spawner, the agent's definition
+    (checked), and the call's position."""
     spawner = j.spawner
     if spawner is None:
         raise TetherError(f"run {j.run_id}: run.child needs a run executed by a tether App")
     d = spawner.resolve(agent)
     inputs.name(queue, "queue")
-    slot = j.slot("child", d.name)
+    return spawner, d, j.slot("child", d.name)
+
+
+def start_core(
+    j: Journal, agent: Any, args: tuple[Any, ...], kwargs: dict[str, Any], queue: str, tenant: Any
+) -> str:
+    """Start a child run of ``agent`` (its position taken now), or return the recorded id."""
+    spawner, d, slot = take(j, agent, queue)
     if j.trace is not None:
         return str(
             j.trace.gate(slot, lambda: _start(j, slot, spawner, d, args, kwargs, queue, tenant))

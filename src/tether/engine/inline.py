@@ -35,88 +35,56 @@ from tether.engine import children
 from tether.engine.calls import Slot
 from tether.engine.journal import Journal
 from tether.engine.states import States
-from tether.errors import ChildFailed, InvalidInput, TetherError
+from tether.errors import ChildFailed, InvalidInput
 from tether.model import events as ev
-from tether.model import inputs
 from tether.model.status import FINISHED
 
-
-def child(
-    j: Journal,
-    agent: Any,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    queue: str,
-    tenant: Callable[[], str | None],
-    inline: Any = True,
-) -> Any:
-    """``run.child(..., inline=True)`` of a ``Run``: the child's output (see module)."""
-    _check(j.run_id, inline)
-    began = j.clock.now()
-    slot, rid, job = begin(j, agent, args, kwargs, queue, tenant)
-    ended = None
-    if job is not None:
-        assert j.spawner is not None and j.spawner.execute is not None
-        ended = j.spawner.execute(job)
-    return end(j, slot, rid, began, ended)
+ChildCall = tuple[Any, tuple[Any, ...], dict[str, Any], str, Callable[[], str | None]]
 
 
-def achild(
-    j: Journal,
-    agent: Any,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    queue: str,
-    tenant: Callable[[], str | None],
-    inline: Any = True,
-) -> Coroutine[Any, Any, Any]:
+def child(j: Journal, call: ChildCall, inline: Any = True) -> Any:
+    """``run.child(..., inline=True)`` of a ``Run``; ``call``: the agent, its args and
+    kwargs, the queue, and the tenant's getter. The child's output (see the module)."""
+    began, slot, rid, job = begin(j, call, inline)
+    if job is None:
+        return end(j, slot, rid, began, None)
+    assert j.spawner is not None and j.spawner.execute is not None
+    return end(j, slot, rid, began, j.spawner.execute(job))
+
+
+def achild(j: Journal, call: ChildCall, inline: Any = True) -> Coroutine[Any, Any, Any]:
     """:func:`child` of an ``AsyncRun``: its position taken (and the child created) now,
     the child executed when the coroutine is awaited."""
-    _check(j.run_id, inline)
-    began = j.clock.now()
-    slot, rid, job = begin(j, agent, args, kwargs, queue, tenant)
+    began, slot, rid, job = begin(j, call, inline)
 
     async def executed() -> Any:
-        ended = None
-        if job is not None:
-            assert j.spawner is not None and j.spawner.aexecute is not None
-            ended = await j.spawner.aexecute(job)
-        return end(j, slot, rid, began, ended)
+        if job is None:
+            return end(j, slot, rid, began, None)
+        assert j.spawner is not None and j.spawner.aexecute is not None
+        return end(j, slot, rid, began, await j.spawner.aexecute(job))
 
     return executed()
 
 
-def _check(run_id: str, inline: Any) -> None:
+def begin(j: Journal, call: ChildCall, inline: Any) -> tuple[float, Slot, str, Any]:
+    """Take the position of an inline child; return the time, the position, the child's
+    id and what to execute (the child prepared under this process's lease), or None: the
+    position is recorded, or the child is finished, waits, or executes elsewhere
+    (:func:`end` says which)."""
     if inline is not True:
-        raise InvalidInput(f"run {run_id}: run.child's inline is True or False, not {inline!r}")
-
-
-def begin(
-    j: Journal,
-    agent: Any,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    queue: str,
-    tenant: Callable[[], str | None],
-) -> tuple[Slot, str, Any]:
-    """Take the position of an inline child; return it, the child's id and what to execute
-    (the child prepared under this process's lease), or None: the position is recorded,
-    or the child is finished, waits, or executes elsewhere (:func:`end` says which)."""
-    spawner = j.spawner
-    if spawner is None:
-        raise TetherError(f"run {j.run_id}: run.child needs a run executed by a tether App")
-    d = spawner.resolve(agent)
-    inputs.name(queue, "queue")
-    slot = j.slot("child", d.name)
+        raise InvalidInput(f"run {j.run_id}: run.child's inline is True or False, not {inline!r}")
+    began = j.clock.now()
+    agent, args, kwargs, queue, tenant = call
+    spawner, d, slot = children.take(j, agent, queue)
     rid = children.child_id(j.run_id, slot.pos)
     if slot.done:
-        return slot, rid, None
+        return began, slot, rid, None
     caller = {"run": j.run_id, "pos": slot.pos}
     assert spawner.inline is not None, "an App's spawner executes inline children"
     job = spawner.inline(d, args, kwargs, queue, rid, caller, tenant())
     if job is not None:
         j.inline_child = job[1]  # a cancel of the parent reaches the child (Journal.interrupt)
-    return slot, rid, job
+    return began, slot, rid, job
 
 
 def end(j: Journal, slot: Slot, rid: str, began: float, ended: dict[str, Any] | None) -> Any:

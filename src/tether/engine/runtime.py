@@ -387,7 +387,7 @@ class Run(_RunBase):
         execute the child here at once and return its output (a failed child raises
         :class:`tether.ChildFailed`). See ``docs/children.md``."""
         if inline is not False:
-            return inlined.child(self._j, agent, args, kwargs, queue, self._tenant_of, inline)
+            return inlined.child(self._j, (agent, args, kwargs, queue, self._tenant_of), inline)
         return children.start_core(self._j, agent, args, kwargs, queue, self._tenant_of)
 
     def join(self, runs: str | Iterable[str], name: str = "join") -> Any:
@@ -522,7 +522,7 @@ class AsyncRun(_RunBase):
     ) -> Coroutine[Any, Any, Any]:
         """Start a child run (its position taken now); see :meth:`Run.child`."""
         if inline is not False:
-            return inlined.achild(self._j, agent, args, kwargs, queue, self._tenant_of, inline)
+            return inlined.achild(self._j, (agent, args, kwargs, queue, self._tenant_of), inline)
         return _ready(children.start_core(self._j, agent, args, kwargs, queue, self._tenant_of))
 
     def join(self, runs: str | Iterable[str], name: str = "join") -> Coroutine[Any, Any, Any]:
