@@ -44,18 +44,25 @@ ChildCall = tuple[Any, tuple[Any, ...], dict[str, Any], str, Callable[[], str | 
 
 def child(j: Journal, call: ChildCall, inline: Any = True) -> Any:
     """``run.child(..., inline=True)`` of a ``Run``; ``call``: the agent, its args and
-    kwargs, the queue, and the tenant's getter. The child's output (see the module)."""
-    began, slot, rid, job = begin(j, call, inline)
-    if job is None:
-        return end(j, slot, rid, began, None)
-    assert j.spawner is not None and j.spawner.execute is not None
-    return end(j, slot, rid, began, j.spawner.execute(job))
+    kwargs, the queue, and the tenant's getter. The child's output (see the module).
+    Traced, the call is a span, and the child's run a span under it."""
+    taken = take(j, call, inline)
+    slot = taken[1]
+
+    def executed() -> Any:
+        began, slot, rid, job = prepare(j, call, taken)
+        if job is None:
+            return end(j, slot, rid, began, None)
+        assert j.spawner is not None and j.spawner.execute is not None
+        return end(j, slot, rid, began, j.spawner.execute(job))
+
+    return j.trace.gate(slot, executed) if j.trace is not None else executed()
 
 
 def achild(j: Journal, call: ChildCall, inline: Any = True) -> Coroutine[Any, Any, Any]:
     """:func:`child` of an ``AsyncRun``: its position taken (and the child created) now,
     the child executed when the coroutine is awaited."""
-    began, slot, rid, job = begin(j, call, inline)
+    began, slot, rid, job = prepare(j, call, take(j, call, inline))
 
     async def executed() -> Any:
         if job is None:
@@ -66,22 +73,29 @@ def achild(j: Journal, call: ChildCall, inline: Any = True) -> Coroutine[Any, An
     return executed()
 
 
-def begin(j: Journal, call: ChildCall, inline: Any) -> tuple[float, Slot, str, Any]:
-    """Take the position of an inline child; return the time, the position, the child's
-    id and what to execute (the child prepared under this process's lease), or None: the
-    position is recorded, or the child is finished, waits, or executes elsewhere
-    (:func:`end` says which)."""
+def take(j: Journal, call: ChildCall, inline: Any) -> tuple[float, Slot, Any]:
+    """Take the position of an inline child: the time, the position, the agent."""
     if inline is not True:
         raise InvalidInput(f"run {j.run_id}: run.child's inline is True or False, not {inline!r}")
     began = j.clock.now()
-    agent, args, kwargs, queue, tenant = call
-    spawner, d, slot = children.take(j, agent, queue)
+    _, d, slot = children.take(j, call[0], call[3])
+    return began, slot, d
+
+
+def prepare(
+    j: Journal, call: ChildCall, taken: tuple[float, Slot, Any]
+) -> tuple[float, Slot, str, Any]:
+    """The child's id and what to execute: the child prepared under this process's
+    lease, or None (the position is recorded, or the child is finished, waits, or
+    executes elsewhere: :func:`end` says which)."""
+    began, slot, d = taken
+    _, args, kwargs, queue, tenant = call
     rid = children.child_id(j.run_id, slot.pos)
     if slot.done:
         return began, slot, rid, None
     caller = {"run": j.run_id, "pos": slot.pos}
-    assert spawner.inline is not None, "an App's spawner executes inline children"
-    job = spawner.inline(d, args, kwargs, queue, rid, caller, tenant())
+    assert j.spawner is not None and j.spawner.inline is not None
+    job = j.spawner.inline(d, args, kwargs, queue, rid, caller, tenant())
     if job is not None:
         j.inline_child = job[1]  # a cancel of the parent reaches the child (Journal.interrupt)
     return began, slot, rid, job
