@@ -290,3 +290,18 @@ def test_an_inline_child_is_a_span_around_the_childs_run(backend: Any) -> None:
         assert call.start_time <= kid_run.start_time <= kid_run.end_time <= call.end_time
     finally:
         app.close()
+
+
+def test_an_inline_child_belongs_to_its_parents_tenant(app: tether.App) -> None:
+    @app.agent
+    def kid(run: tether.Run) -> str | None:
+        return run.tenant
+
+    @app.agent
+    def parent(run: tether.Run) -> Any:
+        return run.child(kid, inline=True)
+
+    rid = app.for_tenant("acme").start(parent, queue="parents")
+    app.worker(queues=["parents"]).run(until_idle=True, install_signals=False)
+    assert app.get(rid).output == "acme"
+    assert app.store.get_run(child_id(rid, 1)).owner == "acme"
