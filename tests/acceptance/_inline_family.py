@@ -3,8 +3,8 @@ processes killed with SIGKILL at the dangerous points (test_inline_children_cras
 
 $TETHER_TEST_DB is the database URL; $TETHER_TEST_DIR a directory for the side ledger
 (ledger.txt: "RUN started:NAME TOKEN" when a step body is entered, "RUN NAME TOKEN" when
-it finished); $TETHER_TEST_KILL where the process kills itself, once (a ``killed`` file
-marks it done):
+it finished); $TETHER_TEST_STEP the seconds a step body takes; $TETHER_TEST_KILL where
+the process kills itself, once (a ``killed`` file marks it done):
 
 - ``mid``: inside the first child's second step (its first step recorded, the child
   unfinished);
@@ -26,6 +26,7 @@ import tether
 
 DIR = os.environ["TETHER_TEST_DIR"]
 KILL = os.environ.get("TETHER_TEST_KILL", "")
+STEP = float(os.environ.get("TETHER_TEST_STEP", "0.05"))  # seconds each step body takes
 app = tether.open(os.environ["TETHER_TEST_DB"], lease_ttl=2.0)
 
 
@@ -49,7 +50,7 @@ def work(run_id: str, name: str) -> str:
     _append(f"{run_id} started:{name} {token}")
     if name == "more" and run_id.endswith("~1"):
         _kill_once("mid")
-    time.sleep(0.05)
+    time.sleep(STEP)
     _append(f"{run_id} {name} {token}")
     return token
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _workers import stop_all
+from _workers import kill_one, stop_all
 
 import tether
 from tether.engine.children import child_id
@@ -120,5 +121,53 @@ def test_a_worker_killed_inside_an_inline_child_is_taken_over(url: str, tmp_path
         stop_all(workers)
     try:
         _check_tree(app, rid, tmp_path)
+    finally:
+        app.close()
+
+
+def test_inline_children_on_workers_killed_at_random(url: str, tmp_path: Path) -> None:
+    env = {**_env(url, tmp_path, ""), "TETHER_TEST_STEP": "0.2"}  # kills land in steps
+    sys.path.insert(0, str(Path(FAMILY).parent))
+    os.environ.update({"TETHER_TEST_DB": url, "TETHER_TEST_DIR": str(tmp_path)})
+    try:
+        import _inline_family
+    finally:
+        sys.path.pop(0)
+    app = tether.open(url, lease_ttl=2.0)
+    rids = [app.start(_inline_family.parent, 4) for _ in range(3)]
+    cmd = [*WORKER, "--quiet", "--concurrency", "2", "--poll", "0.05"]
+
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def done() -> bool:
+        return all(app.store.get_run(r).status in ("completed", "failed") for r in rids)
+
+    rng, workers, kills = random.Random(31), [start() for _ in range(3)], 0
+    try:
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline and not done():
+            time.sleep(rng.uniform(0.2, 0.6))
+            kill_one(workers, rng, start)
+            kills += 1
+        calm = time.monotonic() + 120  # a lost wake-up costs 30 s (JOIN_RECHECK)
+        while not done() and time.monotonic() < calm:
+            time.sleep(0.2)
+    finally:
+        stop_all(workers)
+    try:
+        assert kills >= 3, "the killer hardly ran: the test proved little"
+        for rid in rids:
+            state = app.get(rid)
+            assert (state.status, state.output) == ("completed", 0 + 1 + 4 + 9), kills
+            kids = [child_id(rid, p) for p in (1, 2, 3, 4)]
+            assert [s.output for s in state.steps if s.kind == "child"] == kids
+            for k in kids:  # created once, ended once, each step recorded once
+                types = [e.type for e in app.events(k)]
+                assert types.count("run.created") == 1 and types.count("run.completed") == 1
+                names = [s.name for s in app.get(k).steps]
+                assert names == ["work", "more", "last"], names
+            assert [e.type for e in app.events(rid)].count("run.completed") == 1
+        print(f"\ninline children on {url.split('?')[0]}: 3 parents x 4, {kills} workers killed")
     finally:
         app.close()
