@@ -24,7 +24,8 @@ fanout  one parent starts 1,000 one-step children and joins them; ``--workers`` 
         from the parent's start to its end, children per second. Then, in the same run and
         on the same database server (or a SQLite file beside tether's), DBOS's child
         workflows on the same workload (bench/children_dbos.py; ``--no-dbos`` skips it),
-        and the ratio of the two times.
+        and the ratio of the two times; and tether again with the parent starting its
+        children in one transaction (``run.children``).
 
 The goal (issue 31): a child at most 3x a step. Medians of the rounds are printed with
 the ratio; the numbers go to bench/README.md by hand.
@@ -67,11 +68,16 @@ def build(path: str) -> tuple[tether.App, object, object, object]:
     def inline_parent(run: tether.Run, n: int) -> int:
         return sum(run.child(kid, i, inline=True) for i in range(n))
 
-    INLINE[app] = inline_parent
+    @app.agent
+    def batch_parent(run: tether.Run, n: int) -> int:
+        return sum(run.join(run.children(kid, range(n))))
+
+    INLINE[app], BATCH[app] = inline_parent, batch_parent
     return app, steps, parent, kid
 
 
 INLINE: dict[tether.App, object] = {}  # the inline parent of each app built
+BATCH: dict[tether.App, object] = {}  # the parent that starts its children in one batch
 
 
 def per_step(app: tether.App, steps: object, n: int) -> float:
@@ -106,7 +112,7 @@ def per_queued(app: tether.App, kid: object, n: int) -> float:
     return (time.perf_counter() - began) / n * 1e6
 
 
-def fanout(url: str, n: int, workers: int) -> float:
+def fanout(url: str, n: int, workers: int, batch: bool = False) -> float:
     """The whole tree of ``n`` children executed by ``workers`` worker processes."""
     import subprocess
 
@@ -121,7 +127,7 @@ def fanout(url: str, n: int, workers: int) -> float:
     try:
         time.sleep(2.0)  # the workers are up and polling
         began = time.perf_counter()
-        rid = app.start(parent, n)  # type: ignore[arg-type]
+        rid = app.start(BATCH[app] if batch else parent, n)  # type: ignore[arg-type]
         while app.store.get_run(rid).status not in ("completed", "failed"):
             time.sleep(0.01)
         elapsed = time.perf_counter() - began
@@ -131,7 +137,9 @@ def fanout(url: str, n: int, workers: int) -> float:
         for p in procs:
             p.wait(30)
     state = app.get(rid)
-    print(f"tether fanout {n} children, {workers} workers x 4, {url.split('?')[0]}: {state.status}")
+    how = "run.children (one batch)" if batch else "run.child each"
+    print(f"tether fanout {n} children ({how}), {workers} workers x 4, {url.split('?')[0]}:")
+    print(f"  {state.status}")
     print(f"  {elapsed:.2f} s, {n / elapsed:.0f} children/s, parent executions {state.executions}")
     app.close()
     return elapsed
@@ -167,11 +175,14 @@ def main() -> None:
         print(f"load average before: {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs)")
         with tempfile.TemporaryDirectory() as tmp:
             t = fanout(args.url or str(Path(tmp) / "fanout.db"), args.fanout, args.workers)
+            url = args.url or str(Path(tmp) / "batch.db")
+            b = fanout(url.replace("?schema=", "?schema=b"), args.fanout, args.workers, True)
             if not args.no_dbos and importlib.util.find_spec("dbos") is None:
                 print("DBOS is not installed (pip install -e '.[bench]'): tether alone")
             elif not args.no_dbos:
                 d = dbos_fanout(args.url, tmp, args.fanout, args.workers)
                 print(f"tether / DBOS time = {t / d:.2f} (below 1: tether faster)")
+                print(f"tether batch / DBOS time = {b / d:.2f}; batch / run.child = {b / t:.2f}")
         print(f"load average after: {os.getloadavg()[0]:.1f}")
         return
     n, rounds = (50, 2) if args.quick else (200, 5)

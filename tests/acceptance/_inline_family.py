@@ -9,7 +9,9 @@ the process kills itself, once (a ``killed`` file marks it done):
 - ``mid``: inside the first child's second step (its first step recorded, the child
   unfinished);
 - ``after``: in the parent, right after the first child returned (the child's end is
-  committed; the parent's record of it is not: it rides with the parent's next append).
+  committed; the parent's record of it is not: it rides with the parent's next append);
+- ``batch``: ``main`` runs ``batch`` instead, which starts its children with
+  ``run.children`` and is killed right after (the children created, their records not).
 
 ``main(["run", N])`` runs a parent of N inline children (``DONE RUN OUTPUT``, or its
 status); ``main(["resume", RUN])`` resumes it.
@@ -72,9 +74,17 @@ def parent(run: tether.Run, n: int) -> int:
     return total
 
 
+@app.agent
+def batch(run: tether.Run, n: int) -> int:
+    kids = run.children(kid, range(n))  # one transaction; the records ride with the next
+    _kill_once("batch")
+    return sum(run.join(kids))
+
+
 def main(argv: list[str]) -> None:
     """Imported, not run as ``__main__``: the runs record this module as their code."""
-    handle = app.run(parent, int(argv[1])) if argv[0] == "run" else app.resume(argv[1])
+    agent = batch if KILL == "batch" else parent
+    handle = app.run(agent, int(argv[1])) if argv[0] == "run" else app.resume(argv[1])
     if handle.status == "completed":
         print(f"DONE {handle.id} {handle.output}")
     else:

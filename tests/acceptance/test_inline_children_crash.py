@@ -171,3 +171,31 @@ def test_inline_children_on_workers_killed_at_random(url: str, tmp_path: Path) -
         print(f"\ninline children on {url.split('?')[0]}: 3 parents x 4, {kills} workers killed")
     finally:
         app.close()
+
+
+def test_a_parent_killed_after_a_batch_of_children_starts_none_twice(
+    url: str, tmp_path: Path
+) -> None:
+    env = _env(url, tmp_path, "batch")
+    first = _family(env, "run", "3")
+    assert first.returncode == -signal.SIGKILL, first.stderr
+    app = tether.open(url, lease_ttl=2.0)
+    try:
+        (rid,) = [r.id for r in app.runs() if r.agent == "batch"]
+        kids = [child_id(rid, p) for p in (1, 2, 3)]
+        assert app.get(rid).steps == ()  # the batch's records were not committed
+        assert [app.store.get_run(k).status for k in kids] == ["queued"] * 3
+        second = _family(env, "resume", rid)
+        assert second.stdout.split() == ["WAITING", rid], second.stderr
+        worker = subprocess.run(
+            [*WORKER, "--until-idle", "--quiet"], env=env, capture_output=True, timeout=120
+        )
+        assert worker.returncode == 0, worker.stderr
+        third = _family(env, "resume", rid)
+        assert third.stdout.split() == ["DONE", rid, str(OUTPUT)], third.stderr
+        assert sorted(r.id for r in app.runs() if r.agent == "kid") == kids
+        for k in kids:
+            assert [e.type for e in app.events(k)].count("run.created") == 1
+        assert [s.output for s in app.get(rid).steps if s.kind == "child"] == kids
+    finally:
+        app.close()

@@ -59,6 +59,9 @@ class Spawner:
     inline: Callable[..., Any] | None = None
     execute: Callable[[Any], dict[str, Any] | None] | None = None
     aexecute: Callable[[Any], Awaitable[dict[str, Any] | None]] | None = None
+    # ``start_many(d, calls, queue, tenant)``: children of one agent enqueued in one
+    # transaction (``calls``: each one's args, kwargs, id and caller); their ids
+    start_many: Callable[..., list[str]] | None = None
 
 
 def child_id(parent_id: str, pos: int) -> str:
@@ -108,6 +111,32 @@ def _start(
     rid = spawner.start(d, args, kwargs, queue, child_id(j.run_id, slot.pos), caller, tenant)
     j.record_success(slot, 1, None, rid, j.clock.now() - began)
     return rid
+
+
+def start_many_core(
+    j: Journal, agent: Any, items: Iterable[Any], queue: str, tenant: Callable[[], Any]
+) -> list[str]:
+    """``run.children``: a child run of ``agent`` per item (``agent(run, item)``), their
+    positions taken now in item order, created in one transaction; on replay the
+    recorded ids (the ones not recorded yet are found by their ids, not started again)."""
+    items = list(items)
+    if not items:
+        return []
+    spawner, d, first = take(j, agent, queue)
+    slots = [first, *(j.slot("child", d.name) for _ in items[1:])]
+    todo = [(slot, item) for slot, item in zip(slots, items, strict=True) if not slot.done]
+    if todo:
+        assert spawner.start_many is not None, "an App's spawner starts batches"
+        began = j.clock.now()
+        calls: list[tuple[tuple[Any, ...], dict[str, Any], str, dict[str, Any]]] = [
+            ((item,), {}, child_id(j.run_id, slot.pos), {"run": j.run_id, "pos": slot.pos})
+            for slot, item in todo
+        ]
+        spawner.start_many(d, calls, queue, tenant())
+        for slot, _ in todo:
+            rid = child_id(j.run_id, slot.pos)
+            j.record_success(slot, 1, None, rid, j.clock.now() - began)
+    return [child_id(j.run_id, slot.pos) for slot in slots]
 
 
 def join_core(j: Journal, children: str | Iterable[str], name: str) -> Any:

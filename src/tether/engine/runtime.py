@@ -390,6 +390,14 @@ class Run(_RunBase):
             return inlined.child(self._j, (agent, args, kwargs, queue, self._tenant_of), inline)
         return children.start_core(self._j, agent, args, kwargs, queue, self._tenant_of)
 
+    def children(
+        self, agent: Callable[..., Any] | str, items: Iterable[Any], *, queue: str = "default"
+    ) -> list[str]:
+        """Start a child run of ``agent`` per item (``agent(run, item)``) in ``queue``, all
+        in one transaction, their positions taken in item order; return their ids (on
+        replay the recorded ones: each child is started once). See ``docs/children.md``."""
+        return children.start_many_core(self._j, agent, items, queue, self._tenant_of)
+
     def join(self, runs: str | Iterable[str], name: str = "join") -> Any:
         """The output of child run ``runs`` (an id), or the outputs of a list of them,
         once all are finished; the run waits (no process) meanwhile. A failed or cancelled
@@ -524,6 +532,12 @@ class AsyncRun(_RunBase):
         if inline is not False:
             return inlined.achild(self._j, (agent, args, kwargs, queue, self._tenant_of), inline)
         return _ready(children.start_core(self._j, agent, args, kwargs, queue, self._tenant_of))
+
+    def children(
+        self, agent: Callable[..., Any] | str, items: Iterable[Any], *, queue: str = "default"
+    ) -> Coroutine[Any, Any, list[str]]:
+        """Start a child run per item in one transaction; see :meth:`Run.children`."""
+        return _ready(children.start_many_core(self._j, agent, items, queue, self._tenant_of))
 
     def join(self, runs: str | Iterable[str], name: str = "join") -> Coroutine[Any, Any, Any]:
         """Wait for child runs; see :meth:`Run.join` (each join takes its position when it

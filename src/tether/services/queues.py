@@ -17,7 +17,7 @@ from tether.engine.children import Spawner
 from tether.engine.deps import Deps
 from tether.engine.executor import Executor, Prepared, RunHandle
 from tether.engine.registry import AgentDef, Registry
-from tether.errors import Conflict, InvalidInput, NondeterminismError, RunFailed
+from tether.errors import Conflict, EncodeError, InvalidInput, NondeterminismError, RunFailed
 from tether.model import events as ev
 from tether.model import inputs
 from tether.model.budgets import Limits, check_limits
@@ -139,7 +139,9 @@ class Queues:
             )
 
         ex = self.executor
-        return Spawner(self.registry.resolve, start, self.inline, ex_run(ex), ex_arun(ex))
+        return Spawner(
+            self.registry.resolve, start, self.inline, ex_run(ex), ex_arun(ex), self.start_many
+        )
 
     def inline(
         self,
@@ -193,8 +195,49 @@ class Queues:
         """:meth:`start` with the options as a Start; the run's owner (its tenant) is the
         session's, else ``tenant``; ``caller``: a child run's parent (engine.children);
         ``handoff``: what a handoff's target is handed (engine.handoffs)."""
-        d = agent if isinstance(agent, AgentDef) else self.registry.resolve(agent)
         now = self.deps.clock.now()
+        new, created = self._new(session, agent, args, kwargs, o, now, tenant, caller, handoff)
+        rid, _ = self.deps.store.enqueue(
+            new, [created], now=now, max_depth=self.config(o.queue).max_depth
+        )
+        return rid  # the store told waiting workers (PostgreSQL: NOTIFY in the same commit)
+
+    def start_many(
+        self,
+        d: AgentDef,
+        calls: list[tuple[tuple[Any, ...], dict[str, Any], str, dict[str, Any]]],
+        queue: str,
+        tenant: str | None,
+    ) -> list[str]:
+        """Enqueue child runs of ``d`` (``calls``: each one's args, kwargs, id and caller)
+        in one transaction, those whose ids are taken left as they are (engine.children's
+        ``run.children``); every input is checked before anything is written."""
+        now = self.deps.clock.now()
+        runs = []
+        for i, (args, kwargs, run_id, caller) in enumerate(calls):
+            o = Start(queue=queue, run_id=run_id)
+            try:
+                new, created = self._new(None, d, args, kwargs, o, now, tenant, caller, None)
+            except (EncodeError, InvalidInput) as e:
+                raise type(e)(f"run.children, item {i}: {e}") from None
+            runs.append((new, [created]))
+        self.deps.store.enqueue_many(runs, now=now)
+        return [run.id for run, _ in runs]
+
+    def _new(
+        self,
+        session: Session | str | None,
+        agent: Callable[..., Any] | str | AgentDef,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        o: Start,
+        now: float,
+        tenant: str | None,
+        caller: dict[str, Any] | None,
+        handoff: dict[str, Any] | None,
+    ) -> tuple[NewRun, ev.NewEvent]:
+        """A queued run's row and its ``run.created``, its input and options checked."""
+        d = agent if isinstance(agent, AgentDef) else self.registry.resolve(agent)
         _check_start(o.queue, o.priority, o.run_id, o.dedup_key, o.concurrency_key)
         check_limits(o.limits, "limits")
         seconds = parse_duration(o.delay, what="delay") or 0.0
@@ -235,11 +278,7 @@ class Queues:
             data["caller"] = caller
         if handoff is not None:
             data["handoff"] = handoff
-        created = ev.new(ev.RUN_CREATED, data, now)
-        rid, _ = self.deps.store.enqueue(
-            new, [created], now=now, max_depth=self.config(o.queue).max_depth
-        )
-        return rid  # the store told waiting workers (PostgreSQL: NOTIFY in the same commit)
+        return new, ev.new(ev.RUN_CREATED, data, now)
 
 
 @dataclass(frozen=True, slots=True)
