@@ -180,39 +180,3 @@ def test_a_rate_limit_counts_the_recent_claims_by_claim_time(backend: Backend) -
     else:
         plan = _pg_plan(backend, count.encode())
     assert "runs_claimed" in plan, plan
-
-
-def test_enqueue_many_creates_the_new_runs_in_one_transaction(store: Store) -> None:
-    """A batch (child runs): the runs whose ids are free are created, queued and
-    claimable; one whose id exists is left as it was; nothing of a batch that fails is
-    kept (one transaction)."""
-    from tether.errors import StoreError
-    from tether.model.events import NewEvent
-    from tether.store import NewRun
-    from tether.testing.base import ev
-
-    def run(run_id: str) -> NewRun:
-        return NewRun(run_id, "agent", None, "queued", queue="q")
-
-    enqueue(store, "kid-2", now=T0)
-    batch = [(run(f"kid-{i}"), [ev(1)]) for i in (1, 2, 3)]
-    assert store.enqueue_many(batch, now=T0 + 1) == [True, False, True]
-    assert [store.get_run(f"kid-{i}").status for i in (1, 2, 3)] == ["queued"] * 3
-    assert [e.data for e in store.read_events("kid-3")] == ['{"n": 1}']
-    assert claimed(store, QueueLimits("q")) == ["kid-2", "kid-1", "kid-3"]
-    assert store.enqueue_many(batch, now=T0 + 2) == [False, False, False]
-    # a second run the database refuses (an event without data: NOT NULL) fails the batch
-    broken = [(run("kid-4"), [ev(1)]), (run("kid-5"), [NewEvent("note", None, T0, None)])]  # type: ignore[arg-type]
-    with pytest.raises(StoreError):
-        store.enqueue_many(broken, now=T0 + 3)
-    assert [r for r in ("kid-4", "kid-5") if _exists(store, r)] == []
-
-
-def _exists(store: Store, run_id: str) -> bool:
-    from tether.errors import NotFound
-
-    try:
-        store.get_run(run_id)
-    except NotFound:
-        return False
-    return True
