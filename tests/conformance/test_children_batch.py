@@ -98,3 +98,21 @@ def test_async_parents_start_a_batch(app: tether.App) -> None:
     rid = app.start(fan, 3)
     drain(app)
     assert app.get(rid).output == [0, 1, 4]
+
+
+def test_a_bounded_queue_checks_its_depth_for_each_child(app: tether.App) -> None:
+    square, _ = _agents(app)
+    app.queue("small", max_depth=2)
+
+    @app.agent
+    def fan(run: tether.Run) -> Any:
+        try:
+            return run.children(square, [1, 2, 3], queue="small")
+        except tether.QueueFull as e:
+            return str(e)
+
+    out = app.run(fan).output
+    assert "'small' already holds 2 queued runs" in out
+    assert sorted(r.id for r in app.runs() if r.agent == "square") == [
+        child_id(r.id, p) for r in app.runs() if r.agent == "fan" for p in (1, 2)
+    ]

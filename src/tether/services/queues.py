@@ -221,7 +221,12 @@ class Queues:
             except (EncodeError, InvalidInput) as e:
                 raise type(e)(f"run.children, item {i}: {e}") from None
             runs.append((new, [created]))
-        self.deps.store.enqueue_many(runs, now=now)
+        depth = self.config(queue).max_depth
+        if depth is None:
+            self.deps.store.enqueue_many(runs, now=now)
+        else:  # a bounded queue's depth is checked (QueueFull) per run, as app.start does
+            for new, events in runs:
+                self.deps.store.enqueue(new, events, now=now, max_depth=depth)
         return [run.id for run, _ in runs]
 
     def _new(
