@@ -43,6 +43,10 @@ class Scheduling:
         """Every schedule, by name, with its next tick and whether it is paused."""
         return self._schedules.all()
 
+    def get_schedule(self, name: str) -> ScheduleRecord:
+        """The schedule ``name``; NotFound naming the schedules there are."""
+        return self._schedules.get(name)
+
     def pause_schedule(self, name: str) -> bool:
         """Fire no tick of schedule ``name`` until it is resumed; False when it was paused.
         NotFound for an unknown name."""

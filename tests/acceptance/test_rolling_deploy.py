@@ -75,6 +75,8 @@ def test_a_rolling_deploy_finishes_every_run_under_its_versions_code(
         workers[0] = worker("v12")
         new = [v12.start("order", n) for n in range(8, 16)]
         _until("the runs of version 2 wait for their signal", waiting(new))
+        serves = sorted(str(w.serves) for w in v12.store.list_workers())  # `tether workers`
+        assert serves == ["order@1 + other agents", "order@1 order@2 + other agents"], serves
         for run_id in old[:4] + new[:4]:  # woken while a worker of v1 alone is up
             v12.signal(run_id, "go")
         _until("the signalled runs finish", done(old[:4] + new[:4]))

@@ -36,6 +36,8 @@ pytestmark = pytest.mark.integration
 HERE = Path(__file__).resolve().parent
 ARTIFACTS = Path(os.environ.get("TETHER_ARTIFACTS") or HERE.parents[1] / "test-artifacts")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# the agents' folder, then the caller's path (a checkout's src/ when it sets one)
+PATH = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)
 BOUND = 30_000  # ms: Playwright's retry bound for a page to show what it should
 
 
@@ -71,7 +73,7 @@ def served(tmp_path: Path) -> Iterator[tuple[str, dict[str, str], Path]]:
     if not Path(CHROMIUM).exists():
         pytest.fail("Debian's chromium is not installed: apt-get install chromium")
     db = tmp_path / "support.db"
-    env = {**os.environ, "TETHER_TEST_DB": str(db), "PYTHONPATH": str(HERE)}
+    env = {**os.environ, "TETHER_TEST_DB": str(db), "PYTHONPATH": PATH}
     subprocess.run(
         [sys.executable, "_support.py", "start", "1001", "1002"], cwd=HERE, env=env, check=True
     )
@@ -246,7 +248,7 @@ def test_an_operator_raises_a_budget_and_the_run_goes_on(
     served: tuple[str, dict[str, str], Path], page: Page
 ) -> None:
     url, tokens, db = served
-    env = {**os.environ, "TETHER_TEST_DB": str(db), "PYTHONPATH": str(HERE)}
+    env = {**os.environ, "TETHER_TEST_DB": str(db), "PYTHONPATH": PATH}
     subprocess.run([sys.executable, "_support.py", "digest", "7"], cwd=HERE, env=env, check=True)
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
@@ -275,3 +277,85 @@ def test_an_operator_raises_a_budget_and_the_run_goes_on(
         raised = [json.loads(e.data) for e in app.events("digest-7") if e.type == "budget.raised"]
         assert [(r["by"], r["add"]) for r in raised] == [("alice", {"max_model_calls": 1})]
         assert app.get("digest-7").output == "ticket 7, polished"
+
+
+def _schedule_and_board(db: Path) -> str:
+    """A schedule of the support agent (hourly: no tick falls during the test) and a board
+    written by a person, then by a run; the run's id."""
+    with tether.open(str(db)) as app:
+
+        @app.agent(name="support")
+        def support(run: tether.Run, ticket: str) -> None: ...
+
+        @app.agent(name="claim")
+        def claim(run: tether.Run) -> int:
+            board = run.board("incident-7")
+            _, version = board.get("owner")
+            return board.set("owner", "triage-bot", expected_version=version)
+
+        app.schedule(support, "9000", every="1h", name="hourly-digest")
+        app.board("incident-7", by="pager").set("owner", "alice")
+        return app.run(claim).id
+
+
+def test_schedules_and_boards_in_the_browser(
+    served: tuple[str, dict[str, str], Path], page: Page
+) -> None:
+    url, tokens, db = served
+    claimed = _schedule_and_board(db)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    _login(page, url, tokens["root"])
+
+    # schedules: an admin pauses one and resumes it
+    page.click("a[data-nav=schedules]")
+    row = page.locator("#schedules tr[data-schedule='hourly-digest']")
+    expect(row).to_contain_text("every 3600.0 s", timeout=BOUND)
+    expect(row.locator(".badge")).to_have_text("active")
+    row.get_by_role("button", name="Pause").click()
+    expect(page.get_by_role("status")).to_contain_text("hourly-digest paused", timeout=BOUND)
+    expect(row.locator(".badge")).to_have_text("paused")
+    _shot(page, "schedules")
+    with tether.open(str(db)) as app:
+        assert app.get_schedule("hourly-digest").paused
+    row.get_by_role("button", name="Resume").click()
+    expect(row.locator(".badge")).to_have_text("active", timeout=BOUND)
+
+    # boards: the list, a board's keys, a key's history with the run and its step
+    page.click("a[data-nav=boards]")
+    page.click("#boards tr[data-board='incident-7']")
+    key = page.locator("#board-keys tr[data-key='owner']")
+    expect(key).to_contain_text("triage-bot", timeout=BOUND)
+    key.locator("td").first.click()  # the key (its row links to the run that wrote it too)
+    history = page.locator("#history tbody tr")
+    expect(history).to_have_count(2, timeout=BOUND)
+    expect(history.nth(0)).to_contain_text("pager", timeout=BOUND)
+    expect(history.nth(1)).to_contain_text(f"{claimed} step 2", timeout=BOUND)
+    expect(page.locator("#set-key input[name=expected_version]")).to_have_value("2")
+
+    # a compare-and-set from the page: written at version 3, then a stale one refused
+    page.fill("#set-key textarea[name=value]", '"bob"')
+    page.click("#set-key button")
+    expect(page.locator("#set-out")).to_contain_text("version 3", timeout=BOUND)
+    expect(page.locator("#history tbody tr")).to_have_count(3, timeout=BOUND)
+    expect(page.locator("#history tbody tr").nth(2)).to_contain_text("root")
+    _shot(page, "board")
+    page.fill("#set-key input[name=expected_version]", "2")
+    page.fill("#set-key textarea[name=value]", '"carol"')
+    page.click("#set-key button")
+    expect(page.get_by_role("alert")).to_contain_text("at version 3", timeout=BOUND)
+    assert errors == []
+
+    # a viewer reads both, and is offered neither act
+    page.click("#logout")
+    _login(page, url, tokens["vic"])
+    page.goto(url + "#/schedules")
+    expect(page.get_by_role("button", name="Pause")).to_be_disabled(timeout=BOUND)
+    page.goto(url + "#/boards/incident-7?key=owner")
+    expect(page.locator("#history tbody tr")).to_have_count(3, timeout=BOUND)
+    expect(page.locator("#set-key button")).to_be_disabled()
+    with tether.open(str(db)) as app:
+        board = app.board("incident-7")
+        assert tuple(board.get("owner")) == ("bob", 3)
+        assert [e.by for e in board.history("owner")] == ["pager", "claim", "root"]
+        assert not app.get_schedule("hourly-digest").paused

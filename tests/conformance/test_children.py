@@ -244,3 +244,25 @@ def test_child_and_join_are_spans_when_traced(backend: Any) -> None:
         assert names.count("join join") == 2  # waited, then joined
     finally:
         app.close()
+
+
+def test_a_replay_of_a_parent_returns_its_children_and_starts_none(app: tether.App) -> None:
+    """`tether check` and `tether.testing.replay` on runs that start children: a recorded
+    start returns the recorded child, the first unrecorded one is where the replay stops
+    (it would start there), and no run is created either way."""
+    from tether.testing import replay
+
+    fam = Family(app)
+    waiting = app.run(fam.parent, ["a", "b"]).id  # its children queued, it waits
+    report = replay(app, waiting)
+    assert (report.outcome, report.position, str(report.found)) == ("continues", 4, "join join")
+    drain(app)  # the children complete; the parent is woken
+    assert (replay(app, waiting).outcome, replay(app, waiting).position) == ("continues", 4)
+    assert app.resume(waiting).output == ["A", "B"]
+    done = replay(app, waiting)
+    assert (done.outcome, done.output) == ("finished", ["A", "B"])
+    fresh = app.start(fam.parent, ["c"])  # never executed: it would take its first step
+    assert (replay(app, fresh).outcome, replay(app, fresh).position) == ("continues", 1)
+    before = len(app.runs(limit=100))
+    assert [r.outcome for r in app._replayer().check(app.store)] == ["continues"]
+    assert len(app.runs(limit=100)) == before

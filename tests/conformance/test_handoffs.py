@@ -362,3 +362,16 @@ def test_the_target_belongs_to_the_givers_tenant(app: tether.App) -> None:
     drain(app)
     assert app.store.get_run(child_id(rid, 1)).owner == "acme"
     assert app.get(rid).output == "acme"
+
+
+def test_a_replay_of_a_giver_returns_its_target_and_starts_none(app: tether.App) -> None:
+    from tether.testing import replay
+
+    desk = Desk(app)
+    chat = app.session("ticket-11", owner="acme")
+    rid = app.start_in(chat, desk.triage, "charged twice")
+    drain(app)
+    before = len(app.runs(limit=100))
+    report = replay(app, rid)
+    assert (report.outcome, report.output) == ("finished", "refunded A-17 (refund)")
+    assert len(app.runs(limit=100)) == before and desk.calls["billing"] == 1

@@ -123,6 +123,16 @@ def test_the_run_list_pages_with_a_cursor(app: tether.App, world: dict[str, Any]
     assert bad.status_code == 422 and "cursor" in bad.json()["error"]["message"]
 
 
+def test_the_run_list_filters_by_version(app: tether.App, world: dict[str, Any]) -> None:
+    app.agent(name="versioned", version="7")(lambda run: "done")
+    ours = app.run("versioned").id
+    admin = bearer(world["tokens"]["admin"])
+    page = world["api"].get("/api/runs", headers=admin, params={"version": "7"}).json()
+    assert [(r["id"], r["version"]) for r in page["runs"]] == [(ours, "7")]
+    none = world["api"].get("/api/runs", headers=admin, params={"version": "8"}).json()
+    assert none["runs"] == []
+
+
 def test_events_come_a_bounded_page_at_a_time(app: tether.App, world: dict[str, Any]) -> None:
     run = waiting_run(app, OWN)
     viewer = bearer(world["tokens"]["viewer"])

@@ -115,3 +115,52 @@ def test_runs_counts_and_filters_by_version(
     assert capsys.readouterr().out.splitlines()[-1] == "1 run"
     assert main(["--db", db, "runs", "--count", "--agent", "nobody"]) == 0
     assert capsys.readouterr().out.strip() == "no runs"
+
+
+def test_a_run_of_a_version_the_new_code_drops_would_fail_and_says_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import tether
+
+    db = str(tmp_path / "dropped.db")
+    with tether.open(db) as app:
+        app.agent(name="job", version="1")(lambda run: run.wait("go"))
+        old = app.run("job").id
+    module = tmp_path / "v2only.py"
+    module.write_text(
+        f"import tether\napp = tether.open({db!r})\n"
+        "app.agent(name='job', version='2')(lambda run: run.wait('go'))\n"
+    )
+    assert main(["--app", f"{module}:app", "check"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    row = out[1].split(maxsplit=4)
+    assert row[:4] == [old, "job", "waiting", "FAIL"]
+    assert row[4].startswith("NotFound: agent 'job' version '1' is not served by this app")
+    assert main(["--db", db, "runs"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split()[:3] == [old, "job@1", "waiting"]
+
+
+def test_workers_show_what_they_serve_and_count_names_the_versions_none_serves(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import tether
+    from tether.store import Serving, WorkerRecord
+
+    db = str(tmp_path / "serves.db")
+    with tether.open(db) as app:
+        app.agent(name="job", version="1")(lambda run: run.wait("go"))
+        app.run("job")
+        app.agent(name="job", version="2")(lambda run: run.wait("go"))
+        app.run("job")
+        now = app.clock.now()
+        only2 = Serving(("job",), (("job", "2"),))  # a worker id that names no process
+        worker = WorkerRecord("w-v2", "elsewhere", 1, ["default"], 4, now, now, serves=only2)
+        app.store.register_worker(worker, now=now)
+    assert main(["--db", db, "workers"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:3] == ["worker", "queues", "serves"]
+    assert "job@2 + other agents" in lines[1]
+    assert main(["--db", db, "runs", "--count"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].startswith("no live worker serves job@1 (1 run in flight): they wait")
+    assert not any("job@2" in line for line in out)

@@ -123,9 +123,10 @@ def _table(reports: Sequence[ReplayReport]) -> str:
 
 
 def _found(r: ReplayReport) -> str:
-    if r.outcome == FAILS:
+    if r.outcome == FAILS:  # the error's class and message, less the run id shown
         err = r.error or {}
-        return fmt.short(f"{err.get('type')}: {err.get('message')}", 60)
+        message = str(err.get("message")).removeprefix(f"run {r.run_id}: ")
+        return fmt.short(f"{str(err.get('type')).rpartition('.')[2]}: {message}", 80)
     return str(r.found or "")
 
 

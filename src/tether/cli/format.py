@@ -174,7 +174,7 @@ def runs_table(rows: Sequence[Mapping[str, Any]]) -> str:
         [
             [
                 r["id"],
-                r["agent"],
+                r["agent"] + (f"@{r['version']}" if r.get("version") else ""),  # as in traces
                 r["status"] + (" (stalled)" * r["stalled"]) + _why(r),
                 r["position"],
                 when(r["updated_at"]),
@@ -559,31 +559,6 @@ def render_diff(d: Diff) -> str:
 
 
 # -- workers ------------------------------------------------------------------------
-
-
-def workers_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """``tether workers``: the rows of ``tether.services.worker.describe``."""
-    return table(
-        ["worker", "queues", "conc", "heartbeat", "runs"],
-        [
-            [
-                r["id"],
-                ",".join(r["queues"]),
-                r["concurrency"],
-                f"{r['heartbeat_age_s']:.1f}s ago",
-                _runs_cell(r["runs"]),
-            ]
-            for r in rows
-        ],
-    )
-
-
-def _runs_cell(runs: list[str]) -> str:
-    """How many runs a worker holds, and the first few: ``0``, ``2: a b``, ``9: a b c d …``."""
-    if not runs:
-        return "0"
-    more = " …" if len(runs) > 4 else ""
-    return f"{len(runs)}: {' '.join(runs[:4])}{more}"
 
 
 def tokens_table(rows: Sequence[Mapping[str, Any]]) -> str:

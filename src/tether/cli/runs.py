@@ -12,6 +12,7 @@ from tether.cli.arguments import positive_int, positive_seconds, whole_number
 from tether.cli.context import Command, Context
 from tether.model.status import STATUSES, RunStatus
 from tether.scoped import ScopedApp
+from tether.services import workers
 from tether.store import RunCount, RunRecord
 
 # -- runs ---------------------------------------------------------------------------
@@ -89,7 +90,8 @@ def _runs_text(args: argparse.Namespace, app: ScopedApp) -> str:
         "version": args.version,
     }
     if args.count:
-        return _counts_text(app.count_runs(status=args.status, agent=args.agent, **filters), args)
+        counts = app.count_runs(status=args.status, agent=args.agent, **filters)
+        return _counts_text(counts, args) + _unserved_text(app, counts, args)
     records = app.runs(status=args.status, agent=args.agent, limit=args.limit, **filters)
     if args.tree:
         trees = tree.tree_rows(app, records)
@@ -115,6 +117,19 @@ def _counts_text(counts: list[RunCount], args: argparse.Namespace) -> str:
     total = sum(c.runs for c in counts)
     table = fmt.table(("AGENT", "VERSION", "STATUS", "RUNS"), rows, "RUNS")
     return f"{table}\n{fmt.plural(total, 'run')}"
+
+
+def _unserved_text(app: ScopedApp, counts: list[RunCount], args: argparse.Namespace) -> str:
+    """A line per agent version whose unfinished runs no live worker serves."""
+    if args.json:
+        return ""
+    core = app.app
+    found = workers.unserved(core.store.list_workers(), counts, core.clock.now(), core.lease_ttl)
+    return "".join(
+        f"\nno live worker serves {agent}@{version or '(no version)'} ({fmt.plural(n, 'run')} "
+        f"in flight): they wait for a worker with that version's code (docs/deploys.md)"
+        for agent, version, n in found
+    )
 
 
 def _summary_of(app: ScopedApp, record: RunRecord, expected: _Expected) -> dict[str, object]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+from typing import Any
 
 from tether.app import MAX_CONCURRENCY, App
 from tether.cli import format as fmt
@@ -164,7 +165,7 @@ def _workers(args: argparse.Namespace, ctx: Context) -> int:
         for row in rows:
             ctx.print(json.dumps(row))
         return 0
-    ctx.print(fmt.workers_table(rows) if rows else "no live workers")
+    ctx.print(_workers_table(rows) if rows else "no live workers")
     budget = app.connection_budget
     if budget is not None:  # the worker rows do not record their own: this configuration's
         ctx.print(
@@ -174,6 +175,33 @@ def _workers(args: argparse.Namespace, ctx: Context) -> int:
             f'(docs/postgres.md, "Connections per process")'
         )
     return 0
+
+
+def _workers_table(rows: list[dict[str, Any]]) -> str:
+    """``tether workers``: the rows of ``tether.services.workers.describe``; ``serves``:
+    ``all``, or the agents' versions its code registers (docs/deploys.md)."""
+    return fmt.table(
+        ["worker", "queues", "serves", "conc", "heartbeat", "runs"],
+        [
+            [
+                r["id"],
+                ",".join(r["queues"]),
+                r["serves"] or "all",
+                r["concurrency"],
+                f"{r['heartbeat_age_s']:.1f}s ago",
+                _runs_cell(r["runs"]),
+            ]
+            for r in rows
+        ],
+    )
+
+
+def _runs_cell(runs: list[str]) -> str:
+    """How many runs a worker holds, and the first few: ``0``, ``2: a b``, ``9: a b c d …``."""
+    if not runs:
+        return "0"
+    more = " …" if len(runs) > 4 else ""
+    return f"{len(runs)}: {' '.join(runs[:4])}{more}"
 
 
 COMMANDS = (

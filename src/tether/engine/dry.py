@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from dataclasses import replace as replace_
 from typing import Any, NoReturn
@@ -39,6 +39,7 @@ from tether.engine.registry import AgentDef
 from tether.engine.retry import Retry
 from tether.engine.runtime import AsyncRun, Run
 from tether.errors import InvalidState, NondeterminismError
+from tether.model import inputs
 from tether.model.clock import Clock
 from tether.model.events import NewEvent
 from tether.model.state import RunState
@@ -228,11 +229,16 @@ def dry_replay(
     *,
     replace: Mapping[int, Any] | None = None,
     config: Config | None = None,
+    resolve: Callable[[Any], AgentDef] | None = None,
 ) -> ReplayReport:
     """Replay ``state``'s run with agent ``d``'s current code (see the module docstring):
-    reads ``store`` (a session's messages, a fork's effects), writes nothing."""
+    reads ``store`` (a session's messages, a fork's effects), writes nothing. ``resolve``
+    finds the agents its ``run.child`` and ``run.handoff`` name (an App's registry; by
+    default a name stands for itself): a recorded start returns the recorded child, and
+    an unrecorded one is where the replay stops, so no run is ever started."""
     c = config or Config()
     journal = DryJournal(store, clock, state, replace or {})
+    journal.spawner = Spawner(resolve or _named, _never_started)
     cls = AsyncRun if d.is_async else Run
     run = cls(journal, d.name, c.retry, c.policy, c.inline_sleep_max, c.approver_groups)
     args = tuple(state.input.get("args", ()))
@@ -264,6 +270,19 @@ def dry_replay(
     recorded = [s.position for s in state.steps if s.status != StepStatus.UNRECORDED]
     unreached = tuple(p for p in recorded if p > journal.pos)
     return replace_(base, output=output, replayed=len(journal.reused), unreached=unreached)
+
+
+def _named(agent: Any) -> AgentDef:
+    """A child's agent for a dry replay without an App: its definition, or its name."""
+    found = getattr(agent, "__tether_agent__", None)
+    if isinstance(found, AgentDef):
+        return found
+    name = inputs.name(agent, "run.child's agent")
+    return AgentDef(name, None, _never_started, False, {})
+
+
+def _never_started(*_args: Any, **_kwargs: Any) -> NoReturn:
+    raise InvalidState("a dry replay starts no run (a bug in tether: report it)")
 
 
 def _call(

@@ -85,13 +85,6 @@ class Registry:
         else:
             self.tools[d.name] = d
 
-    def serves(self, agent: str, version: str | None) -> bool:
-        """Whether this app executes runs of ``agent`` at ``version``: every run of an
-        agent it does not register (found by its recorded code) or registers without a
-        version; exactly the versions registered of the others."""
-        defs = self.versions.get(agent)
-        return not defs or set(defs) == {None} or version in defs
-
     def registered(self, agent: str, version: str | None, run_id: str) -> AgentDef | None:
         """The agent registered for a run of ``agent`` at ``version`` (None: not
         registered). NotFound when the agent is registered at other versions only."""

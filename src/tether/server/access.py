@@ -12,6 +12,14 @@ Every route goes through an :class:`Access`, never the App directly:
 - the identity recorded for a decision is the token's name, never a field of the request;
 - every act that goes through is recorded in the run's audit log too (``via: http``),
   beside what the act itself appends to the run's log.
+
+Schedules belong to no tenant (their rows have none, and the runs they start have no
+owner): a tenant's token sees none (an empty list; any name is NotFound, with the
+message of an unknown name, which lists nothing), an identity of every tenant reads
+them with any role, and pausing, resuming or deleting one needs an admin's (as ``tether
+schedule``: they span tenants). Boards do carry a tenant (part of their stored key): a
+tenant's token sees its tenant's boards alone; an identity of every tenant sees every
+tenant's and names one with ``tenant`` (left out: the boards of no tenant).
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from tether.app import App
+from tether.context.boards import Board, BoardEntry
 from tether.engine.executor import RunHandle
 from tether.errors import Forbidden, NotFound
 from tether.model import inputs
@@ -30,6 +39,8 @@ from tether.services import timetravel
 from tether.services.identity import Identity
 from tether.services.listing import InboxPage, RunPage
 from tether.store import AuditRecord, RunRecord, UsageTotal
+from tether.store.board_rows import BoardSummary
+from tether.store.schedule_rows import ScheduleRecord
 
 T = TypeVar("T")
 
@@ -37,6 +48,18 @@ T = TypeVar("T")
 def unknown_run(run_id: str) -> NotFound:
     """The one NotFound for a run id this identity may not see, known or not."""
     return NotFound(f"no run {run_id!r}: check the id (`GET /api/runs` lists the runs you can see)")
+
+
+def unknown_schedule(name: str) -> NotFound:
+    """The NotFound of a schedule name for a tenant's token (it sees no schedule)."""
+    return NotFound(f"no schedule {name!r}: `GET /api/schedules` lists the schedules you can see")
+
+
+def unknown_board(name: str, *, every_tenant: bool = False) -> NotFound:
+    """The one NotFound for a board this identity may not see, or that has no change
+    (an identity of every tenant is told how to name a tenant's)."""
+    where = " of no tenant (a tenant's: add ?tenant=NAME)" if every_tenant else ""
+    return NotFound(f"no board {name!r}{where}: `GET /api/boards` lists the boards you can see")
 
 
 class Access:
@@ -157,3 +180,66 @@ class Access:
         """Raise the budget of a run waiting on one, as ``who`` (the recorded ``by``)."""
         raise_ = self.scope.raise_budget
         self.act("budget", run_id, lambda: raise_(run_id, add=add, reason=reason))
+
+    # -- schedules and boards (see the module docstring) ------------------------------
+
+    def schedules(self) -> list[ScheduleRecord]:
+        """The schedules ``who`` may see: every one, or none for a tenant's token."""
+        self.require("read")
+        return [] if self.who.tenant is not None else self.app.schedules()
+
+    def schedule(self, name: str) -> ScheduleRecord:
+        """The schedule ``name``, if ``who`` may see it (else the NotFound of a name)."""
+        self.require("read")
+        if self.who.tenant is not None:
+            inputs.name(name, "schedule name")
+            raise unknown_schedule(name)
+        return self.app.get_schedule(name)
+
+    def change_schedule(self, action: str, name: str) -> tuple[ScheduleRecord | None, bool]:
+        """Pause, resume or delete ``name`` as ``who`` (an admin): the schedule after it
+        (None once deleted) and whether it changed; audited."""
+        self.schedule(name)  # a tenant's token: NotFound, before the role (as for runs)
+        self.require("maintain")
+        if action == "pause":
+            changed = self.app.pause_schedule(name)
+        elif action == "resume":
+            changed = self.app.resume_schedule(name)
+        else:
+            changed = self.app.unschedule(name)
+        self._audit(None, f"schedule.{action}", schedule=name, changed=changed)
+        return (None if action == "delete" else self.app.get_schedule(name)), changed
+
+    def boards(self, tenant: str | None) -> list[BoardSummary]:
+        """The boards ``who`` sees (``tenant`` narrows an identity of every tenant; another
+        tenant's, for a tenant's token, gives none)."""
+        inputs.optional_name(tenant, "tenant")
+        if self.who.tenant is not None and tenant not in (None, self.who.tenant):
+            return []
+        found = self.scope.boards()
+        return found if tenant is None else [b for b in found if b.tenant == tenant]
+
+    def board(self, name: str, tenant: str | None, *, exists: bool = True) -> Board:
+        """The board ``name`` of ``who``'s tenant (an identity of every tenant: of
+        ``tenant``, None for no tenant's), writes recorded under ``who``'s name;
+        ``exists``: NotFound unless it has a change."""
+        inputs.optional_name(tenant, "tenant")
+        own = self.who.tenant
+        if own is not None and tenant not in (None, own):
+            inputs.name(name, "the board name")
+            raise unknown_board(name)
+        who = self.who if own is not None else Identity(self.who.name, self.who.role, tenant)
+        board = self.app.scoped(who).board(name)
+        if exists and not board.history(limit=1):
+            raise unknown_board(name, every_tenant=own is None and tenant is None)
+        return board
+
+    def set_board_key(
+        self, name: str, tenant: str | None, key: str, value: Any, expected: int | None
+    ) -> BoardEntry:
+        """Set ``key`` of the board (see :meth:`board`) as ``who``, with a compare-and-set
+        when ``expected`` is given (VersionConflict otherwise); the version written."""
+        board = self.board(name, tenant, exists=False)
+        version = board.set(key, value, expected_version=expected)
+        self._audit(None, "board.set", board=name, tenant=board.tenant, key=key, version=version)
+        return board.history(key, after=version - 1, limit=1)[0]

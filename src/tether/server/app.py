@@ -12,7 +12,7 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from tether.app import App
-from tether.server import acts, errors, live, metrics, reads, schemas
+from tether.server import acts, boards, errors, live, metrics, reads, schedules, schemas
 from tether.server.auth import Authenticator, Sessions
 from tether.server.deps import Server
 from tether.version import __version__
@@ -65,6 +65,8 @@ def create_app(
     errors.install(api)
     api.include_router(reads.router)
     api.include_router(acts.router)
+    api.include_router(schedules.router)
+    api.include_router(boards.router)
     api.include_router(live.router)
     api.include_router(metrics.router)
     api.add_middleware(errors.BodyLimit, limit=max_body)

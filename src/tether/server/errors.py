@@ -11,6 +11,8 @@ InvalidInput, EncodeError, ValueError   422     the request's values (names the 
 bad JSON, a wrong type, a bad query     422     FastAPI's validation, in this shape
 a body over the limit                   413     ``max_body`` bytes (default 1 MiB)
 Conflict, InvalidState                  409     the run's state does not allow it now
+VersionConflict                         409     a board key's compare-and-set: the error
+                                                has the key's ``version`` now
 DecisionRefused                         409     already decided, not waiting, not an
                                                 approver of it (recorded in the audit log)
 RunDamaged                              409     the run's log is not whole: not served
@@ -79,7 +81,10 @@ async def _tether(request: Request, e: Exception) -> JSONResponse:
     status = _status(e)
     if status == 500:
         return await _internal(request, e)
-    return answer(status, type(e).__name__, str(e))
+    more = {}
+    if isinstance(e, errors.VersionConflict):  # what a compare-and-set retries with
+        more = {"key": e.key, "expected": e.expected, "version": e.version}
+    return answer(status, type(e).__name__, str(e), **more)
 
 
 async def _internal(request: Request, e: Exception) -> JSONResponse:

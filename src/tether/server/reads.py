@@ -40,6 +40,7 @@ def runs(
     caller: Caller,
     status: RunStatus | None = None,  # an enum in /openapi.json
     agent: Name | None = None,
+    version: Name | None = None,
     queue: Name | None = None,
     session: Name | None = None,
     text: Name | None = None,
@@ -48,11 +49,13 @@ def runs(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=500)] = None,
 ) -> schemas.RunList:
-    """Runs newest first, filtered, a page at a time (``cursor``: the previous page's
-    ``next_cursor``). A tenant's token sees its tenant's runs alone."""
+    """Runs newest first, filtered (``version``: of their agent's), a page at a time
+    (``cursor``: the previous page's ``next_cursor``). A tenant's token sees its
+    tenant's runs alone."""
     page = caller.runs(
         status=status and status.value,
         agent=agent,
+        version=version,
         queue=queue,
         session=session,
         text=text,

@@ -209,3 +209,73 @@ class WorkerOut(BaseModel):
     heartbeat_age_s: float
     stopping: bool
     runs: list[str]
+
+
+class ScheduleOut(BaseModel):
+    """A schedule: its agent, timing (``when``: ``cron:<line>`` in UTC or
+    ``every:<seconds>``), queue, whether it is paused, its next tick and the last fired."""
+
+    name: str
+    agent: str
+    when: str
+    queue: str
+    catch_up: bool
+    paused: bool
+    next_at: float
+    last_tick: float | None
+    created_at: float
+    updated_at: float
+
+
+class ScheduleDone(BaseModel):
+    """A schedule act's outcome: ``changed`` False when it was so already (paused, not
+    paused); ``schedule``: the schedule after it (None once deleted)."""
+
+    name: str
+    changed: bool
+    schedule: ScheduleOut | None
+
+
+class BoardOut(BaseModel):
+    """A board: its tenant (None: no tenant's), name, keys holding a value, last change."""
+
+    tenant: str | None
+    board: str
+    keys: int
+    updated_at: float
+
+
+class BoardEntryOut(BaseModel):
+    """A key at one version: its value (None when ``deleted``), and who made that
+    version: a run and its step position, and ``by`` (a token's or a writer's name)."""
+
+    key: str
+    version: int
+    value: Any
+    deleted: bool
+    run_id: str | None
+    position: int | None
+    by: str | None
+    at: float | None
+
+
+class BoardPage(BaseModel):
+    """A board's keys holding a value, by key (now, or ``at`` a time)."""
+
+    tenant: str | None
+    board: str
+    at: float | None
+    keys: list[BoardEntryOut]
+
+
+class HistoryPage(BaseModel):
+    changes: list[BoardEntryOut]
+    next_after: int | None = Field(description="pass as `after` for the next page")
+
+
+class BoardSetIn(Strict):
+    """The new value of a key; with ``expected_version``, a compare-and-set: written only
+    if the key is at that version (0: never written), else 409 with its version."""
+
+    value: Any
+    expected_version: int | None = Field(None, ge=0, le=2**62, strict=True)

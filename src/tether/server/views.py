@@ -3,11 +3,13 @@ a tuple, bytes or a datetime stays recognisable)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
+from tether.context.boards import BoardEntry
 from tether.model import codec
 from tether.model.events import Event
 from tether.model.state import RunState, head_data
@@ -15,6 +17,7 @@ from tether.model.steps import StepState, step_data
 from tether.server import schemas
 from tether.services.listing import InboxItem
 from tether.store import RunRecord
+from tether.store.schedule_rows import ScheduleRecord
 
 
 def summary(r: RunRecord) -> schemas.RunSummary:
@@ -102,4 +105,26 @@ def inbox_item(i: InboxItem) -> schemas.InboxItem:
         key=i.key,
         until=i.until,
         problem=i.problem,
+    )
+
+
+def schedule(s: ScheduleRecord) -> schemas.ScheduleOut:
+    """A schedule's row (its inputs stay in the database: the runs it starts show them)."""
+    row = dataclasses.asdict(s)
+    row["when"] = row.pop("spec")
+    del row["inputs"]
+    return schemas.ScheduleOut(**row)
+
+
+def board_entry(e: BoardEntry) -> schemas.BoardEntryOut:
+    """A key at one version (its value as JSON values)."""
+    return schemas.BoardEntryOut(
+        key=e.key,
+        version=e.version,
+        value=codec.to_json_value(e.value),
+        deleted=e.deleted,
+        run_id=e.run_id,
+        position=e.position,
+        by=e.by,
+        at=e.at,
     )

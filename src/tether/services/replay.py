@@ -74,7 +74,8 @@ class Replayer:
                 yield self._report(store, states, run_id, {})
             except TetherError as e:
                 error = error_info(e, self.clock.now())
-                yield ReplayReport(run_id, "?", "?", FAILS, error=error)
+                agent, status = _row(store, run_id)
+                yield ReplayReport(run_id, agent, status, FAILS, error=error)
 
     def _report(
         self, store: Store, states: States, run_id: str, replace: dict[int, Any]
@@ -87,7 +88,19 @@ class Replayer:
             agent = self.registry.registered(state.agent or "", state.version, run_id)
             if agent is None:
                 agent = self.registry.agent_for(store.get_run(run_id))
-        return dry_replay(agent, store, self.clock, state, replace=replace, config=self.config)
+        resolve = None if self.registry is None else self.registry.resolve
+        return dry_replay(
+            agent, store, self.clock, state, replace=replace, config=self.config, resolve=resolve
+        )
+
+
+def _row(store: Store, run_id: str) -> tuple[str, str]:
+    """A run's agent and status as its row says, or ``?``."""
+    try:
+        r = store.get_run(run_id)
+    except TetherError:
+        return "?", "?"
+    return r.agent, str(r.status)
 
 
 def _all(store: Store, status: str) -> Iterator[RunRecord]:

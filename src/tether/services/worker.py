@@ -266,7 +266,17 @@ class Worker:
         host, pid = os.uname().nodename, os.getpid()
         now = self.deps.clock.now()
         self.deps.store.register_worker(
-            WorkerRecord(self.id, host, pid, self.queues, self.concurrency, now, now), now=now
+            WorkerRecord(
+                self.id,
+                host,
+                pid,
+                self.queues,
+                self.concurrency,
+                now,
+                now,
+                serves=self.executor.registry.serving,
+            ),
+            now=now,
         )
 
     # -- claiming ---------------------------------------------------------

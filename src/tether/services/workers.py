@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from tether.model.clock import Clock, owner_is_dead_local
-from tether.store import Store, WorkerRecord
+from tether.store import RunCount, Store, WorkerRecord
 
 
 class LeaseSetup(Protocol):
@@ -57,6 +57,26 @@ def describe(
             "heartbeat_age_s": round(now - w.heartbeat_at, 3),
             "stopping": bool(w.stopping),
             "runs": leases.get(w.id, []),
+            "serves": None if w.serves is None else str(w.serves),  # None: every run
         }
         for w in workers
     ]
+
+
+UNFINISHED = ("queued", "running", "waiting", "blocked")
+
+
+def unserved(
+    workers: Iterable[WorkerRecord], counts: Iterable[RunCount], now: float, ttl: float
+) -> list[tuple[str, str | None, int]]:
+    """``(agent, version, runs)`` of the unfinished runs that no live worker (a heartbeat
+    within ``3 * ttl``) serves, when some worker is live (none live: nothing to say): they
+    wait in their queues until a worker with their version's code starts (docs/deploys.md)."""
+    live = [w for w in workers if now - w.heartbeat_at <= 3 * ttl]
+    left: dict[tuple[str, str | None], int] = {}
+    for c in counts:
+        if c.status not in UNFINISHED or not live:
+            continue
+        if not any(w.serves is None or w.serves.serves(c.agent, c.version) for w in live):
+            left[(c.agent, c.version)] = left.get((c.agent, c.version), 0) + c.runs
+    return [(agent, version, n) for (agent, version), n in left.items()]

@@ -136,6 +136,34 @@ class Serving:
         """The claim statements' parameters: JSON arrays (pairs for ``served``)."""
         return {"pinned": json.dumps(self.pinned), "served": json.dumps(self.served)}
 
+    def serves(self, agent: str, version: str | None) -> bool:
+        """Whether a worker of this filter claims the runs of ``agent`` at ``version``."""
+        return agent not in self.pinned or (agent, version) in self.served
+
+    def dumps(self) -> str:
+        """As the workers table keeps it (schema 18)."""
+        return json.dumps({"pinned": self.pinned, "served": self.served})
+
+    @classmethod
+    def loads(cls, text: str | None) -> Serving | None:
+        """From :meth:`dumps` (None: a worker that serves every run). Text the database
+        holds: anything but that shape reads as None, never an error."""
+        if not text:
+            return None
+        try:
+            data = json.loads(text)
+            pinned = tuple(str(a) for a in data["pinned"])
+            served = tuple((str(a), None if v is None else str(v)) for a, v in data["served"])
+        except (ValueError, TypeError, KeyError):
+            return None
+        return cls(pinned, served)
+
+    def __str__(self) -> str:
+        """``agent@version`` for each pair it serves (``agent`` alone: without a version),
+        then ``+ other agents``: how ``tether workers`` shows it."""
+        pairs = [a if v is None else f"{a}@{v}" for a, v in self.served]
+        return " ".join([*pairs, "+ other agents"])
+
 
 # the claim statements' parameters of a worker that claims every run (no Serving)
 CLAIM_ALL: dict[str, str | None] = {"pinned": None, "served": None}
@@ -153,6 +181,7 @@ class WorkerRecord:
     started_at: float
     heartbeat_at: float
     stopping: int = 0
+    serves: Serving | None = None  # which runs it claims (None: every run)
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,7 @@ from tether.store.records import (
     RunCount,
     RunFilter,
     RunRecord,
+    Serving,
     Signal,
     Snapshot,
     TokenRecord,
@@ -73,8 +74,10 @@ def gap_conflict(run_id: str, seq: int) -> Conflict:
 
 
 def worker_record(row: Sequence[Any]) -> WorkerRecord:
-    """A ``list_workers`` row (its queues as JSON text) as a record."""
-    return WorkerRecord(row[0], row[1], row[2], json.loads(row[3]), *row[4:])
+    """A ``list_workers`` row (its queues and what it serves as JSON text) as a record."""
+    id_, host, pid, queues, concurrency, started, beat, stopping, serves = row
+    record = (id_, host, pid, json.loads(queues), concurrency, started, beat, stopping)
+    return WorkerRecord(*record, serves=Serving.loads(serves))
 
 
 class SqlStore:
@@ -430,6 +433,7 @@ class SqlStore:
             "queues": json.dumps(worker.queues),
             "concurrency": worker.concurrency,
             "now": now,
+            "serves": None if worker.serves is None else worker.serves.dumps(),
         }
         with self._for_write() as conn:
             conn.execute(self._Q["upsert_worker"], params)

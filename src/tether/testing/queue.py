@@ -324,6 +324,21 @@ class QueueSuite(StoreTest):
             )
         assert store.get_run("a").status == "failed" and seqs(store, "a") == [1, 2]
 
+    def test_a_worker_records_the_versions_it_serves(self) -> None:
+        """What ``tether workers`` shows (schema 18): the claim filter, or None (every
+        run); registering again replaces it."""
+        store = self.store
+        serving = Serving(("triage",), (("triage", "2"), ("triage", None)))
+        store.register_worker(
+            WorkerRecord("w1", "h", 1, ["q"], 4, T0, T0, serves=serving), now=T0 + 1
+        )
+        store.register_worker(WorkerRecord("w2", "h", 2, ["q"], 4, T0, T0), now=T0)
+        assert [(w.id, w.serves) for w in store.list_workers()] == [("w1", serving), ("w2", None)]
+        assert str(serving) == "triage@2 triage + other agents"
+        assert (serving.serves("triage", "1"), serving.serves("mail", "1")) == (False, True)
+        store.register_worker(WorkerRecord("w1", "h", 1, ["q"], 4, T0, T0), now=T0 + 2)
+        assert store.list_workers()[0].serves is None
+
     def test_workers_register_beat_and_go(self) -> None:
         store = self.store
         store.register_worker(WorkerRecord("w1", "host-a", 11, ["q", "r"], 4, T0, T0), now=T0)

@@ -2,6 +2,8 @@
 // Every value from the server is put in the page as text (textContent), never as HTML.
 // URLs are relative, so the inspector works wherever the app is mounted.
 
+import { boardPage, boardsPage, schedulesPage } from "./shared.js";
+
 const view = document.getElementById("view");
 const CSRF = "tether.csrf";
 let live = null; // the EventSource of the current page, closed when the page changes
@@ -13,10 +15,11 @@ const needs = (role) => (may(role) ? null : h("p", { class: "muted", role: "note
 // -- the API -------------------------------------------------------------------------
 
 class ApiError extends Error {
-  constructor(status, type, message) {
+  constructor(status, type, message, extra = {}) {
     super(message);
     this.status = status;
     this.type = type;
+    this.extra = extra; // the error's other fields (a board conflict's version)
   }
 }
 
@@ -35,7 +38,7 @@ async function api(path, { method = "GET", body } = {}) {
   if (!answer.ok) {
     const e = data.error || {};
     if (answer.status === 401 && path !== "login") go("#/login");
-    throw new ApiError(answer.status, e.type || "HTTPError", e.message || answer.statusText);
+    throw new ApiError(answer.status, e.type || "HTTPError", e.message || answer.statusText, e);
   }
   return data;
 }
@@ -436,6 +439,10 @@ async function route() {
   refreshCount();
   if (parts[0] === "runs" && parts[1]) return runPage(decodeURIComponent(parts[1]));
   if (parts[0] === "approvals") return inboxPage();
+  const ui = { api, h, show, fail, json, when, may, needs, go, query, runLink, view };
+  if (parts[0] === "schedules") return schedulesPage(ui);
+  if (parts[0] === "boards" && parts[1]) return boardPage(ui, decodeURIComponent(parts[1]), new URLSearchParams(q || ""));
+  if (parts[0] === "boards") return boardsPage(ui);
   if (parts[0] === "queues") return tablePage("Queues", "queues", [["queue", (r) => r.name], ["queued", (r) => (r.queued_at_least ? "≥ " : "") + r.queued], ["workers", (r) => r.workers.join(", ")]]);
   if (parts[0] === "workers") return tablePage("Workers", "workers", [["worker", (r) => r.id], ["host", (r) => r.host], ["pid", (r) => r.pid], ["queues", (r) => r.queues.join(", ")], ["concurrency", (r) => r.concurrency], ["heartbeat", (r) => `${r.heartbeat_age_s.toFixed(1)} s ago`], ["runs (leases)", (r) => r.runs.join(", ")]]);
   return runsPage(new URLSearchParams(q || ""));

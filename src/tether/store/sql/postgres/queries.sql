@@ -501,10 +501,11 @@ RETURNING id, epoch;
 
 -- name: upsert_worker
 -- Register (or re-register) a worker.
-INSERT INTO workers (id, host, pid, queues, concurrency, started_at, heartbeat_at)
+INSERT INTO workers (id, host, pid, queues, concurrency, started_at, heartbeat_at, serves)
 VALUES (%(id)s::text, %(host)s::text, %(pid)s::int, %(queues)s::text, %(concurrency)s::int,
-        %(now)s::float8, %(now)s::float8)
-ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at, stopping = 0;
+        %(now)s::float8, %(now)s::float8, %(serves)s::text)
+ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at, stopping = 0,
+                               serves = excluded.serves;
 
 -- name: worker_heartbeat
 -- A worker is alive: extend its leases and its row, in one statement. One row per run of it
@@ -526,8 +527,8 @@ SELECT id, cancel_requested FROM runs WHERE lease_owner = %s::text AND cancel_re
 
 -- name: list_workers
 -- Every registered worker, newest heartbeat first.
-SELECT id, host, pid, queues, concurrency, started_at, heartbeat_at, stopping FROM workers
-ORDER BY heartbeat_at DESC;
+SELECT id, host, pid, queues, concurrency, started_at, heartbeat_at, stopping, serves
+FROM workers ORDER BY heartbeat_at DESC;
 
 -- name: remove_worker
 -- Forget a worker; optionally make its leases claimable at once.

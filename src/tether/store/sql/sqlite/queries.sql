@@ -272,9 +272,10 @@ RETURNING *;
 
 -- name: upsert_worker
 -- Register (or re-register) a worker.
-INSERT INTO workers (id, host, pid, queues, concurrency, started_at, heartbeat_at)
-VALUES (:id, :host, :pid, :queues, :concurrency, :now, :now)
-ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at, stopping = 0;
+INSERT INTO workers (id, host, pid, queues, concurrency, started_at, heartbeat_at, serves)
+VALUES (:id, :host, :pid, :queues, :concurrency, :now, :now, :serves)
+ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at, stopping = 0,
+                               serves = excluded.serves;
 
 -- name: worker_heartbeat
 -- A worker is alive (and whether it was asked to stop).
@@ -286,8 +287,8 @@ SELECT id, cancel_requested FROM runs WHERE lease_owner = ? AND cancel_requested
 
 -- name: list_workers
 -- Every registered worker, newest heartbeat first.
-SELECT id, host, pid, queues, concurrency, started_at, heartbeat_at, stopping FROM workers
-ORDER BY heartbeat_at DESC;
+SELECT id, host, pid, queues, concurrency, started_at, heartbeat_at, stopping, serves
+FROM workers ORDER BY heartbeat_at DESC;
 
 -- name: delete_worker
 -- Forget a worker (after it stopped, or when it is known dead).
