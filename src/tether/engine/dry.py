@@ -150,7 +150,6 @@ class DryJournal(Journal):
         self, store: Store, clock: Clock, state: RunState, replace: Mapping[int, Any]
     ) -> None:
         super().__init__(store, clock, state, Lease(state.run_id, "replay", 0, math.inf))
-        self.spawner = Spawner(_agent_named, _never)  # run.child: a name for its position
         self.replace = dict(replace)
         self.patches: dict[str, str] = {}  # run.patched(name): the old path, or recorded
 
@@ -194,21 +193,6 @@ class DryJournal(Journal):
             f"run {self.run_id}: a dry replay writes nothing, yet a call at position "
             f"{self.pos} tried to append {[e.type for e in events]} (a bug in tether: report it)"
         )
-
-
-@dataclass(frozen=True, slots=True)
-class _Named:
-    name: str
-
-
-def _agent_named(agent: Any) -> Any:
-    """What a child's position is checked with in a dry replay: the agent's name (the
-    function's definition, or the name given), registered here or not."""
-    return _Named(agent) if isinstance(agent, str) else getattr(agent, "__tether_agent__", agent)
-
-
-def _never(*args: Any, **kwargs: Any) -> NoReturn:
-    raise AssertionError("a dry replay starts no child: it stops at the position first")
 
 
 @dataclass(frozen=True, slots=True)
