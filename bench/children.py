@@ -12,6 +12,8 @@ child   a parent that starts N children (each one step, the same body) and joins
         True)``, concurrency 1): µs per child, from the parent's start to its end, over N.
         A child is a queued run: created, claimed, its step, its end, the wake-up of its
         parent, and its share of the parent's replays up to the join.
+inline  a parent run through ``app.run`` that calls ``run.child(kid, i, inline=True)`` N
+        times (each child executed at once in the parent's thread): µs per child.
 queued  N runs of the same one-step agent started with ``app.start`` and drained by the
         same worker: µs per run. What a child costs beyond a queued run is its link.
 
@@ -19,7 +21,11 @@ queued  N runs of the same one-step agent started with ``app.start`` and drained
 
 fanout  one parent starts 1,000 one-step children and joins them; ``--workers`` real
         ``tether worker`` processes (concurrency 4 each) execute the whole tree: seconds
-        from the parent's start to its end, children per second.
+        from the parent's start to its end, children per second. Then, in the same run and
+        on the same database server (or a SQLite file beside tether's), DBOS's child
+        workflows on the same workload (bench/children_dbos.py; ``--no-dbos`` skips it),
+        and the ratio of the two times; and tether again with the parent starting its
+        children in one transaction (``run.children``).
 
 The goal (issue 31): a child at most 3x a step. Medians of the rounds are printed with
 the ratio; the numbers go to bench/README.md by hand.
@@ -28,6 +34,7 @@ the ratio; the numbers go to bench/README.md by hand.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import sys
@@ -57,7 +64,20 @@ def build(path: str) -> tuple[tether.App, object, object, object]:
     def parent(run: tether.Run, n: int) -> int:
         return sum(run.join([run.child(kid, i) for i in range(n)]))
 
+    @app.agent
+    def inline_parent(run: tether.Run, n: int) -> int:
+        return sum(run.child(kid, i, inline=True) for i in range(n))
+
+    @app.agent
+    def batch_parent(run: tether.Run, n: int) -> int:
+        return sum(run.join(run.children(kid, range(n))))
+
+    INLINE[app], BATCH[app] = inline_parent, batch_parent
     return app, steps, parent, kid
+
+
+INLINE: dict[tether.App, object] = {}  # the inline parent of each app built
+BATCH: dict[tether.App, object] = {}  # the parent that starts its children in one batch
 
 
 def per_step(app: tether.App, steps: object, n: int) -> float:
@@ -77,6 +97,13 @@ def per_child(app: tether.App, parent: object, n: int) -> tuple[float, int]:
     return elapsed / n * 1e6, state.executions
 
 
+def per_inline(app: tether.App, n: int) -> float:
+    began = time.perf_counter()
+    handle = app.run(INLINE[app], n)  # type: ignore[arg-type]
+    assert handle.status == "completed", handle.status
+    return (time.perf_counter() - began) / n * 1e6
+
+
 def per_queued(app: tether.App, kid: object, n: int) -> float:
     began = time.perf_counter()
     for i in range(n):
@@ -85,7 +112,7 @@ def per_queued(app: tether.App, kid: object, n: int) -> float:
     return (time.perf_counter() - began) / n * 1e6
 
 
-def fanout(url: str, n: int, workers: int) -> None:
+def fanout(url: str, n: int, workers: int, batch: bool = False) -> float:
     """The whole tree of ``n`` children executed by ``workers`` worker processes."""
     import subprocess
 
@@ -100,7 +127,7 @@ def fanout(url: str, n: int, workers: int) -> None:
     try:
         time.sleep(2.0)  # the workers are up and polling
         began = time.perf_counter()
-        rid = app.start(parent, n)  # type: ignore[arg-type]
+        rid = app.start(BATCH[app] if batch else parent, n)  # type: ignore[arg-type]
         while app.store.get_run(rid).status not in ("completed", "failed"):
             time.sleep(0.01)
         elapsed = time.perf_counter() - began
@@ -110,9 +137,30 @@ def fanout(url: str, n: int, workers: int) -> None:
         for p in procs:
             p.wait(30)
     state = app.get(rid)
-    print(f"fanout {n} children, {workers} workers x 4, {url.split('?')[0]}: {state.status}")
+    how = "run.children (one batch)" if batch else "run.child each"
+    print(f"tether fanout {n} children ({how}), {workers} workers x 4, {url.split('?')[0]}:")
+    print(f"  {state.status}")
     print(f"  {elapsed:.2f} s, {n / elapsed:.0f} children/s, parent executions {state.executions}")
     app.close()
+    return elapsed
+
+
+def dbos_fanout(url: str | None, tmp: str, n: int, workers: int) -> float:
+    """DBOS's child workflows on the same workload (bench/children_dbos.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import children_dbos
+
+    if url is None:
+        p = {"url": f"sqlite:///{Path(tmp) / 'dbos.db'}", "schema": None}
+    else:
+        schema = f"dbos_{os.getpid()}"
+        p = {"url": url.split("?")[0], "schema": schema}
+    out = children_dbos.fanout(p, n, workers)
+    print(
+        f"DBOS fanout {n} child workflows, {workers} workers x 4: {out['seconds']:.2f} s, "
+        f"{out['per_s']:.0f} children/s"
+    )
+    return float(out["seconds"])
 
 
 def main() -> None:
@@ -121,10 +169,21 @@ def main() -> None:
     ap.add_argument("--fanout", type=int, metavar="N", help="the fan-out workload instead")
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--url", help="the database (default: a SQLite file in a temporary dir)")
+    ap.add_argument("--no-dbos", action="store_true", help="fan-out: tether alone, not DBOS")
     args = ap.parse_args()
     if args.fanout:
+        print(f"load average before: {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs)")
         with tempfile.TemporaryDirectory() as tmp:
-            fanout(args.url or str(Path(tmp) / "fanout.db"), args.fanout, args.workers)
+            t = fanout(args.url or str(Path(tmp) / "fanout.db"), args.fanout, args.workers)
+            url = args.url or str(Path(tmp) / "batch.db")
+            b = fanout(url.replace("?schema=", "?schema=b"), args.fanout, args.workers, True)
+            if not args.no_dbos and importlib.util.find_spec("dbos") is None:
+                print("DBOS is not installed (pip install -e '.[bench]'): tether alone")
+            elif not args.no_dbos:
+                d = dbos_fanout(args.url, tmp, args.fanout, args.workers)
+                print(f"tether / DBOS time = {t / d:.2f} (below 1: tether faster)")
+                print(f"tether batch / DBOS time = {b / d:.2f}; batch / run.child = {b / t:.2f}")
+        print(f"load average after: {os.getloadavg()[0]:.1f}")
         return
     n, rounds = (50, 2) if args.quick else (200, 5)
     with tempfile.TemporaryDirectory() as tmp:
@@ -132,22 +191,26 @@ def main() -> None:
         per_step(app, steps, 50)  # warm up
         per_child(app, parent, 10)
         per_queued(app, kid, 10)
-        step_us, child_us, queued_us, executions = [], [], [], []
+        per_inline(app, 10)
+        step_us, child_us, queued_us, inline_us, executions = [], [], [], [], []
         for _ in range(rounds):
             step_us.append(per_step(app, steps, n))
+            inline_us.append(per_inline(app, n))
             queued_us.append(per_queued(app, kid, n))
             us, execs = per_child(app, parent, n)
             child_us.append(us)
             executions.append(execs)
         app.close()
     s, c = statistics.median(step_us), statistics.median(child_us)
-    q = statistics.median(queued_us)
+    q, i = statistics.median(queued_us), statistics.median(inline_us)
     print(f"python {sys.version.split()[0]}, tether {tether.__version__}, SQLite, n={n}")
     print(f"step   {s:9.1f} µs  (rounds: {', '.join(f'{x:.0f}' for x in step_us)})")
     print(f"child  {c:9.1f} µs  (rounds: {', '.join(f'{x:.0f}' for x in child_us)})")
+    print(f"inline {i:9.1f} µs  (rounds: {', '.join(f'{x:.0f}' for x in inline_us)})")
     print(f"queued {q:9.1f} µs  (rounds: {', '.join(f'{x:.0f}' for x in queued_us)})")
     print(f"parent executions per round (wake-ups + 1): {executions}")
     print(f"child / step = {c / s:.2f}  (goal: <= 3); child / queued run = {c / q:.2f}")
+    print(f"inline child / step = {i / s:.2f}  (goal: <= 3); inline / queued child = {i / c:.2f}")
 
 
 if os.environ.get("BENCH_CHILDREN_URL"):  # a worker process: `tether worker --app`

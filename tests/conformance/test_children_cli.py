@@ -80,3 +80,31 @@ def test_show_lists_the_children_and_runs_tree_adds_up_the_tree(
     assert [r["depth"] for r in rows] == [0, 1, 2, 2, 1, 2, 2]
     assert rows[0]["tree"]["calls"] == 6 and rows[0]["tree"]["cost"] == pytest.approx(0.44)
     assert rows[0]["cost"] == 0 and rows[1]["cost"] == pytest.approx(0.01)
+
+
+def test_inline_children_are_in_the_tree_recorded_or_waited_for(
+    app: tether.App, backend: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    @app.agent
+    def leaf(run: tether.Run, cost: float) -> Any:
+        return run.llm("think", _think, cost)
+
+    @app.agent
+    def asker(run: tether.Run) -> Any:
+        return run.wait("answer")
+
+    @app.agent
+    def root(run: tether.Run) -> Any:
+        return [run.child(leaf, 0.01, inline=True), run.child(asker, inline=True)]
+
+    rid = app.run(root).id  # the first child recorded, the parent waits for the second
+    done, waiting = child_id(rid, 1), child_id(rid, 2)
+    assert main(["--db", backend.url, "show", rid, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert [(c["id"], c["status"]) for c in shown["children"]] == [
+        (done, "completed"),
+        (waiting, "waiting"),
+    ]
+    assert main(["--db", backend.url, "runs", "--tree"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split()[1] for ln in lines if ln.startswith("└")] == [done, waiting]

@@ -21,7 +21,7 @@ re-checks its children.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +51,17 @@ class Spawner:
 
     resolve: Callable[[Any], AgentDef]
     start: Callable[..., str]
+    # inline children (engine.inline): ``inline(d, args, kwargs, queue, run_id, caller,
+    # tenant)`` creates the child, or claims it when it exists unfinished and free, and
+    # returns it prepared to execute here (else None); ``execute(prepared)`` executes it in
+    # this thread, ``aexecute(prepared)`` in the running event loop (both return when it
+    # ends, waits or is blocked: its outcome when it ended completed or failed, else None)
+    inline: Callable[..., Any] | None = None
+    execute: Callable[[Any], dict[str, Any] | None] | None = None
+    aexecute: Callable[[Any], Awaitable[dict[str, Any] | None]] | None = None
+    # ``start_many(d, calls, queue, tenant)``: children of one agent enqueued in one
+    # transaction (``calls``: each one's args, kwargs, id and caller); their ids
+    start_many: Callable[..., list[str]] | None = None
 
 
 def child_id(parent_id: str, pos: int) -> str:
@@ -58,16 +69,22 @@ def child_id(parent_id: str, pos: int) -> str:
     return f"{parent_id}~{pos}"
 
 
-def start_core(
-    j: Journal, agent: Any, args: tuple[Any, ...], kwargs: dict[str, Any], queue: str, tenant: Any
-) -> str:
-    """Start a child run of ``agent`` (its position taken now), or return the recorded id."""
+def take(j: Journal, agent: Any, queue: str) -> tuple[Spawner, AgentDef, Slot]:
+    """What a ``run.child`` call takes first: the App's spawner, the agent's definition
+    (checked), and the call's position."""
     spawner = j.spawner
     if spawner is None:
         raise TetherError(f"run {j.run_id}: run.child needs a run executed by a tether App")
     d = spawner.resolve(agent)
     inputs.name(queue, "queue")
-    slot = j.slot("child", d.name)
+    return spawner, d, j.slot("child", d.name)
+
+
+def start_core(
+    j: Journal, agent: Any, args: tuple[Any, ...], kwargs: dict[str, Any], queue: str, tenant: Any
+) -> str:
+    """Start a child run of ``agent`` (its position taken now), or return the recorded id."""
+    spawner, d, slot = take(j, agent, queue)
     if j.trace is not None:
         return str(
             j.trace.gate(slot, lambda: _start(j, slot, spawner, d, args, kwargs, queue, tenant))
@@ -94,6 +111,32 @@ def _start(
     rid = spawner.start(d, args, kwargs, queue, child_id(j.run_id, slot.pos), caller, tenant)
     j.record_success(slot, 1, None, rid, j.clock.now() - began)
     return rid
+
+
+def start_many_core(
+    j: Journal, agent: Any, items: Iterable[Any], queue: str, tenant: Callable[[], Any]
+) -> list[str]:
+    """``run.children``: a child run of ``agent`` per item (``agent(run, item)``), their
+    positions taken now in item order, created in one transaction; on replay the
+    recorded ids (the ones not recorded yet are found by their ids, not started again)."""
+    items = list(items)
+    if not items:
+        return []
+    spawner, d, first = take(j, agent, queue)
+    slots = [first, *(j.slot("child", d.name) for _ in items[1:])]
+    todo = [(slot, item) for slot, item in zip(slots, items, strict=True) if not slot.done]
+    if todo:
+        assert spawner.start_many is not None, "an App's spawner starts batches"
+        began = j.clock.now()
+        calls: list[tuple[tuple[Any, ...], dict[str, Any], str, dict[str, Any]]] = [
+            ((item,), {}, child_id(j.run_id, slot.pos), {"run": j.run_id, "pos": slot.pos})
+            for slot, item in todo
+        ]
+        spawner.start_many(d, calls, queue, tenant())
+        for slot, _ in todo:
+            rid = child_id(j.run_id, slot.pos)
+            j.record_success(slot, 1, None, rid, j.clock.now() - began)
+    return [child_id(j.run_id, slot.pos) for slot in slots]
 
 
 def join_core(j: Journal, children: str | Iterable[str], name: str) -> Any:
@@ -184,6 +227,8 @@ def children_of(state: RunState) -> list[str]:
     for s in state.steps:
         if s.kind == "child" and s.output is not None:
             out.append(str(s.output))
+        elif s.kind == "child" and s.status == "waiting":  # an inline child not finished
+            out.append(child_id(state.run_id, s.position))
         elif s.kind == "handoff" and isinstance(s.output, Mapping):
             out.append(str(s.output["run"]))
     return out

@@ -167,6 +167,8 @@ class DryJournal(Journal):
                 value = {"payload": value}
             base = slot.recorded or StepState(slot.pos, name, kind, StepStatus.COMPLETED)
             rec = dataclasses.replace(base, status=StepStatus.COMPLETED, output=value)
+            if kind == "child":  # an inline child's: the value is its output (engine.inline)
+                rec = dataclasses.replace(rec, detail=None)
             if not slot.done:
                 self.reused.append((slot.pos, name))
             slot = Slot(slot.pos, kind, name, rec)

@@ -116,19 +116,20 @@ class Executor:
         limits: Limits | None = None,
         run_id: str | None = None,
         queue: str | None = None,
+        caller: dict[str, Any] | None = None,
     ) -> Prepared:
         """Create a run of ``d`` (in ``session``, when given) under this process's lease,
         ready to execute here: nothing runs yet (see :meth:`continue_run`). Its owner (its
         tenant) is the session's, else ``tenant``. ``run_id``: its id (checked by the
         caller; Conflict when it exists), else a new one; ``queue``: the queue its row
-        names (the one a worker would resume it from), else none."""
+        names (a worker would resume it from), else none; ``caller``: an inline child's."""
         self.leases.check_clock()
         now = self.deps.clock.now()
         run_id = run_id or new_run_id(now)
         payload = self.check_input(d, args, kwargs)
         data = {"agent": d.name, "version": d.version, "input": payload, "code": d.code}
-        if queue is not None:
-            data["queue"] = queue
+        data |= {"queue": queue} if queue is not None else {}
+        data |= {"caller": caller} if caller is not None else {}
         if session is not None:
             data["session"] = session.id
         limits = check_limits(limits, "limits")  # before the span: a refusal leaves none open

@@ -234,6 +234,8 @@ def resumable(store: Store, clock: Clock, state: RunState) -> str | None:
         return None  # resuming sleeps what is left
     if kind == "signal" and store.pending_signal(state.run_id, str(name)) is not None:
         return None
+    if kind == "children" and w.get("inline"):
+        return None  # a resume executes the inline child when it is free (engine.inline)
     if kind == "children":
         kids = w.get("children") or ()
         if all(store.get_run(str(c)).status in FINISHED for c in kids):

@@ -58,9 +58,9 @@ from tether.model.steps import StepState, differs, usage_of
 from tether.store import EffectWrite, Lease, SignalTake, Store, Transition
 
 MAX_INPUT_REPR = 2000
-# A step that took less than this (a model call never) has its record written with the run's
-# next append (Journal.record_success): a crash before it runs the step again, which costs
-# less than the commit it saves. A slower one is written at once.
+# A step faster than this (never a model call) has its record written with the run's next
+# append (Journal.record_success): a crash before it runs the step again, cheaper than the
+# commit it saves. A slower one is written at once.
 DEFER_BELOW = 0.05  # seconds
 
 
@@ -105,6 +105,8 @@ class Journal:
     """A run's log as seen by one execution: positions, replay, appends with the lease."""
 
     patches: dict[str, str] | None = None  # a dry replay's: the patches the run relies on
+    inline_child: Journal | None = None  # an inline child executing in this one's thread
+    inline = False  # this run is an inline child executed by its parent: nobody to wake
 
     def __init__(
         self,
@@ -157,8 +159,10 @@ class Journal:
 
     def interrupt(self, exc: BaseException | None) -> None:
         """Raise ``exc`` at this execution's next position (a stop or a cancel asked from
-        another thread); None withdraws it."""
+        another thread; an inline child executing meanwhile too); None withdraws it."""
         self.interrupted = exc
+        if self.inline_child is not None:
+            self.inline_child.interrupt(exc)
 
     def _apply_fork_vars(self) -> None:
         """Each fork's edited variables take effect once replay passes its fork point
@@ -295,11 +299,9 @@ class Journal:
         if self.agent_task is None:
             return
         with self.lock:
-            left = self._in_flight.get(task, 0) - 1
+            left = self._in_flight.pop(task, 0) - 1
             if left > 0:
                 self._in_flight[task] = left
-            else:
-                self._in_flight.pop(task, None)
 
     def peek(self) -> StepState | None:
         """What the log recorded at the position the next call here takes (None past the
@@ -374,7 +376,7 @@ class Journal:
             if observe.OBSERVER is not None and isinstance(e, LeaseLost):
                 observe.OBSERVER.lease_lost()
             raise
-        if self.caller is not None and transition is not None:
+        if self.caller is not None and transition is not None and not self.inline:
             children.wake_caller(self, transition.status)
 
     def seq_after(self, n: int) -> int:
@@ -392,9 +394,8 @@ class Journal:
             self._deferred_transition = transition or self._deferred_transition
 
     def flush(self) -> None:
-        """Append a step's deferred record now (see :meth:`record_success`): before a
-        call runs (``attempts``), before the run's own log is read, and before a
-        failure or a cancel is recorded."""
+        """Append a step's deferred record now (see :meth:`record_success`): before a call
+        runs (``attempts``), before the run's log is read, before a failure or a cancel."""
         with self.lock:
             if any(e.type == ev.STEP_COMPLETED for e in self._deferred):  # not run.started
                 self._append([], None, (), True)
@@ -462,7 +463,8 @@ class Journal:
             side = [_with_result(effect, output)] if effect is not None else []
         except EncodeError as e:
             raise self._encode_error(slot, e) from None
-        if side or writes or slot.kind == "llm" or duration >= DEFER_BELOW:
+        slow = duration >= DEFER_BELOW and slot.kind != "child"  # a child is found by its id
+        if side or writes or slot.kind == "llm" or slow:
             self.append([event], writes=[*side, *writes])
         else:
             self.defer([event])

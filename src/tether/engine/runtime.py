@@ -12,13 +12,14 @@ numbers its calls in argument order. ``run.map`` and ``run.parallel`` fan out
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Collection, Coroutine, Iterable, Iterator, MutableMapping
+from collections.abc import Callable, Collection, Coroutine, Iterable
 from functools import partial
 from typing import Any, cast
 
 from tether.context.boards import Board
 from tether.context.conversation import Session, session_of_run
 from tether.engine import children, fanout, handoffs
+from tether.engine import inline as inlined
 from tether.engine.boards import RunBoard, Stepper
 from tether.engine.calls import Call, Core, Sleep, Slot
 from tether.engine.effects import ToolDef, mark_secrets, tool_core
@@ -27,7 +28,7 @@ from tether.engine.journal import Journal, no_literal_secret
 from tether.engine.policy import Policy
 from tether.engine.retry import Retry, call_with_timeout
 from tether.engine.steps import step_core
-from tether.errors import EncodeError
+from tether.engine.variables import Vars
 from tether.model import events as ev
 from tether.model import inputs
 from tether.model.clock import Clock
@@ -97,63 +98,6 @@ async def _acall(cmd: Call) -> Any:
 
         return await asyncio.wait_for(result, cmd.timeout)
     return result
-
-
-class Vars(MutableMapping[str, Any]):
-    """Task variables: reads are local, every write and delete is journaled by position."""
-
-    def __init__(self, journal: Journal) -> None:
-        self._j = journal
-        self._data = journal.vars
-
-    def __getitem__(self, key: str) -> Any:
-        return self._data[key]
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        self._data[key] = value  # before the write: a fork's edits applied at it win
-        self._write(ev.VAR_SET, key, value)
-
-    def __delitem__(self, key: str) -> None:
-        if key not in self._data:
-            raise KeyError(key)
-        del self._data[key]
-        self._write(ev.VAR_DELETED, key, None)
-
-    def _write(self, type_: str, key: str, value: Any) -> None:
-        if not isinstance(key, str) or not key:
-            raise TypeError(
-                f"run {self._j.run_id}: task variable names are non-empty str, not {key!r}"
-            )
-        slot = self._j.slot("var", f"vars.{key}")
-        if self._j.trace is not None:  # a span (replayed: marked so)
-            self._j.trace.gate(slot, lambda: self._record(slot, type_, key, value))
-        else:
-            self._record(slot, type_, key, value)
-
-    def _record(self, slot: Slot, type_: str, key: str, value: Any) -> None:
-        if slot.done:
-            return
-        data = {"pos": slot.pos, "name": slot.name, "key": key, "value": value}
-        try:
-            event = self._j.event(type_, data)
-        except EncodeError as e:
-            raise EncodeError(
-                f"run {self._j.run_id}: task variable {key!r} (position {slot.pos}) cannot be "
-                f"stored: {e.type_name} at {e.path.replace('$.value', '$', 1)}",
-                path=e.path,
-                type_name=e.type_name,
-            ) from None
-        self._j.append([event])
-        self._j.executed.append((slot.pos, slot.name))
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._data)
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def __repr__(self) -> str:
-        return f"Vars({self._data!r})"
 
 
 class _RunBase:
@@ -431,12 +375,28 @@ class Run(_RunBase):
         return wait_core(self._j, name, timeout)
 
     def child(
-        self, agent: Callable[..., Any] | str, *args: Any, queue: str = "default", **kwargs: Any
-    ) -> str:
+        self,
+        agent: Callable[..., Any] | str,
+        *args: Any,
+        queue: str = "default",
+        inline: bool = False,
+        **kwargs: Any,
+    ) -> Any:
         """Start a child run of ``agent`` in ``queue`` (workers execute it) and return its
-        id; on replay return the recorded id (a child is started once). See
-        ``docs/children.md``."""
+        id; on replay return the recorded id (a child is started once). With ``inline``,
+        execute the child here at once and return its output (a failed child raises
+        :class:`tether.ChildFailed`). See ``docs/children.md``."""
+        if inline is not False:
+            return inlined.child(self._j, (agent, args, kwargs, queue, self._tenant_of), inline)
         return children.start_core(self._j, agent, args, kwargs, queue, self._tenant_of)
+
+    def children(
+        self, agent: Callable[..., Any] | str, items: Iterable[Any], *, queue: str = "default"
+    ) -> list[str]:
+        """Start a child run of ``agent`` per item (``agent(run, item)``) in ``queue``, all
+        in one transaction, their positions taken in item order; return their ids (on
+        replay the recorded ones: each child is started once). See ``docs/children.md``."""
+        return children.start_many_core(self._j, agent, items, queue, self._tenant_of)
 
     def join(self, runs: str | Iterable[str], name: str = "join") -> Any:
         """The output of child run ``runs`` (an id), or the outputs of a list of them,
@@ -561,10 +521,23 @@ class AsyncRun(_RunBase):
         return _ready(wait_core(self._j, name, timeout))
 
     def child(
-        self, agent: Callable[..., Any] | str, *args: Any, queue: str = "default", **kwargs: Any
-    ) -> Coroutine[Any, Any, str]:
-        """Start a child run; see :meth:`Run.child`."""
+        self,
+        agent: Callable[..., Any] | str,
+        *args: Any,
+        queue: str = "default",
+        inline: bool = False,
+        **kwargs: Any,
+    ) -> Coroutine[Any, Any, Any]:
+        """Start a child run (its position taken now); see :meth:`Run.child`."""
+        if inline is not False:
+            return inlined.achild(self._j, (agent, args, kwargs, queue, self._tenant_of), inline)
         return _ready(children.start_core(self._j, agent, args, kwargs, queue, self._tenant_of))
+
+    def children(
+        self, agent: Callable[..., Any] | str, items: Iterable[Any], *, queue: str = "default"
+    ) -> Coroutine[Any, Any, list[str]]:
+        """Start a child run per item in one transaction; see :meth:`Run.children`."""
+        return _ready(children.start_many_core(self._j, agent, items, queue, self._tenant_of))
 
     def join(self, runs: str | Iterable[str], name: str = "join") -> Coroutine[Any, Any, Any]:
         """Wait for child runs; see :meth:`Run.join` (each join takes its position when it

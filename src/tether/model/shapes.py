@@ -246,7 +246,7 @@ SHAPES: dict[str, tuple[Mapping[str, Check], Mapping[str, Check]]] = {
     ev.APPROVAL_DECIDED: ({**STEP, "approved": flag, "by": text}, {"reason": opt(text)}),
     ev.TIMER_STARTED: ({**STEP, "until": time}, {"suspend": flag}),
     ev.WAIT_STARTED: (STEP, {"timeout_at": opt(time)}),
-    ev.JOIN_STARTED: ({**STEP, "children": names}, {}),
+    ev.JOIN_STARTED: ({**STEP, "children": names}, {"kind": name, "inline": flag}),
     ev.RUN_COMPENSATING: (
         {"reason": text, "from_position": pos},
         {"error": opt(obj)},

@@ -372,13 +372,11 @@ def _wait_started(f: _Fold, e: Event, d: dict[str, Any]) -> None:
 
 def _join_started(f: _Fold, e: Event, d: dict[str, Any]) -> None:
     pos = d["pos"]
-    f.put_step(
-        pos,
-        StepState(
-            pos, d["name"], "join", StepStatus.WAITING, attempts=1, started_at=e.at, seq=e.seq
-        ),
-    )
-    f.wait("children", d, e, children=list(d["children"]))
+    kind = d.get("kind", "join")  # "child": an inline child not finished (engine.inline)
+    waits = StepStatus.WAITING
+    f.put_step(pos, StepState(pos, d["name"], kind, waits, attempts=1, started_at=e.at, seq=e.seq))
+    inline = {"inline": True} if d.get("inline") else {}
+    f.wait("children", d, e, children=list(d["children"]), **inline)
 
 
 def _compensating(f: _Fold, e: Event, d: dict[str, Any]) -> None:

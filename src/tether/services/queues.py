@@ -7,7 +7,7 @@ waiting workers in the same commit (PostgreSQL: NOTIFY).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,9 +15,9 @@ from tether.context.conversation import Session
 from tether.engine import tracing as traces
 from tether.engine.children import Spawner
 from tether.engine.deps import Deps
-from tether.engine.executor import Executor
+from tether.engine.executor import Executor, Prepared, RunHandle
 from tether.engine.registry import AgentDef, Registry
-from tether.errors import InvalidInput
+from tether.errors import Conflict, EncodeError, InvalidInput, NondeterminismError, RunFailed
 from tether.model import events as ev
 from tether.model import inputs
 from tether.model.budgets import Limits, check_limits
@@ -138,7 +138,47 @@ class Queues:
                 session, d, args, kwargs, o, tenant=tenant, caller=caller, handoff=handoff
             )
 
-        return Spawner(self.registry.resolve, start)
+        ex = self.executor
+        return Spawner(
+            self.registry.resolve, start, self.inline, ex_run(ex), ex_arun(ex), self.start_many
+        )
+
+    def inline(
+        self,
+        d: AgentDef,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        queue: str,
+        run_id: str,
+        caller: dict[str, Any],
+        tenant: str | None,
+    ) -> Prepared | None:
+        """An inline child (engine.inline), ready to execute here under this process's
+        lease: created (in ``queue``, where a worker takes it over should this process die
+        under it), or claimed when it exists unfinished and its lease is free (a dead
+        local holder's is taken over). None when it is finished, waits, is blocked, or
+        executes elsewhere: the parent records it, or waits for it."""
+        ex, store = self.executor, self.deps.store
+        try:  # most often the first time: no read first
+            prepared = ex.create(
+                d, args, kwargs, tenant=tenant, run_id=run_id, queue=queue, caller=caller
+            )
+        except Conflict:  # it exists: a resumed parent (or a zombie one created it)
+            record = store.get_run(run_id)
+        else:
+            prepared[1].inline = True
+            return prepared
+        if record.status not in (RunStatus.RUNNING, RunStatus.QUEUED):
+            return None
+        try:
+            lease = ex.leases.claim(record)
+        except Conflict:  # another process executes it: the parent waits for it
+            return None
+        prepared_or_done = ex.prepare_claimed(ex.registry.agent_for(record), record, lease)
+        if isinstance(prepared_or_done, RunHandle):
+            return None
+        prepared_or_done[1].inline = True
+        return prepared_or_done
 
     def enqueue(
         self,
@@ -155,8 +195,54 @@ class Queues:
         """:meth:`start` with the options as a Start; the run's owner (its tenant) is the
         session's, else ``tenant``; ``caller``: a child run's parent (engine.children);
         ``handoff``: what a handoff's target is handed (engine.handoffs)."""
-        d = agent if isinstance(agent, AgentDef) else self.registry.resolve(agent)
         now = self.deps.clock.now()
+        new, created = self._new(session, agent, args, kwargs, o, now, tenant, caller, handoff)
+        rid, _ = self.deps.store.enqueue(
+            new, [created], now=now, max_depth=self.config(o.queue).max_depth
+        )
+        return rid  # the store told waiting workers (PostgreSQL: NOTIFY in the same commit)
+
+    def start_many(
+        self,
+        d: AgentDef,
+        calls: list[tuple[tuple[Any, ...], dict[str, Any], str, dict[str, Any]]],
+        queue: str,
+        tenant: str | None,
+    ) -> list[str]:
+        """Enqueue child runs of ``d`` (``calls``: each one's args, kwargs, id and caller)
+        in one transaction, those whose ids are taken left as they are (engine.children's
+        ``run.children``); every input is checked before anything is written."""
+        now = self.deps.clock.now()
+        runs = []
+        for i, (args, kwargs, run_id, caller) in enumerate(calls):
+            o = Start(queue=queue, run_id=run_id)
+            try:
+                new, created = self._new(None, d, args, kwargs, o, now, tenant, caller, None)
+            except (EncodeError, InvalidInput) as e:
+                raise type(e)(f"run.children, item {i}: {e}") from None
+            runs.append((new, [created]))
+        depth = self.config(queue).max_depth
+        if depth is None:
+            self.deps.store.enqueue_many(runs, now=now)
+        else:  # a bounded queue's depth is checked (QueueFull) per run, as app.start does
+            for new, events in runs:
+                self.deps.store.enqueue(new, events, now=now, max_depth=depth)
+        return [run.id for run, _ in runs]
+
+    def _new(
+        self,
+        session: Session | str | None,
+        agent: Callable[..., Any] | str | AgentDef,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        o: Start,
+        now: float,
+        tenant: str | None,
+        caller: dict[str, Any] | None,
+        handoff: dict[str, Any] | None,
+    ) -> tuple[NewRun, ev.NewEvent]:
+        """A queued run's row and its ``run.created``, its input and options checked."""
+        d = agent if isinstance(agent, AgentDef) else self.registry.resolve(agent)
         _check_start(o.queue, o.priority, o.run_id, o.dedup_key, o.concurrency_key)
         check_limits(o.limits, "limits")
         seconds = parse_duration(o.delay, what="delay") or 0.0
@@ -197,11 +283,7 @@ class Queues:
             data["caller"] = caller
         if handoff is not None:
             data["handoff"] = handoff
-        created = ev.new(ev.RUN_CREATED, data, now)
-        rid, _ = self.deps.store.enqueue(
-            new, [created], now=now, max_depth=self.config(o.queue).max_depth
-        )
-        return rid  # the store told waiting workers (PostgreSQL: NOTIFY in the same commit)
+        return new, ev.new(ev.RUN_CREATED, data, now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,3 +316,45 @@ def _check_start(
         inputs.run_id(run_id)
     inputs.optional_name(dedup_key, "dedup_key")
     inputs.optional_name(concurrency_key, "concurrency_key")
+
+
+def ex_run(ex: Executor) -> Callable[[Any], dict[str, Any] | None]:
+    """Execute a prepared inline child in this thread, to its end, wait or block (a
+    failure or a block is recorded in the child's log first); return its outcome when it
+    ended completed or failed (what children.outcome reads from its log), else None."""
+
+    def run(prepared: Any) -> dict[str, Any] | None:
+        try:
+            return _ended(ex.continue_run(prepared))
+        except RunFailed as e:
+            return _failed(e)
+        except NondeterminismError:  # blocked: the parent waits for it
+            return None
+
+    return run
+
+
+def ex_arun(ex: Executor) -> Callable[[Any], Awaitable[dict[str, Any] | None]]:
+    """:func:`ex_run` in the running event loop (an async parent's)."""
+
+    async def arun(prepared: Any) -> dict[str, Any] | None:
+        try:
+            return _ended(await ex.acontinue_run(prepared))
+        except RunFailed as e:
+            return _failed(e)
+        except NondeterminismError:
+            return None
+
+    return arun
+
+
+def _ended(handle: RunHandle) -> dict[str, Any] | None:
+    if handle.status != RunStatus.COMPLETED:
+        return None  # waiting, blocked, cancelled: the parent reads the child's log
+    return {"run": handle.id, "status": str(RunStatus.COMPLETED), "output": handle.output}
+
+
+def _failed(e: RunFailed) -> dict[str, Any]:
+    keys = ("type", "message", "step", "position")
+    error = {k: e.error.get(k) for k in keys if k in e.error}
+    return {"run": e.run_id, "status": str(RunStatus.FAILED), "error": error}

@@ -216,6 +216,15 @@ class Queue(Protocol):
         """
         ...
 
+    def enqueue_many(
+        self, runs: Sequence[tuple[NewRun, Sequence[NewEvent]]], *, now: float
+    ) -> list[bool]:
+        """Create the queued runs whose ids are not taken, all in one transaction, and tell
+        waiting workers in it; a run whose id exists is left as it is. Returns, for each
+        run in order, whether it was created. For runs without a dedup key, in queues
+        without a ``max_depth`` (a batch of child runs: tether.engine.children)."""
+        ...
+
     def claim_next(
         self,
         queues: Sequence[QueueLimits],

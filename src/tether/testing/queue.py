@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
-from tether.errors import Conflict, LeaseLost, QueueFull
+from tether.errors import Conflict, LeaseLost, NotFound, QueueFull, StoreError
+from tether.model.events import NewEvent
 from tether.store import (
+    NewRun,
     QueueLimits,
     Serving,
     Store,
@@ -26,8 +28,8 @@ def _waiting(store: Store, queues: list[str], timeout: float, wake: threading.Ev
 
 
 class QueueSuite(StoreTest):
-    """``enqueue``, ``claim_next`` (order, limits, racing workers), the worker registry and
-    ``wait_for_work``."""
+    """``enqueue``, ``enqueue_many``, ``claim_next`` (order, limits, racing workers), the
+    worker registry and ``wait_for_work``."""
 
     def test_enqueue_creates_a_queued_run_with_its_events(self) -> None:
         store = self.store
@@ -76,6 +78,30 @@ class QueueSuite(StoreTest):
         assert enqueue(store, "a", max_depth=2) == ("a", False)  # an existing id is not refused
         assert enqueue(store, "c", max_depth=3) == ("c", True)
         assert enqueue(store, "x", queue="other", max_depth=1) == ("x", True)
+
+    def test_enqueue_many_creates_the_free_ids_in_one_transaction(self) -> None:
+        """A batch (child runs): the runs whose ids are free are created, queued and
+        claimable; one whose id exists is left as it was; a batch that fails keeps
+        nothing (one transaction)."""
+        store = self.store
+
+        def run(run_id: str) -> NewRun:
+            return NewRun(run_id, "agent", None, "queued", queue="q")
+
+        enqueue(store, "kid-2", now=T0)
+        batch = [(run(f"kid-{i}"), [ev(1)]) for i in (1, 2, 3)]
+        assert store.enqueue_many(batch, now=T0 + 1) == [True, False, True]
+        assert [store.get_run(f"kid-{i}").status for i in (1, 2, 3)] == ["queued"] * 3
+        assert seqs(store, "kid-3") == [1]
+        assert claimed(store, QueueLimits("q")) == ["kid-2", "kid-1", "kid-3"]
+        assert store.enqueue_many(batch, now=T0 + 2) == [False, False, False]
+        # a second run the database refuses (an event without data) fails the batch
+        nothing = NewEvent("note", None, T0, None)  # type: ignore[arg-type]
+        with pytest.raises(StoreError):
+            store.enqueue_many([(run("kid-4"), [ev(1)]), (run("kid-5"), [nothing])], now=T0)
+        for run_id in ("kid-4", "kid-5"):
+            with pytest.raises(NotFound):
+                store.get_run(run_id)
 
     def test_claim_next_takes_the_best_claimable_runs_first(self) -> None:
         store = self.store

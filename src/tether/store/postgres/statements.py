@@ -4,6 +4,7 @@ group commit's libpq connections (``pgwire``), and how each reads its result."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -17,12 +18,28 @@ from tether.store.groupcommit import Pending
 from tether.store.pgwire import Prepared, WireConnection
 from tether.store.postgres import functions
 from tether.store.postgres.pool import _Q
-from tether.store.records import EffectWrite, RunRecord, SignalTake, Snapshot, Transition
+from tether.store.records import (
+    EffectWrite,
+    NewRun,
+    RunRecord,
+    SignalTake,
+    Snapshot,
+    Transition,
+)
 
 _FLOAT_FIELDS = ("created_at", "updated_at", "lease_expires", "available_at", "claimed_at")
 # the hot statements, sent on the group commit's libpq connection (see pgwire), and their
 # calls of the server-side functions that hold them (sent where nothing is prepared)
 _WIRE = {name: Prepared(name, _Q[name], functions.call(name, _Q[name])) for name in functions.HOT}
+
+
+_NEW_RUN_FIELDS = tuple(NewRun.__dataclass_fields__)
+
+
+def _run_params(run: NewRun, now: float, events: Sequence[NewEvent]) -> dict[str, Any]:
+    """A new run's columns and its first events, as named parameters."""
+    fields = {name: getattr(run, name) for name in _NEW_RUN_FIELDS}
+    return {**fields, "code": json.dumps(run.code), "now": now, **_columns(events)}
 
 
 def _columns(events: Sequence[NewEvent]) -> dict[str, list[Any]]:

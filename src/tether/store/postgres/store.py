@@ -20,7 +20,6 @@ power loss), so ``tether.open``'s ``durability`` does not apply here.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -45,6 +44,7 @@ from tether.store.faults import translated
 from tether.store.groupcommit import GroupCommit, Pending
 from tether.store.log_rewrite import LogRewriteRows
 from tether.store.pgwire import WireConnection
+from tether.store.postgres.batch import PgBatch
 from tether.store.postgres.notify import PgNotifications
 from tether.store.postgres.pool import (
     _NO_LIMIT,
@@ -58,10 +58,10 @@ from tether.store.postgres.statements import (
     _answer,
     _append_statement,
     _claimed,
-    _columns,
     _loaded,
     _lost,
     _refusal_raises,
+    _run_params,
     _Statement,
     _statement,
 )
@@ -87,14 +87,7 @@ AUTO_LANES = 2  # group-commit lanes of a lone worker (see PostgresStore.workers
 # (groupcommit: lingering), about one commit here; bench/README.md item 21 measures it.
 LINGER = 0.001
 _QUEUE_LOCK_CLASS = 0x7465_7471  # "tetq": the advisory-lock class of queue claims
-_NEW_RUN_FIELDS = tuple(NewRun.__dataclass_fields__)
 log = logging.getLogger("tether.postgres")
-
-
-def _run_params(run: NewRun, now: float, events: Sequence[NewEvent]) -> dict[str, Any]:
-    """A new run's columns and its first events, as named parameters."""
-    fields = {name: getattr(run, name) for name in _NEW_RUN_FIELDS}
-    return {**fields, "code": json.dumps(run.code), "now": now, **_columns(events)}
 
 
 def _check_read_only(value: Any) -> bool:
@@ -110,7 +103,7 @@ def _one(cur: psycopg.Cursor[Any]) -> Any:
 
 
 @translated
-class PostgresStore(PgNotifications, ContextRows, LogRewriteRows, BoardRows, ScheduleRows):
+class PostgresStore(PgNotifications, PgBatch, ContextRows, LogRewriteRows, BoardRows, ScheduleRows):
     """A :class:`tether.store.Store` on one schema of a PostgreSQL database.
 
     Options (``tether.open(url, **options)`` passes them on): ``min_size`` and

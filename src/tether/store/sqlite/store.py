@@ -242,6 +242,18 @@ class SQLiteStore(SQLiteWriter, ContextRows, LogRewriteRows, BoardRows, Schedule
             self._insert_run(conn, run, events, lease_owner=None, now=now, ttl=0.0)
         return run.id, True
 
+    def enqueue_many(
+        self, runs: Sequence[tuple[NewRun, Sequence[NewEvent]]], *, now: float
+    ) -> list[bool]:
+        created = []
+        with self._tx() as conn:
+            for run, events in runs:
+                fresh = conn.execute(_Q["get_run"], (run.id,)).fetchone() is None
+                if fresh:
+                    self._insert_run(conn, run, events, lease_owner=None, now=now, ttl=0.0)
+                created.append(fresh)
+        return created
+
     def claim_next(
         self,
         queues: Sequence[QueueLimits],

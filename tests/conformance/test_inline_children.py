@@ -1,0 +1,307 @@
+"""Inline children (issue 31): ``run.child(agent, ..., inline=True)`` executes a child run
+at once in the parent's thread and returns its output; the child is a run of its own
+(id, log, lease, caller), the parent records its outcome at the call's position, a
+replay executes nothing, a failure reaches the parent as ChildFailed, a child that waits
+makes the parent wait, and cancelling the parent cancels the child. On both backends;
+the crashes, in real processes: tests/acceptance/test_inline_children_crash.py."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+import tether
+from tether.engine.calls import Cancelling
+from tether.engine.children import child_id
+from tether.errors import InvalidInput
+
+pytestmark = pytest.mark.conformance
+
+
+def drain(app: tether.App) -> tether.WorkerStats:
+    return app.worker(queues=["default"], concurrency=1).run(until_idle=True, install_signals=False)
+
+
+class Calls:
+    def __init__(self) -> None:
+        self.n: dict[str, int] = {}
+
+    def __call__(self, key: str, value: Any) -> Any:
+        self.n[key] = self.n.get(key, 0) + 1
+        return value
+
+
+def test_an_inline_child_is_a_run_of_its_own_and_its_output_is_recorded(app: tether.App) -> None:
+    calls = Calls()
+
+    @app.agent
+    def kid(run: tether.Run, word: str) -> str:
+        return str(run.step("shout", calls, f"kid:{word}", word.upper()))
+
+    @app.agent
+    def parent(run: tether.Run, words: list[str]) -> list[str]:
+        outs = [run.child(kid, w, inline=True) for w in words]
+        run.step("after", calls, "parent:after", None)
+        return outs
+
+    handle = app.run(parent, ["a", "b"])
+    rid = handle.id
+    assert (handle.status, handle.output) == ("completed", ["A", "B"])
+    kids = [child_id(rid, 1), child_id(rid, 2)]
+    for pos, (k, out) in enumerate(zip(kids, ["A", "B"], strict=True), 1):
+        state = app.get(k)
+        assert (state.status, state.output, state.caller) == (
+            "completed",
+            out,
+            {"run": rid, "pos": pos},
+        )
+        assert [e.type for e in app.events(k)].count("run.created") == 1
+        step = app.get(rid).steps[pos - 1]
+        assert (step.kind, step.name, step.output) == ("child", "kid", k)
+        assert step.detail == {
+            "inline": True,
+            "outcome": {"run": k, "status": "completed", "output": out},
+        }
+    assert app.store.get_run(kids[0]).queue == "default"  # where a worker would take it over
+    # a replay (a fork of the whole log) executes nothing and starts no child
+    again = app.resume(rid)
+    assert again.output == ["A", "B"]
+    assert calls.n == {"kid:a": 1, "kid:b": 1, "parent:after": 1}
+
+
+def test_a_replayed_parent_takes_the_outcome_from_its_log(app: tether.App) -> None:
+    calls = Calls()
+
+    @app.agent
+    def kid(run: tether.Run) -> int:
+        return int(run.step("one", calls, "kid", 1))
+
+    @app.agent
+    def parent(run: tether.Run) -> int:
+        got = run.child(kid, inline=True)
+        run.step("after", calls, "parent:after", None)
+        run.wait("go")
+        return int(got)
+
+    rid = app.run(parent).id
+    assert app.get(rid).status == "waiting"
+    app.signal(rid, "go", None)
+    assert app.resume(rid).output == 1  # replayed: the child's outcome from the parent's log
+    assert calls.n == {"kid": 1, "parent:after": 1}
+    assert [e.type for e in app.events(child_id(rid, 1))].count("run.started") == 1
+
+
+def test_an_inline_childs_failure_reaches_its_parent_as_child_failed(app: tether.App) -> None:
+    @app.agent
+    def kid(run: tether.Run) -> None:
+        run.step("boom", lambda: 1 / 0)
+
+    @app.agent
+    def parent(run: tether.Run) -> Any:
+        try:
+            run.child(kid, inline=True)
+        except tether.ChildFailed as e:
+            run.wait("go")
+            return {"child": e.child_id, **{k: e.error.get(k) for k in ("status", "type", "step")}}
+        return None
+
+    rid = app.run(parent).id
+    kid_id = child_id(rid, 1)
+    assert app.get(kid_id).status == "failed"
+    expected = {"child": kid_id, "status": "failed", "type": "ZeroDivisionError", "step": "boom"}
+    app.signal(rid, "go", None)
+    assert app.resume(rid).output == expected  # replayed: raised again from the record
+    recorded = app.get(rid).steps[0].detail
+    assert recorded is not None and recorded["outcome"]["error"]["position"] == 1
+
+
+def test_async_parents_await_inline_children(app: tether.App) -> None:
+    @app.agent
+    async def square(run: tether.AsyncRun, n: int) -> int:
+        return int(await run.step("sq", lambda: n * n))
+
+    @app.agent
+    def cube(run: tether.Run, n: int) -> int:
+        return int(run.step("cu", lambda: n**3))
+
+    @app.agent
+    async def fan(run: tether.AsyncRun, n: int) -> list[Any]:
+        first = run.child(square, n, inline=True)  # position 1, taken now
+        second = run.child(cube, n, inline=True)  # position 2
+        return list(await asyncio.gather(second, first))
+
+    rid = app.start(fan, 3)
+    assert drain(app).completed == 1  # the children were not queued
+    assert app.get(rid).output == [27, 9]
+    assert [app.get(child_id(rid, p)).agent for p in (1, 2)] == ["square", "cube"]
+
+
+def test_a_waiting_inline_child_makes_its_parent_wait_then_wakes_it(app: tether.App) -> None:
+    calls = Calls()
+
+    @app.agent
+    def asker(run: tether.Run) -> str:
+        run.step("before", calls, "kid:before", None)
+        return str(run.wait("answer"))
+
+    @app.agent
+    def parent(run: tether.Run) -> str:
+        got = run.child(asker, inline=True)
+        return str(run.step("after", calls, "parent:after", got))
+
+    rid = app.start(parent)
+    drain(app)
+    kid = child_id(rid, 1)
+    assert app.store.get_run(rid).waiting_for == f"child:{kid}"
+    assert app.get(rid).steps[0].kind == "child" and app.get(rid).steps[0].status == "waiting"
+    assert app.get(kid).status == "waiting"
+    app.signal(kid, "answer", "yes")
+    drain(app)  # a worker finishes the child, whose end wakes the parent
+    assert app.get(rid).output == "yes"
+    assert calls.n == {"kid:before": 1, "parent:after": 1}
+
+
+def test_cancelling_a_parent_cancels_its_waiting_inline_child(app: tether.App) -> None:
+    @app.agent
+    def sleeper(run: tether.Run) -> None:
+        run.wait("never")
+
+    @app.agent
+    def parent(run: tether.Run) -> None:
+        run.child(sleeper, inline=True)
+
+    rid = app.run(parent).id
+    kid = child_id(rid, 1)
+    assert app.get(rid).status == "waiting" and app.get(kid).status == "waiting"
+    assert app.cancel(rid).status == "cancelled"
+    assert app.get(kid).status == "cancelled"
+
+
+def test_inline_takes_true_or_false(app: tether.App) -> None:
+    @app.agent
+    def kid(run: tether.Run) -> None:
+        return None
+
+    @app.agent
+    def parent(run: tether.Run) -> None:
+        run.child(kid, inline="yes")
+
+    with pytest.raises(tether.RunFailed, match="inline is True or False, not 'yes'") as e:
+        app.run(parent)
+    assert e.value.error["type"] == f"{InvalidInput.__module__}.InvalidInput"
+
+
+def test_cancelling_a_parent_stops_the_inline_child_it_executes(app: tether.App) -> None:
+    calls = Calls()
+    parent_id: list[str] = []
+
+    def cancel_parent() -> None:
+        # what the heartbeat thread does when `tether cancel` (another process) asks the
+        # parent to stop: interrupt the parent's execution here
+        app._leases.active.interrupt(parent_id[0], Cancelling(compensate=False))
+
+    @app.agent
+    def kid(run: tether.Run) -> None:
+        run.step("cancel", cancel_parent)
+        run.step("next", calls, "kid:next", None)
+
+    @app.agent
+    def parent(run: tether.Run) -> None:
+        parent_id.append(run.id)
+        run.child(kid, inline=True)
+        run.step("after", calls, "parent:after", None)
+
+    handle = app.run(parent)
+    kid_id = child_id(handle.id, 1)
+    assert (handle.status, app.get(kid_id).status) == ("cancelled", "cancelled")
+    assert calls.n == {}  # neither went on past the cancel
+
+
+def test_resuming_a_parent_executes_its_woken_inline_child_inline(app: tether.App) -> None:
+    calls = Calls()
+
+    @app.agent
+    def asker(run: tether.Run) -> str:
+        run.step("before", calls, "kid:before", None)
+        return str(run.wait("answer"))
+
+    @app.agent
+    def parent(run: tether.Run) -> str:
+        return str(run.child(asker, inline=True))
+
+    rid = app.run(parent).id  # no workers anywhere
+    kid = child_id(rid, 1)
+    app.signal(kid, "answer", "yes")
+    assert app.store.get_run(kid).status == "queued"
+    handle = app.resume(rid)  # not refused: it executes the child here, from its log
+    assert (handle.status, handle.output) == ("completed", "yes")
+    assert app.get(kid).status == "completed" and calls.n == {"kid:before": 1}
+
+
+def test_a_dry_replay_reads_children_from_the_log(app: tether.App) -> None:
+    from tether.testing import replay
+
+    @app.agent
+    def kid(run: tether.Run, n: int) -> int:
+        return int(run.step("sq", lambda: n * n))
+
+    @app.agent
+    def parent(run: tether.Run) -> list[Any]:
+        inline = run.child(kid, 3, inline=True)
+        queued = run.join(run.child("kid", 4))  # by name, as an agent may
+        run.wait("go")
+        return [inline, queued]
+
+    rid = app.start(parent)
+    drain(app)
+    report = replay(app, rid)  # what `tether check` does: executing and writing nothing
+    assert (report.outcome, report.position) == ("continues", 4), report
+    what_if = replay(app, rid, replace={1: 100, 4: None})
+    assert (what_if.outcome, what_if.output) == ("finished", [100, 16])
+
+
+def test_an_inline_child_is_a_span_around_the_childs_run(backend: Any) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    app = tether.open(backend.url, tracing=tether.Tracing(provider))
+    try:
+
+        @app.agent
+        def kid(run: tether.Run) -> int:
+            return int(run.step("one", lambda: 1))
+
+        @app.agent
+        def parent(run: tether.Run) -> int:
+            return int(run.child(kid, inline=True))
+
+        assert app.run(parent).output == 1
+        by_name = {s.name: s for s in spans.get_finished_spans()}
+        call, kid_run = by_name["child kid"], by_name["invoke_agent kid"]
+        parent_run = by_name["invoke_agent parent"].context.span_id
+        assert call.parent is not None and call.parent.span_id == parent_run
+        assert kid_run.parent is not None and kid_run.parent.span_id == parent_run
+        assert call.start_time <= kid_run.start_time <= kid_run.end_time <= call.end_time
+    finally:
+        app.close()
+
+
+def test_an_inline_child_belongs_to_its_parents_tenant(app: tether.App) -> None:
+    @app.agent
+    def kid(run: tether.Run) -> str | None:
+        return run.tenant
+
+    @app.agent
+    def parent(run: tether.Run) -> Any:
+        return run.child(kid, inline=True)
+
+    rid = app.for_tenant("acme").start(parent, queue="parents")
+    app.worker(queues=["parents"]).run(until_idle=True, install_signals=False)
+    assert app.get(rid).output == "acme"
+    assert app.store.get_run(child_id(rid, 1)).owner == "acme"
