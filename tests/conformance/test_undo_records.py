@@ -168,3 +168,32 @@ def test_an_undo_of_a_tool_without_a_policy_retries_under_the_app_s(
         app.close()
     assert len(tries) == 2
     assert (state.steps[2].status, state.steps[2].attempts) == ("completed", 2)
+
+
+UNDONE: list[str] = []
+
+
+def _release(result: str, item: str) -> None:
+    UNDONE.append(result)
+
+
+@tether.tool(risk="write", compensate=_release)
+def reserve(item: str) -> str:
+    """A tool no App registers: a run finds it where its step recorded its code."""
+    return f"rs-{item}"
+
+
+def test_an_unregistered_tool_is_undone_through_its_recorded_code(app: tether.App) -> None:
+    UNDONE.clear()
+
+    @app.agent
+    def order(run: tether.Run, order: str) -> None:
+        run.tool(reserve, "book")
+        run.step("ship", _fails)
+
+    assert "reserve" not in app.tools()
+    run_id = _failed_run(app, order)
+    assert UNDONE == ["rs-book"]
+    failure = app.get(run_id).failure
+    assert failure is not None and "compensation_failures" not in failure
+    assert app.get(run_id).steps[2].name == "undo:reserve"

@@ -421,6 +421,14 @@ def test_a_retried_tool_call_keeps_when_it_first_started() -> None:
     assert s.steps == (_intent_step(attempts=2, errors=({"type": "E"},), seq=5),)
 
 
+def test_a_completed_step_takes_the_key_its_event_carries() -> None:
+    """The effects table's dedup records a completion with its key, where the log may hold
+    no intent (a restored log): the key is the event's."""
+    done = {"pos": 1, "name": "charge", "kind": "tool", "output": 1, "key": "r1:1:charge:ab"}
+    s = run(CREATED, STARTED, (ev.STEP_COMPLETED, done))
+    assert s.steps[0].key == "r1:1:charge:ab"
+
+
 def test_a_woken_timer_keeps_its_due_time() -> None:
     timer = (ev.TIMER_STARTED, {"pos": 1, "name": "cool", "until": 5000.0})
     woke = (ev.STEP_COMPLETED, {"pos": 1, "name": "cool", "kind": "sleep"})
