@@ -197,3 +197,62 @@ def test_an_unregistered_tool_is_undone_through_its_recorded_code(app: tether.Ap
     failure = app.get(run_id).failure
     assert failure is not None and "compensation_failures" not in failure
     assert app.get(run_id).steps[2].name == "undo:reserve"
+
+
+class Crash(BaseException):
+    """Stands for the process dying (not an Exception: nothing records it)."""
+
+
+REFUNDED: list[str] = []
+CRASH_ON: set[str] = set()
+
+
+def _refund(result: str, who: str) -> None:
+    if who in CRASH_ON:
+        CRASH_ON.discard(who)
+        raise Crash
+    REFUNDED.append(who)
+
+
+@tether.tool(risk="write", compensate=_refund, name="charge")
+def charge_old(who: str) -> str:
+    return f"ch-{who}"
+
+
+@tether.tool(risk="write", compensate=_refund, name="charge")
+def charge_new(who: str) -> str:
+    return f"ch-{who}"
+
+
+def test_a_deploy_that_changes_which_call_an_undo_undoes_blocks_the_run(
+    app: tether.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two calls of tool "charge" recorded from two code locations; a compensation undid
+    the second and died undoing the first. Deployed code drops the second's undo: the
+    recorded undo at that position no longer undoes the same call, and the run is
+    blocked (holding no lease) rather than taking it for the first call's undo, which
+    never ran; with the code back, the compensation goes on."""
+    REFUNDED.clear()
+    CRASH_ON.clear()
+    CRASH_ON.add("a")
+
+    @app.agent
+    def pay(run: tether.Run, order: str) -> None:
+        run.tool(charge_old, "a")
+        run.tool(charge_new, "b")
+        run.step("ship", _fails)
+
+    with pytest.raises(Crash):
+        app.run(pay, "o-1")
+    (record,) = app.runs()
+    assert REFUNDED == ["b"]
+    no_undo = tether.tool(risk="write", name="charge")(lambda who: f"ch-{who}")
+    monkeypatch.setattr(__import__(__name__), "charge_new", no_undo)
+    with pytest.raises(tether.NondeterminismError, match="undo:charge"):
+        app.resume(record.id)
+    assert app.get(record.id).status == "blocked"
+    assert REFUNDED == ["b"]
+    monkeypatch.undo()  # the code matches the log again: the compensation goes on
+    with pytest.raises(tether.RunFailed, match="carrier is down"):
+        app.resume(record.id)
+    assert REFUNDED == ["b", "a"]
