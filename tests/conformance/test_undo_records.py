@@ -256,3 +256,5 @@ def test_a_deploy_that_changes_which_call_an_undo_undoes_blocks_the_run(
     with pytest.raises(tether.RunFailed, match="carrier is down"):
         app.resume(record.id)
     assert REFUNDED == ["b", "a"]
+    failure = app.get(record.id).failure  # the recorded undo of "b" replayed cleanly
+    assert failure is not None and "compensation_failures" not in failure
