@@ -273,6 +273,31 @@ def test_an_undo_done_before_a_crash_is_a_replayed_span_when_the_compensation_re
     ]  # fmt: skip
 
 
+def test_an_undo_s_content_is_the_recorded_result_and_arguments(
+    backend: Backend, spans: InMemorySpanExporter
+) -> None:
+    app = _open(backend, spans, capture_content=True)
+    try:
+
+        def cancel(booking: str, order: str, *, seats: int) -> None: ...
+
+        @app.tool(risk="write", compensate=cancel)
+        def book(order: str, *, seats: int) -> str:
+            return f"booking-{order}"
+
+        @app.agent
+        def trip(run: tether.Run) -> Any:
+            run.tool(book, "o-7", seats=2)
+            raise ValueError("no seats")
+
+        with pytest.raises(tether.RunFailed):
+            app.run(trip)
+    finally:
+        app.close()
+    (undo,) = _by_name(spans.get_finished_spans())["compensate undo:book"]
+    assert dict(undo.attributes or {})["tether.input"] == '[["booking-o-7","o-7"],{"seats":2}]'
+
+
 def test_a_queued_run_is_traced_from_its_enqueue(
     app: tether.App, spans: InMemorySpanExporter
 ) -> None:

@@ -80,6 +80,9 @@ def test_an_undo_gets_the_result_the_arguments_and_its_own_key(app: tether.App) 
         "pos": 3, "name": "undo:charge", "kind": "compensate", "key": undo_key, "attempt": 1,
         "digest": digest, "risk": "write", "of": 1, "input": None, "code": code,
     }  # fmt: skip
+    (completed,) = [e.payload() for e in app.events(run_id) if e.type == "step.completed"
+                    and e.payload()["pos"] == 3]  # fmt: skip
+    assert completed["key"] == undo_key and completed["kind"] == "compensate"
     step = state.steps[2]
     assert (step.position, step.name, step.kind, step.status, step.attempts) == (
         3, "undo:charge", "compensate", "completed", 1,
