@@ -358,16 +358,24 @@ def test_a_fan_out_inside_a_branch_is_refused(app: tether.App) -> None:
         app.run(agent)
 
 
+def _held(hold: asyncio.Event | None, value: str) -> Any:
+    """An async call that returns ``value`` once ``hold`` is set (at once without one)."""
+
+    async def call() -> str:
+        if hold is not None:
+            await asyncio.wait_for(hold.wait(), 30)
+        return value
+
+    return call
+
+
 def test_a_concurrent_task_s_second_call_while_another_is_in_flight_is_refused(
     app: tether.App,
 ) -> None:
     @app.agent
     async def agent(run: tether.AsyncRun) -> Any:
         hold = asyncio.Event()
-
-        async def slow() -> str:
-            await asyncio.wait_for(hold.wait(), 30)
-            return "slow"
+        slow = _held(hold, "slow")
 
         async def branch() -> str:
             await run.step("one", lambda: 1)
@@ -451,10 +459,7 @@ def test_the_agent_s_own_calls_are_never_refused_while_a_task_s_call_is_in_fligh
     @app.agent
     async def agent(run: tether.AsyncRun) -> Any:
         hold = asyncio.Event()
-
-        async def slow() -> str:
-            await asyncio.wait_for(hold.wait(), 30)
-            return "s"
+        slow = _held(hold, "s")
 
         async def sub() -> str:
             return await run.step("side", slow)  # another task's call, in flight till "b"
@@ -478,13 +483,7 @@ def test_a_task_with_a_call_still_in_flight_counts_as_in_flight(app: tether.App)
     @app.agent
     async def agent(run: tether.AsyncRun) -> Any:
         first_done, hold = asyncio.Event(), asyncio.Event()
-
-        async def quick() -> str:
-            return "q"
-
-        async def slow() -> str:
-            await asyncio.wait_for(hold.wait(), 30)
-            return "s"
+        quick, slow = _held(None, "q"), _held(hold, "s")
 
         async def one() -> list[str]:
             q = run.step("quick", quick)

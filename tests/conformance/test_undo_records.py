@@ -14,6 +14,7 @@ from _conformance import Backend
 import tether
 from tether import FakeClock
 from tether.model import codec
+from tether.store import Effect
 
 pytestmark = pytest.mark.conformance
 
@@ -91,10 +92,8 @@ def test_an_undo_gets_the_result_the_arguments_and_its_own_key(app: tether.App) 
     assert step.detail == {"risk": "write", "of": 1, "input": None, "code": code}
 
 
-def test_an_undo_marks_the_undone_call_and_records_its_own_effect(
-    app: tether.App, backend: Backend
-) -> None:
-    run_id = _failed_run(app, _order(app, lambda result, order, **kw: None))
+def _effects(app: tether.App, backend: Backend, run_id: str) -> tuple[Effect, Effect]:
+    """The effects-table rows of the charge at position 1 and of its undo at 3."""
     charge_key = app.get(run_id).steps[0].key
     assert charge_key is not None
     undo_key, _ = _undo_key(run_id, 3, charge_key)
@@ -104,6 +103,14 @@ def test_an_undo_marks_the_undone_call_and_records_its_own_effect(
     finally:
         store.close()
     assert undone is not None and own is not None
+    return undone, own
+
+
+def test_an_undo_marks_the_undone_call_and_records_its_own_effect(
+    app: tether.App, backend: Backend
+) -> None:
+    run_id = _failed_run(app, _order(app, lambda result, order, **kw: None))
+    undone, own = _effects(app, backend, run_id)
     assert (undone.run_id, undone.position, undone.tool, undone.status) == (
         run_id, 1, "charge", "compensated",
     )  # fmt: skip
@@ -121,15 +128,7 @@ def test_a_failed_undo_leaves_the_call_marked_compensating(
 
     run_id = _failed_run(app, _order(app, refund))
     state = app.get(run_id)
-    charge_key = state.steps[0].key
-    assert charge_key is not None
-    undo_key, _ = _undo_key(run_id, 3, charge_key)
-    store = backend.open()
-    try:
-        undone, own = store.get_effect(charge_key), store.get_effect(undo_key)
-    finally:
-        store.close()
-    assert undone is not None and own is not None
+    undone, own = _effects(app, backend, run_id)
     assert (undone.status, undone.position, undone.tool) == ("compensating", 1, "charge")
     assert undone.result is not None and codec.decode(undone.result) == {"charge": "ch-o-1-40"}
     assert (own.status, own.position, own.tool) == ("intent", 3, "undo:charge")
