@@ -260,3 +260,19 @@ def test_a_deploy_that_changes_which_call_an_undo_undoes_blocks_the_run(
     assert REFUNDED == ["b", "a"]
     failure = app.get(record.id).failure  # the recorded undo of "b" replayed cleanly
     assert failure is not None and "compensation_failures" not in failure
+
+
+def test_a_call_that_failed_is_not_undone(app: tether.App) -> None:
+    undone: list[str] = []
+
+    @app.tool(risk="write", compensate=lambda result, item: undone.append(item))
+    def hold(item: str) -> str:
+        raise RuntimeError("sold out")
+
+    @app.agent
+    def order(run: tether.Run, order: str) -> None:
+        run.tool(hold, "seat")
+
+    run_id = _failed_run(app, order)
+    assert undone == []
+    assert [(s.name, s.status) for s in app.get(run_id).steps] == [("hold", "failed")]

@@ -441,3 +441,13 @@ def test_a_state_s_head_has_no_steps() -> None:
     assert head["steps"] is None and head["seq"] == 3 and head["usage"] == {
         "input_tokens": 0, "output_tokens": 0, "cost": 0.0, "calls": 0,
     }  # fmt: skip
+
+
+def test_a_tool_call_recorded_without_its_intent_is_not_compensable() -> None:
+    """A completion the effects table's dedup recorded where the log lost the intent has a
+    key but no detail: its risk is unknown, so it is not undone (and nothing fails)."""
+    from tether.engine.compensation import compensable
+
+    done = {"pos": 1, "name": "charge", "kind": "tool", "output": 1, "key": "r1:1:charge:ab"}
+    state = run(CREATED, STARTED, (ev.STEP_COMPLETED, done))
+    assert compensable(state, lambda name, code: None) == []
