@@ -271,6 +271,7 @@ def test_a_completed_step_keeps_its_input_output_timing_and_usage() -> None:
     done = {
         "pos": 1, "name": "ask", "kind": "llm", "attempt": 2, "digest": "d1", "output": "hi",
         "started": 1025.0, "duration": 2.5, "usage": usage, "why": "because",
+        "detail": {"prompt": "p-1"},
     }  # fmt: skip
     s = run(CREATED, STARTED, (ev.STEP_FAILED, failed), (ev.STEP_COMPLETED, done))
     assert s.steps == (
@@ -278,6 +279,7 @@ def test_a_completed_step_keeps_its_input_output_timing_and_usage() -> None:
             1, "ask", "llm", "completed", attempts=2, input_digest="d1", output="hi",
             errors=({"type": "E"},), started_at=1025.0, finished_at=at(4), duration=2.5,
             usage=Usage(3, 4, 0.5, 1), why="because", seq=4, key="k0",
+            detail={"prompt": "p-1"},
         ),
     )  # fmt: skip
     assert s.usage == Usage(3, 4, 0.5, 1)
