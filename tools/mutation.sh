@@ -5,7 +5,10 @@
 #                                then tools/sql_mutation.py on the stores' SQL (both dialects)
 #   tools/mutation.sh python     only mutmut;   tools/mutation.sh sql   only the SQL
 #
-# mutmut keeps its results in mutants/ (a later run re-checks only what changed). The report
+# mutmut keeps its results in mutants/ (a later run re-checks only what changed in the mutated
+# modules; it copies tests/ again each run, but not the other source files: after changing one
+# of those, delete mutants/ or copy the file there). One mutant or a glob:
+#   .venv/bin/mutmut run --max-children 1 'tether.engine.compensation.*'. The report
 # (score, survivors) is written to tools/mutation_report.md by tools/mutation_report.py,
 # which counts the mutants tools/mutation_equivalent.toml records as equivalent apart.
 # Each mutant runs the in-process tests that call the mutated function, on SQLite (the core
@@ -17,7 +20,9 @@ py=.venv/bin/python
 what="${1:-all}"
 if [ "$what" = all ] || [ "$what" = python ]; then
   # TETHER_NO_SHRINK: a property test that fails under a mutant reports at once
-  TETHER_SKIP_PG=1 TETHER_NO_SHRINK=1 nice .venv/bin/mutmut run --max-children 2 >/dev/null || true
+  # PYTHONPATH: the tests' child processes import this checkout's source (mutmut's own
+  # process imports the mutated copy in mutants/src)
+  PYTHONPATH="$PWD/src" TETHER_SKIP_PG=1 TETHER_NO_SHRINK=1 nice .venv/bin/mutmut run --max-children 2 >/dev/null || true
 fi
 if [ "$what" = all ] || [ "$what" = sql ]; then
   nice "$py" tools/sql_mutation.py --jobs 2 --report mutants/sql_survivors.md | tail -3

@@ -74,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     print("Score = killed / (killed + survived); equivalent mutants are listed with why in")
     print("tools/mutation_equivalent.toml and not counted; 'no tests' means no in-process")
     print("test calls the function (counted as survived).\n")
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    print(f"Generated at commit {head or '?'} from mutmut's results in mutants/.\n")
     print(f"{len(results)} mutants; {checked} checked, the rest not yet run.\n")
     print("| module | killed | survived | no tests | equivalent | not checked | score |")
     print("|---|---|---|---|---|---|---|")

@@ -140,3 +140,35 @@ def test_a_failing_fork_does_not_undo_its_parents_calls(app: tether.App) -> None
     assert shop.of("refund") == []  # the parent's order is paid and shipped: keep the charge
     effect = app.effect(app.get(parent).steps[0].key or "")
     assert effect is not None and effect.status == "completed"
+
+
+def test_a_fork_that_catches_the_refusal_of_an_undone_call_still_fails(
+    app: tether.App,
+) -> None:
+    refunds: list[str] = []
+
+    def refund(result: str, order: str, *, idempotency_key: str) -> None:
+        refunds.append(result)
+
+    @app.tool(risk="write", compensate=refund)
+    def charge(order: str, *, idempotency_key: str) -> str:
+        return f"ch-{order}"
+
+    @app.agent
+    def stubborn(run: tether.Run, order: str) -> str:
+        try:
+            paid = run.tool(charge, order)
+        except tether.InvalidState:  # the refusal is swallowed: every later call raises it
+            paid = "nothing"
+        run.approve("ship")
+        return run.step("ship", lambda: f"shipped against {paid}")
+
+    parent = app.run(stubborn, "o-3").id  # charged, waits for approval to ship
+    child = app.fork(parent, step="charge")
+    app.deny(parent, "ship", by="alice", reason="fraud")
+    with pytest.raises(tether.RunFailed):
+        app.resume(parent)
+    assert refunds == ["ch-o-3"]
+    with pytest.raises(tether.RunFailed, match="undone"):
+        app.resume(child)
+    assert [s.name for s in app.get(child).steps] == ["charge"]  # no approval was asked

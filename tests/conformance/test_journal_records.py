@@ -186,6 +186,33 @@ def test_an_unstorable_result_raised_in_the_agent_keeps_its_path(app: tether.App
     assert h.output == {"path": "$.a.b", "type": "builtins.object"}
 
 
+def test_a_result_key_that_reads_like_the_result_s_own_path_is_kept_in_the_path(
+    app: tether.App,
+) -> None:
+    @app.agent
+    def agent(run: tether.Run) -> Any:
+        try:
+            run.step("odd", lambda: {"$.output": object()})
+        except EncodeError as e:
+            return e.path
+        return None
+
+    assert app.run(agent).output == "$['$.output']"  # only the leading "$.output" is cut
+
+
+def test_a_result_holding_a_literal_secret_fails_in_its_step(app: tether.App) -> None:
+    @app.agent
+    def agent(run: tether.Run) -> Any:
+        run.step("first", lambda: 1)
+        return run.step("leaky", lambda: {"k": tether.Secret("hunter2")})
+
+    with pytest.raises(RunFailed):
+        app.run(agent)
+    failure = dict(app.get(_only_run(app)).failure or {})
+    assert (failure["step"], failure["position"], failure["kind"]) == ("leaky", 2, "step")
+    assert "step 'leaky''s result holds a tether.Secret at $.k" in failure["message"]
+
+
 # -- retries and records -------------------------------------------------------------------
 
 
@@ -331,16 +358,24 @@ def test_a_fan_out_inside_a_branch_is_refused(app: tether.App) -> None:
         app.run(agent)
 
 
+def _held(hold: asyncio.Event | None, value: str) -> Any:
+    """An async call that returns ``value`` once ``hold`` is set (at once without one)."""
+
+    async def call() -> str:
+        if hold is not None:
+            await asyncio.wait_for(hold.wait(), 30)
+        return value
+
+    return call
+
+
 def test_a_concurrent_task_s_second_call_while_another_is_in_flight_is_refused(
     app: tether.App,
 ) -> None:
     @app.agent
     async def agent(run: tether.AsyncRun) -> Any:
         hold = asyncio.Event()
-
-        async def slow() -> str:
-            await asyncio.wait_for(hold.wait(), 30)
-            return "slow"
+        slow = _held(hold, "slow")
 
         async def branch() -> str:
             await run.step("one", lambda: 1)
@@ -386,4 +421,86 @@ def test_a_fan_out_from_another_thread_is_refused_by_its_name(app: tether.App) -
     with pytest.raises(
         (RunFailed, InvalidState), match=r"fan-out 'of 2 branches' was called from a thread"
     ):
+        app.run(agent)
+
+
+def test_a_taken_signal_names_the_event_that_took_it(app: tether.App, backend: Any) -> None:
+    @app.agent
+    def agent(run: tether.Run) -> Any:
+        run.step("a", lambda: 1)  # a fast step's record waits for the next append
+        return run.wait("go")
+
+    rid = app.start(agent)
+    app.signal(rid, "go", {"n": 1})  # kept until the wait takes it
+    assert app.resume(rid).output == {"n": 1}
+    (took,) = [e for e in app.events(rid) if e.type == "step.completed" and e.payload()["pos"] == 2]
+    assert backend.sql("SELECT taken_seq FROM signals") == [(took.seq,)]
+
+
+# -- calls of concurrent asyncio tasks ---------------------------------------------------------
+
+
+def test_a_task_may_take_a_second_call_while_only_its_own_first_is_in_flight(
+    app: tether.App,
+) -> None:
+    @app.agent
+    async def agent(run: tether.AsyncRun) -> Any:
+        async def branch() -> list[int]:
+            return await asyncio.gather(run.step("one", lambda: 1), run.step("two", lambda: 2))
+
+        return await asyncio.create_task(branch())
+
+    assert app.run(agent).output == [1, 2]
+
+
+def test_the_agent_s_own_calls_are_never_refused_while_a_task_s_call_is_in_flight(
+    app: tether.App,
+) -> None:
+    @app.agent
+    async def agent(run: tether.AsyncRun) -> Any:
+        hold = asyncio.Event()
+        slow = _held(hold, "s")
+
+        async def sub() -> str:
+            return await run.step("side", slow)  # another task's call, in flight till "b"
+
+        side = asyncio.create_task(sub())
+        await asyncio.sleep(0)  # the task takes its position first
+        a = await run.step("a", lambda: "a")
+        b = run.step("b", lambda: "b")  # the agent's second call while "side" runs
+        hold.set()
+        return [a, await b, await side]
+
+    h = app.run(agent)
+    assert h.output == ["a", "b", "s"]
+    assert [s.name for s in app.get(h.id).steps] == ["side", "a", "b"]
+
+
+def test_a_task_with_a_call_still_in_flight_counts_as_in_flight(app: tether.App) -> None:
+    """Task one has two calls in flight and one of them ends: task two's second call is
+    still refused, since when it is taken depends on when one's other call ends."""
+
+    @app.agent
+    async def agent(run: tether.AsyncRun) -> Any:
+        first_done, hold = asyncio.Event(), asyncio.Event()
+        quick, slow = _held(None, "q"), _held(hold, "s")
+
+        async def one() -> list[str]:
+            q = run.step("quick", quick)
+            s = run.step("slow", slow)
+            out = await q
+            first_done.set()
+            return [out, await s]
+
+        async def two() -> str:
+            await run.step("t1", lambda: 1)
+            await asyncio.wait_for(first_done.wait(), 30)
+            try:
+                return await run.step("t2", lambda: 2)  # "slow" of task one is in flight
+            finally:
+                hold.set()
+
+        return await asyncio.gather(asyncio.create_task(one()), asyncio.create_task(two()))
+
+    with pytest.raises((RunFailed, InvalidState), match="second journaled call of a concurrent"):
         app.run(agent)

@@ -232,6 +232,72 @@ def test_decisions_task_variables_and_undo_calls_have_spans(
     assert undo[0].attributes["tether.step.kind"] == "compensate"
 
 
+class _Crash(BaseException):
+    """Stands for the process dying during an undo (not an Exception: nothing records it)."""
+
+
+def test_an_undo_done_before_a_crash_is_a_replayed_span_when_the_compensation_resumes(
+    app: tether.App, spans: InMemorySpanExporter
+) -> None:
+    undone: list[str] = []
+
+    def cancel(booking: str, order: str) -> None:
+        if order == "o-1" and "crashed" not in undone:
+            undone.append("crashed")
+            raise _Crash
+        undone.append(booking)
+
+    @app.tool(risk="write", compensate=cancel)
+    def book(order: str) -> str:
+        return f"booking-{order}"
+
+    @app.agent
+    def trip(run: tether.Run) -> Any:
+        run.tool(book, "o-1")
+        run.tool(book, "o-2")
+        raise ValueError("no seats")
+
+    with pytest.raises(_Crash):  # o-2 undone, then the process "dies" undoing o-1
+        app.run(trip)
+    (record,) = app.runs()
+    with pytest.raises(tether.RunFailed):
+        app.resume(record.id)
+    assert undone == ["booking-o-2", "crashed", "booking-o-1"]
+    failure = app.get(record.id).failure
+    assert failure is not None and "compensation_failures" not in failure
+    undo = [dict(s.attributes or {}) for s in _by_name(spans.get_finished_spans())[
+        "compensate undo:book"
+    ]]  # fmt: skip
+    assert [(a["tether.position"], a["tether.replayed"]) for a in undo] == [
+        (3, False), (4, False), (3, True), (4, False),  # the crashed call's span, then again
+    ]  # fmt: skip
+
+
+def test_an_undo_s_content_is_the_recorded_result_and_arguments(
+    backend: Backend, spans: InMemorySpanExporter
+) -> None:
+    app = _open(backend, spans, capture_content=True)
+    try:
+
+        def cancel(booking: str, order: str, *, seats: int) -> None: ...
+
+        @app.tool(risk="write", compensate=cancel)
+        def book(order: str, *, seats: int) -> str:
+            return f"booking-{order}"
+
+        @app.agent
+        def trip(run: tether.Run) -> Any:
+            run.tool(book, "o-7", seats=2)
+            raise ValueError("no seats")
+
+        with pytest.raises(tether.RunFailed):
+            app.run(trip)
+    finally:
+        app.close()
+    (undo,) = _by_name(spans.get_finished_spans())["compensate undo:book"]
+    assert dict(undo.attributes or {})["tether.input"] == '[["booking-o-7","o-7"],{"seats":2}]'
+
+
 def test_a_queued_run_is_traced_from_its_enqueue(
     app: tether.App, spans: InMemorySpanExporter
 ) -> None:

@@ -257,3 +257,21 @@ def test_redaction_and_scrubbing_keep_the_json_and_its_shape(value: object, know
     Secret(known)
     back = codec.decode(codec.encode(value))  # never CorruptRecord: still JSON
     assert _shape(back) == _shape(value)
+
+
+def test_a_tool_s_secret_parameter_given_something_else_than_text_names_what_it_got() -> None:
+    from tether.engine.effects import define_tool, mark_secrets
+
+    def pay(api_key: str, amount: int) -> None: ...
+
+    d = define_tool(
+        pay, name="pay", risk="write", compensate=None, on_doubt=None, retry=None,
+        secret=["api_key"],
+    )  # fmt: skip
+    where = r"tool 'pay': the secret parameter 'api_key' takes a str \(or bytes, or a "
+    with pytest.raises(InvalidInput, match=where + r"tether.Secret\), not int: a secret is"):
+        mark_secrets(d, (42, 1), {})
+    with pytest.raises(InvalidInput, match=r"not float: a secret is text \(convert it first\)"):
+        mark_secrets(d, (), {"api_key": 1.5, "amount": 1})
+    args, kwargs = mark_secrets(d, (None,), {"amount": 1})  # an optional key left out
+    assert args == (None,) and kwargs == {"amount": 1}

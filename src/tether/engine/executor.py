@@ -520,7 +520,7 @@ class Executor:
                 ctx = {**ctx, "compensation_failures": failures}
         return ctx
 
-    def _failed(self, journal: Journal, ctx: dict[str, Any], exc: BaseException | None) -> None:
+    def _failed(self, journal: Journal, ctx: dict[str, Any], exc: BaseException | None) -> NoReturn:
         journal.append(
             [journal.event(ev.RUN_FAILED, {"error": ctx})],
             Transition(RunStatus.FAILED, release=True),
@@ -528,18 +528,19 @@ class Executor:
         raise RunFailed(journal.run_id, ctx) from exc
 
     def _end_compensation(self, journal: Journal) -> Core:
-        """Finish a compensation that a crash interrupted, then end the run: a core that
-        returns the run's handle (or raises RunFailed), driven sync or async."""
+        """Finish a compensation that a crash interrupted, then end the run (blocked when its
+        undos no longer match the log): a core returning its handle, driven sync or async."""
         assert journal.compensating is not None
-        reason = journal.compensating["reason"]
+        reason, error = journal.compensating["reason"], journal.compensating.get("error")
         with self._outage(journal):
             try:
-                error = dict(journal.compensating.get("error") or {})
-                ctx = yield from self._fail_core(journal, error, reason)
+                ctx = yield from self._fail_core(journal, dict(error or {}), reason)
                 if reason == "cancelled":
                     return self._cancelled(journal, ctx)
                 self._failed(journal, ctx, None)
-                raise AssertionError("unreachable")  # _failed raises
+            except NondeterminismError as err:  # deployed code undoes other calls than the log
+                journal.poisoned = None  # (Journal._check's) so that the block is written
+                self._block(journal, err)
             finally:
                 self.active.remove(journal.run_id)
 
