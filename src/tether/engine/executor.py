@@ -2,10 +2,9 @@
 
 Every entry point (``app.run``/``arun``, ``resume``/``aresume``, ``retry_run``, a
 worker's claim) prepares a run (:meth:`Executor.create`, :meth:`Executor.prepare_resume`,
-:meth:`Executor.prepare_claimed`), then carries it on the same way
-(:meth:`Executor.continue_run`, or :meth:`Executor.acontinue_run` in an event loop):
-a finished run's handle, the end of an interrupted compensation, or the agent executed
-to its end, its pause, its wait, its block or its failure.
+:meth:`Executor.prepare_claimed`), then carries it on the same way (:meth:`continue_run`,
+or :meth:`acontinue_run` in an event loop): a finished run's handle, the end of an
+interrupted compensation, or the agent executed to its end, pause, wait, block or failure.
 """
 
 from __future__ import annotations
