@@ -67,7 +67,15 @@ def test_a_parent_that_lost_its_records_finds_its_children(app: tether.App) -> N
         return list(run.join(run.children(square, [1, 2])))
 
     rid = app.start(fan)
-    first = app.start(square, 1, run_id=child_id(rid, 1))  # the batch's first, already there
+    # the batch's first child, already there as the batch created it: with its caller, so
+    # that its end wakes the parent (a child without one would leave the parent to its
+    # join's recheck, 30 s later, whenever the worker ran the parent first)
+    spawner = app._executor.spawner
+    assert spawner is not None
+    caller = {"run": rid, "pos": 1}
+    first = spawner.start(
+        square.__tether_agent__, (1,), {}, "default", child_id(rid, 1), caller, None
+    )
     drain(app)
     assert app.get(rid).output == [1, 4]
     assert [e.type for e in app.events(first)].count("run.created") == 1
