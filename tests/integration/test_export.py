@@ -189,6 +189,25 @@ def test_events_without_their_fields_are_refused(app: tether.App, exported: list
     _refused(app, lines, r"line 4 \(seq 3\): field 'data.pos': a step.completed event needs it")
 
 
+@pytest.mark.parametrize(
+    ("kind", "fields"),
+    [
+        ("tool.in_doubt", {"key": "k"}),
+        ("tool.resolved", {"key": "k", "happened": True, "result": 1, "by": "ann"}),
+        ("approval.decided", {"approved": True, "by": "ann", "reason": None}),
+    ],
+)
+def test_an_outcome_without_its_intent_or_request_is_refused(
+    app: tether.App, exported: list[str], kind: str, fields: dict[str, Any]
+) -> None:
+    """A doubt, a resolution or a decision at a position no tool intent or approval
+    request opened: a log tether never writes (its fold cannot know the step's kind)."""
+    event = json.loads(exported[3])  # the step at position 1
+    event.update(type=kind, data={"pos": 1, "name": "a", **fields})
+    lines = [exported[0].replace('"id":"', '"id":"y'), *exported[1:3], json.dumps(event)]
+    _refused(app, [*lines, *exported[4:]], "the events do not fold into a run state")
+
+
 def _cli(db: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "tether.cli", "--db", str(db), *args],
