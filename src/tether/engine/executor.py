@@ -373,7 +373,7 @@ class Executor:
                     return ended
                 self._failed(journal, drive(ended, self.deps.clock), exc)
             finally:
-                self.active.remove(journal.run_id)
+                self.active.remove(journal)
             return self._complete(journal, output)
 
     async def _aexecute(
@@ -399,7 +399,7 @@ class Executor:
                     return ended
                 self._failed(journal, await adrive(ended, self.deps.clock), exc)
             finally:
-                self.active.remove(journal.run_id)
+                self.active.remove(journal)
             return self._complete(journal, output)
 
     def _ended(self, journal: Journal, exc: BaseException) -> RunHandle | Core:
@@ -541,13 +541,13 @@ class Executor:
                 journal.poisoned = None  # (Journal._check's) so that the block is written
                 self._block(journal, err)
             finally:
-                self.active.remove(journal.run_id)
+                self.active.remove(journal)
 
     def _cancel_inside(self, journal: Journal, c: Cancelling) -> RunHandle:
         """A cancel requested while the run executed here: compensate if asked, then end.
         The request is delivered again until the run ends (each heartbeat, each look for
         cancels): out of ``_active``, the compensation is not interrupted by it."""
-        self.active.remove(journal.run_id)
+        self.active.remove(journal)
         journal.interrupt(None)
         by, reason = c.by, c.reason
         if by is None and reason is None:  # asked from another process: its audit record

@@ -34,12 +34,18 @@ class Active:
 
     def __init__(self) -> None:
         self.journals: dict[str, Journal] = {}
+        self._lock = threading.Lock()
 
     def add(self, journal: Journal) -> None:
-        self.journals[journal.run_id] = journal
+        with self._lock:
+            self.journals[journal.run_id] = journal
 
-    def remove(self, run_id: str) -> None:
-        self.journals.pop(run_id, None)
+    def remove(self, journal: Journal) -> None:
+        """Forget an execution that ended; not a later one of the same run, which another
+        thread may have claimed and added between this one's last commit and its end."""
+        with self._lock:
+            if self.journals.get(journal.run_id) is journal:
+                del self.journals[journal.run_id]
 
     def executing(self, owner: str) -> bool:
         """Whether this process executes a run under a lease of ``owner`` (an App's

@@ -189,7 +189,10 @@ class Worker:
         self.id = worker_id or f"worker:{process_owner()}"
         self.stats = WorkerStats()
         self._stopping = threading.Event()
-        self._active: dict[str, str] = {}  # run id -> its queue
+        # (run id, lease epoch) -> its queue: keyed by the claim, not the run alone, for a
+        # run that waits may be woken and claimed again (by another of this worker's
+        # threads) before the execution that waited has ended and left this map
+        self._active: dict[tuple[str, int], str] = {}
         self._lock = threading.Lock()
         self._reserved = 0  # slots that claims in flight may fill (under _lock)
         self._ended = 0  # runs this worker finished executing (under _lock): see _loop
@@ -390,8 +393,8 @@ class Worker:
         finally:
             with self._lock:
                 self._reserved -= free
-                for record, _ in claims:
-                    self._active[record.id] = record.queue or ""
+                for record, lease in claims:
+                    self._active[record.id, lease.epoch] = record.queue or ""
                 self.stats.claimed += len(claims)
         return claims
 
@@ -490,8 +493,8 @@ class Worker:
         another worker claims them at once, and the queues' workers are told."""
         with self._lock:
             ready, self._ready = list(self._ready), deque()
-            for record, _ in ready:
-                self._active.pop(record.id, None)
+            for record, lease in ready:
+                self._active.pop((record.id, lease.epoch), None)
         queues = set()
         for record, lease in ready:
             try:
@@ -564,7 +567,7 @@ class Worker:
             if observe.OBSERVER is not None:
                 observe.OBSERVER.execution(record.agent, outcome, took)
             with self._lock:
-                self._active.pop(record.id, None)
+                self._active.pop((record.id, lease.epoch), None)
                 self._ended += 1
                 average = self.run_time
                 self.run_time = (
@@ -573,7 +576,7 @@ class Worker:
 
     def _interrupt_all(self) -> None:
         with self._lock:
-            ids = list(self._active)
+            ids = [run_id for run_id, _ in self._active]
         for run_id in ids:
             self.leases.active.interrupt(run_id, Stopping("the worker is stopping"))
 
