@@ -5,6 +5,7 @@ runs with their children indented under them and the usage and cost of each tree
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -108,3 +109,45 @@ def test_inline_children_are_in_the_tree_recorded_or_waited_for(
     assert main(["--db", backend.url, "runs", "--tree"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [ln.split()[1] for ln in lines if ln.startswith("└")] == [done, waiting]
+
+
+def test_an_inline_child_executing_now_is_in_the_tree_and_in_show(
+    app: tether.App, backend: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The parent's log records an inline child once it ended: while it executes, the
+    views find it by its id (``{parent}~{position}``)."""
+    inside, release = threading.Event(), threading.Event()
+
+    @app.agent
+    def slow(run: tether.Run) -> int:
+        inside.set()
+        return int(run.step("wait", lambda: 1 if release.wait(10) else 0))
+
+    @app.agent
+    def caller(run: tether.Run) -> int:
+        return int(run.child(slow, inline=True))
+
+    rid = app.start(caller)
+    worker = threading.Thread(target=lambda: app.resume(rid))
+    worker.start()
+    try:
+        assert inside.wait(10)
+        kid = child_id(rid, 1)
+        assert main(["--db", backend.url, "runs", "--tree", "--json"]) == 0
+        rows = json.loads(capsys.readouterr().out)
+        # (the parent's status is its log's: its start is recorded with its first commit)
+        assert [(r["id"], r["status"], r["depth"]) for r in rows] == [
+            (rid, str(app.get(rid).status), 0),
+            (kid, "running", 1),
+        ]
+        assert rows[0]["children"] == 1
+        assert main(["--db", backend.url, "show", rid, "--json"]) == 0
+        shown = json.loads(capsys.readouterr().out)
+        assert [(c["id"], c["status"]) for c in shown["children"]] == [(kid, "running")]
+    finally:
+        release.set()
+        worker.join(10)
+    assert app.get(rid).status == "completed"
+    assert main(["--db", backend.url, "runs", "--tree", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["id"], r["status"]) for r in rows] == [(rid, "completed"), (kid, "completed")]

@@ -262,7 +262,8 @@ def test_a_dry_replay_reads_children_from_the_log(app: tether.App) -> None:
     assert (what_if.outcome, what_if.output) == ("finished", [100, 16])
 
 
-def test_an_inline_child_is_a_span_around_the_childs_run(backend: Any) -> None:
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_an_inline_child_is_a_span_around_the_childs_run(backend: Any, kind: str) -> None:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -272,21 +273,37 @@ def test_an_inline_child_is_a_span_around_the_childs_run(backend: Any) -> None:
     provider.add_span_processor(SimpleSpanProcessor(spans))
     app = tether.open(backend.url, tracing=tether.Tracing(provider))
     try:
+        if kind == "sync":
 
-        @app.agent
-        def kid(run: tether.Run) -> int:
-            return int(run.step("one", lambda: 1))
+            @app.agent
+            def kid(run: tether.Run) -> int:
+                return int(run.step("one", lambda: 1))
 
-        @app.agent
-        def parent(run: tether.Run) -> int:
-            return int(run.child(kid, inline=True))
+            @app.agent
+            def parent(run: tether.Run) -> int:
+                return int(run.child(kid, inline=True))
 
-        assert app.run(parent).output == 1
+            assert app.run(parent).output == 1
+        else:
+
+            @app.agent(name="kid")
+            async def akid(run: tether.AsyncRun) -> int:
+                return int(await run.step("one", lambda: 1))
+
+            @app.agent(name="parent")
+            async def aparent(run: tether.AsyncRun) -> int:
+                return int(await run.child(akid, inline=True))
+
+            assert asyncio.run(app.arun(aparent)).output == 1
         by_name = {s.name: s for s in spans.get_finished_spans()}
         call, kid_run = by_name["child kid"], by_name["invoke_agent kid"]
         parent_run = by_name["invoke_agent parent"].context.span_id
         assert call.parent is not None and call.parent.span_id == parent_run
-        assert kid_run.parent is not None and kid_run.parent.span_id == parent_run
+        # the child's run is under the call that ran it, and its steps under its run
+        assert kid_run.parent is not None and kid_run.parent.span_id == call.context.span_id
+        step = by_name["step one"]
+        assert step.parent is not None and step.parent.span_id == kid_run.context.span_id
+        assert kid_run.context.trace_id == call.context.trace_id
         assert call.start_time <= kid_run.start_time <= kid_run.end_time <= call.end_time
     finally:
         app.close()

@@ -182,7 +182,7 @@ def _show(args: argparse.Namespace, ctx: Context) -> int:
         state = app.get(args.run)
     except tether.RunDamaged as e:
         return _show_damaged(ctx, record, e, args.json)
-    kids = tree.child_rows(app, state) if state.steps else []
+    kids = tree.child_rows(app, record, state) if state.steps or record.lease_owner else []
     if args.json:
         details = fmt.run_details(record, state) | {"children": kids}
         ctx.print(fmt.json_text(details | tree.handoff_data(state)))

@@ -6,7 +6,7 @@ tree costs one state read per run in it. Usage and cost add up over the whole tr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import tether
@@ -14,16 +14,34 @@ from tether.cli import format as fmt
 from tether.engine.children import children_of
 from tether.engine.handoffs import handoffs_of
 from tether.model.state import RunState
+from tether.model.status import FINISHED
 from tether.model.steps import Usage, usage_data
 from tether.store import RunRecord
 
 MAX_DEPTH = 20  # a tree deeper than this is cut (and says so): a view, not a walk forever
+RUNNING_MAX = 100  # a running parent's children looked up by id, at most (kids_of)
 
 
-def child_rows(app: Any, state: RunState) -> list[dict[str, Any]]:
+def kids_of(app: Any, record: RunRecord, state: RunState) -> list[str]:
+    """The ids of the children of a run: those its log records (:func:`children_of`) and,
+    while it executes (holds a lease), an inline child executing now, which its log
+    records only once it ended (engine.inline): found by its id, ``{parent}~{position}``."""
+    kids = children_of(state)
+    if record.lease_owner is None or record.status in FINISHED:  # not executing
+        return kids
+    prefix, known = f"{state.run_id}~", set(kids)
+    found = [
+        r.id
+        for r in app.runs(text=prefix, limit=RUNNING_MAX)
+        if r.id not in known and r.id[len(prefix) :].isdigit()  # a child, not a grandchild
+    ]
+    return kids + sorted(found, key=lambda rid: int(rid[len(prefix) :]))
+
+
+def child_rows(app: Any, record: RunRecord, state: RunState) -> list[dict[str, Any]]:
     """One row per child run ``state`` started: id, agent, status, its usage."""
     rows = []
-    for kid in children_of(state):
+    for kid in kids_of(app, record, state):
         try:
             rows.append(_row(app.record(kid), app.get(kid), 1))
         except tether.NotFound:  # collected by gc
@@ -81,27 +99,22 @@ def tree_rows(app: Any, records: Sequence[RunRecord]) -> list[dict[str, Any]]:
         state = app.get(record.id)
         if state.caller is not None:
             continue  # shown under its parent
-        rows = _walk(app.record, app.get, record, state, 0)
+        rows = _walk(app, record, state, 0)
         total = sum((_usage(r) for r in rows), Usage())
         rows[0]["tree"] = _usage_data(total) | {"runs": len(rows)}
         out += rows
     return out
 
 
-def _walk(
-    record_of: Callable[[str], RunRecord],
-    get: Callable[[str], RunState],
-    record: RunRecord,
-    state: RunState,
-    depth: int,
-) -> list[dict[str, Any]]:
-    rows = [_row(record, state, depth)]
+def _walk(app: Any, record: RunRecord, state: RunState, depth: int) -> list[dict[str, Any]]:
+    kids = kids_of(app, record, state)
+    rows = [_row(record, state, depth) | {"children": len(kids)}]
     if depth >= MAX_DEPTH:
         rows[0]["cut"] = True
         return rows
-    for kid in children_of(state):
+    for kid in kids:
         try:
-            rows += _walk(record_of, get, record_of(kid), get(kid), depth + 1)
+            rows += _walk(app, app.record(kid), app.get(kid), depth + 1)
         except tether.NotFound:
             rows.append({"id": kid, "agent": None, "status": "gone", "depth": depth + 1})
     return rows

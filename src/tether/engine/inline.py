@@ -61,16 +61,22 @@ def child(j: Journal, call: ChildCall, inline: Any = True) -> Any:
 
 def achild(j: Journal, call: ChildCall, inline: Any = True) -> Coroutine[Any, Any, Any]:
     """:func:`child` of an ``AsyncRun``: its position taken (and the child created) now,
-    the child executed when the coroutine is awaited."""
-    began, slot, rid, job = prepare(j, call, take(j, call, inline))
+    the child executed when the coroutine is awaited (traced: one span around both)."""
+    taken = take(j, call, inline)
 
-    async def executed() -> Any:
+    def now() -> tuple[float, Slot, str, Any]:
+        return prepare(j, call, taken)
+
+    async def later(prepared: tuple[float, Slot, str, Any]) -> Any:
+        began, slot, rid, job = prepared
         if job is None:
             return end(j, slot, rid, began, None)
         assert j.spawner is not None and j.spawner.aexecute is not None
         return end(j, slot, rid, began, await j.spawner.aexecute(job))
 
-    return executed()
+    if j.trace is not None:
+        return j.trace.agate(taken[1], now, later)
+    return later(now())
 
 
 def take(j: Journal, call: ChildCall, inline: Any) -> tuple[float, Slot, Any]:

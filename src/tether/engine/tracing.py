@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -237,23 +237,52 @@ class RunTrace:
         return self._traced(slot, core, args, kwargs)
 
     def gate(self, slot: Slot, fn: Callable[[], Any]) -> Any:
-        """An approval or a wait (``fn`` asks or returns the answer), as a span: its
-        request is a span that ends when the run starts waiting (``tether.waiting``)."""
+        """An approval, a wait or a child (``fn`` asks or returns the answer), as a span:
+        its request is a span that ends when the run starts waiting (``tether.waiting``).
+        The span is current while ``fn`` runs: an inline child's run is a span under it."""
         if slot.done:
             self._replayed(slot, {})
             return fn()
+        with self._gated(self._start(slot, (), {})):
+            return fn()
+
+    def agate(
+        self, slot: Slot, now: Callable[[], _P], later: Callable[[_P], Awaitable[_R]]
+    ) -> Coroutine[Any, Any, _R]:
+        """:meth:`gate` of an async call: ``now()`` runs at once (an inline child takes its
+        position and is created when called), ``later(now())`` when the coroutine is
+        awaited; one span covers both, current in each."""
+        if slot.done:
+            self._replayed(slot, {})
+            return later(now())  # type: ignore[return-value]
         span = self._start(slot, (), {})
+        with self._gated(span, end=False):
+            prepared = now()
+
+        async def rest() -> _R:
+            with self._gated(span):
+                return await later(prepared)
+
+        return rest()
+
+    @contextmanager
+    def _gated(self, span: Any, *, end: bool = True) -> Iterator[None]:
+        """``span`` current inside; ended when the block ends (or fails)."""
+        token = self._context.attach(self._trace.set_span_in_context(span))
         try:
-            out = fn()
+            yield
         except Suspended as s:
             span.set_attribute("tether.waiting", s.waiting_for)
+            end = True
             raise
         except Exception as exc:
             _error(span, exc)
+            end = True
             raise
         finally:
-            span.end()
-        return out
+            self._context.detach(token)
+            if end:
+                span.end()
 
     def _name(self, slot: Slot, kwargs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         kind, name = slot.kind, slot.name
