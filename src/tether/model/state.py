@@ -24,6 +24,7 @@ from tether.model import events as ev
 from tether.model.events import Event
 from tether.model.status import UNRECORDED, RunStatus, StepStatus
 from tether.model.steps import (
+    REVERT,
     StepList,
     StepState,
     Usage,
@@ -75,6 +76,11 @@ class RunState:
     # what a run handed off to was handed (run.handoff): from, pos, vars, and session and
     # upto, or messages; its vars are the run's from the start
     handed: Mapping[str, Any] | None = None
+    # the reverts of single effects (tether.engine.revert), one per reverted position, in
+    # position order: each a StepState of kind ``revert`` whose position is the reverted
+    # call's. They take no position of their own, so a run reverted while it waits replays
+    # to the same positions.
+    reverts: tuple[StepState, ...] = ()
 
     @property
     def error(self) -> Mapping[str, Any] | None:
@@ -101,6 +107,10 @@ class RunState:
         if 1 <= position <= len(self.steps):
             return self.steps[position - 1]
         return None
+
+    def revert_of(self, position: int) -> StepState | None:
+        """The revert of the call at ``position`` (any status), or None."""
+        return next((r for r in self.reverts if r.position == position), None)
 
     def describe_position(self, expected: int | None = None) -> str:
         """``"step 6 of 9, 1–5 committed"``; ``of N`` only when the run completed or the
@@ -144,6 +154,10 @@ class _Fold:
         return step if step is not None else self.base[pos - 1]
 
     def put_step(self, pos: int, step: StepState) -> None:
+        if step.kind == REVERT:  # takes no position: kept beside the steps, by position
+            others = [r for r in self.s["reverts"] if r.position != pos]
+            self.s["reverts"] = tuple(sorted([*others, step], key=lambda r: r.position))
+            return
         while self.n < pos - 1:  # a fan-out's branch finished before an earlier one
             self._set(self.n + 1, unrecorded(self.n + 1))
         self._set(pos, step)
@@ -176,6 +190,9 @@ class _Fold:
         self.s["waiting"] = None
 
     def get_step(self, pos: int, d: dict[str, Any], e: Event) -> StepState:
+        if d.get("kind") == REVERT:  # a revert's record, beside the steps (RunState.reverts)
+            old = next((r for r in self.s["reverts"] if r.position == pos), None)
+            return old or StepState(pos, d["name"], REVERT, StepStatus.RUNNING, started_at=e.at)
         if pos <= self.n and self.at(pos).status != UNRECORDED:
             return self.at(pos)
         return StepState(pos, d["name"], d["kind"], StepStatus.RUNNING, started_at=e.at)
@@ -270,9 +287,16 @@ def _tool_intent(f: _Fold, e: Event, d: dict[str, Any]) -> None:
             started_at=old.started_at or e.at,
             seq=e.seq,
             key=d["key"],
-            detail={k: d.get(k) for k in ("risk", "of", "input", "code")},
+            detail=_intent_detail(d),
         ),
     )
+
+
+def _intent_detail(d: dict[str, Any]) -> dict[str, Any]:
+    detail = {k: d.get(k) for k in ("risk", "of", "input", "code")}
+    if d["kind"] == REVERT:  # who reverted the call, and why (tether.engine.revert)
+        detail.update(by=d.get("by"), reason=d.get("reason"))
+    return detail
 
 
 def _in_doubt(f: _Fold, e: Event, d: dict[str, Any]) -> None:
@@ -582,6 +606,7 @@ def head_data(state: RunState) -> dict[str, Any]:
     out = {f.name: getattr(state, f.name) for f in fields(RunState)}
     out["usage"] = usage_data(state.usage)
     out["steps"] = None
+    out["reverts"] = [step_data(r) for r in state.reverts]
     return out
 
 
@@ -590,4 +615,5 @@ def from_head_data(data: Mapping[str, Any], steps: Sequence[StepState]) -> RunSt
     d = dict(data)
     d["usage"] = Usage(**d["usage"])
     d["steps"] = steps
+    d["reverts"] = tuple(step_from(r) for r in d.get("reverts") or ())  # none before them
     return RunState(**d)

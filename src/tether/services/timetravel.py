@@ -291,10 +291,13 @@ def view(state: RunState, *, bookkeeping: bool = False) -> dict[str, Any]:
     position, and without :data:`IGNORED` bookkeeping unless ``bookkeeping``."""
     data: dict[str, Any] = codec.to_json_value(to_data(state))
     steps = {s["position"]: s for s in data.pop("steps")}
+    reverts = {r["position"]: r for r in data.pop("reverts")}  # by the reverted position
     if not bookkeeping:
         data = _strip({k: v for k, v in data.items() if not k.startswith("fork_")}, IGNORED["run"])
         steps = {p: _strip(s, IGNORED["step"]) for p, s in steps.items()}
+        reverts = {p: _strip(r, IGNORED["step"]) for p, r in reverts.items()}
     data["steps"] = steps
+    data["reverts"] = reverts
     return data
 
 
