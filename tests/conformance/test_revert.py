@@ -184,7 +184,7 @@ def test_a_reverted_call_is_never_reused_by_a_fork(app: tether.App) -> None:
     w = _world(app)
     h = app.run(w.agents["trip"])
     app.revert(h.id, step=2, by="alice")
-    with pytest.raises(tether.InvalidState, match="step 2 .*undone"):
+    with pytest.raises(tether.InvalidState, match=r"step 2 .*undone"):
         app.fork(h.id, step=3)
     app.fork(h.id, step=2, when="before")  # before it: the call runs again, its own key
 

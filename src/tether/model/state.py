@@ -318,25 +318,20 @@ def _resolved(f: _Fold, e: Event, d: dict[str, Any]) -> None:
     f.unwait()
 
 
-def _approval_requested(f: _Fold, e: Event, d: dict[str, Any]) -> None:
+def _waiting_step(
+    f: _Fold, e: Event, d: dict[str, Any], kind: str, due: float | None, **detail: Any
+) -> None:
+    """The step of a gate that waits (an approval, a timer, a wait, a join) at ``d["pos"]``."""
     pos = d["pos"]
+    step = StepState(pos, d["name"], kind, StepStatus.WAITING, attempts=1, started_at=e.at)
+    f.put_step(pos, replace(step, due_at=due, detail=detail or None, seq=e.seq))
+
+
+def _approval_requested(f: _Fold, e: Event, d: dict[str, Any]) -> None:
     detail = {"payload": d.get("payload"), "approvers": d.get("approvers")}
     if d.get("groups"):  # which approvers are groups, not identities (tether.engine.gates)
         detail["groups"] = d["groups"]
-    f.put_step(
-        pos,
-        StepState(
-            pos,
-            d["name"],
-            "approve",
-            StepStatus.WAITING,
-            attempts=1,
-            started_at=e.at,
-            due_at=d.get("timeout_at"),
-            detail=detail,
-            seq=e.seq,
-        ),
-    )
+    _waiting_step(f, e, d, "approve", d.get("timeout_at"), **detail)
     f.wait("approval", d, e, until=d.get("timeout_at"), **detail)
 
 
@@ -358,47 +353,19 @@ def _approval_decided(f: _Fold, e: Event, d: dict[str, Any]) -> None:
 
 
 def _timer_started(f: _Fold, e: Event, d: dict[str, Any]) -> None:
-    pos = d["pos"]
-    f.put_step(
-        pos,
-        StepState(
-            pos,
-            d["name"],
-            "sleep",
-            StepStatus.WAITING,
-            attempts=1,
-            started_at=e.at,
-            due_at=d["until"],
-            seq=e.seq,
-        ),
-    )
+    _waiting_step(f, e, d, "sleep", d["until"])
     if d.get("suspend"):
         f.wait("timer", d, e, until=d["until"])
 
 
 def _wait_started(f: _Fold, e: Event, d: dict[str, Any]) -> None:
-    pos = d["pos"]
-    f.put_step(
-        pos,
-        StepState(
-            pos,
-            d["name"],
-            "wait",
-            StepStatus.WAITING,
-            attempts=1,
-            started_at=e.at,
-            due_at=d.get("timeout_at"),
-            seq=e.seq,
-        ),
-    )
+    _waiting_step(f, e, d, "wait", d.get("timeout_at"))
     f.wait("signal", d, e, until=d.get("timeout_at"))
 
 
 def _join_started(f: _Fold, e: Event, d: dict[str, Any]) -> None:
-    pos = d["pos"]
-    kind = d.get("kind", "join")  # "child": an inline child not finished (engine.inline)
-    waits = StepStatus.WAITING
-    f.put_step(pos, StepState(pos, d["name"], kind, waits, attempts=1, started_at=e.at, seq=e.seq))
+    # kind "child": an inline child not finished (engine.inline)
+    _waiting_step(f, e, d, d.get("kind", "join"), None)
     inline = {"inline": True} if d.get("inline") else {}
     f.wait("children", d, e, children=list(d["children"]), **inline)
 
