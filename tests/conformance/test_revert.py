@@ -212,43 +212,43 @@ def test_cancel_compensate_leaves_a_reverted_call_alone(app: tether.App) -> None
     _refused(app, h.id, 1, "being compensated or was")
 
 
+def _interrupted(app: tether.App, w: World, agent: str, name: str, step: int) -> str:
+    """A run of ``agent`` whose revert of ``step`` stopped inside its undo (of ``name``)."""
+    h = app.run(w.agents[agent])
+    w.interrupt.add(name)
+    with pytest.raises(KeyboardInterrupt):
+        app.revert(h.id, step=step, by="alice")
+    return h.id
+
+
 def test_an_interrupted_revert_finishes_once_with_its_key(app: tether.App) -> None:
     w = _world(app)
-    h = app.run(w.agents["trip"])
-    w.interrupt.add("hotel")
-    with pytest.raises(KeyboardInterrupt):
-        app.revert(h.id, step=2, by="alice")
-    pending = app.get(h.id).revert_of(2)
+    rid = _interrupted(app, w, "trip", "hotel", 2)
+    pending = app.get(rid).revert_of(2)
     assert pending is not None and pending.status == "running"
-    assert app.effect(app.get(h.id).steps[1].key).status == "compensating"  # type: ignore[union-attr]
-    done = app.revert(h.id, step=2, by="alice")  # finishes it: called again, same key
+    assert app.effect(app.get(rid).steps[1].key).status == "compensating"  # type: ignore[union-attr]
+    done = app.revert(rid, step=2, by="alice")  # finishes it: called again, same key
     assert done.resumed and w.undone == [("hotel", done.key)]
-    r = app.get(h.id).revert_of(2)
+    r = app.get(rid).revert_of(2)
     assert r is not None and (r.status, r.attempts) == ("completed", 2)
 
 
 def test_an_interrupted_undo_that_cannot_dedup_is_asked(app: tether.App) -> None:
     w = _world(app)
-    h = app.run(w.agents["mixed"])
-    w.interrupt.add("c")
-    with pytest.raises(KeyboardInterrupt):
-        app.revert(h.id, step=3, by="alice")
-    _refused(app, h.id, 3, "may have run.*--happened")
+    rid = _interrupted(app, w, "mixed", "c", 3)
+    _refused(app, rid, 3, "may have run.*--happened")
     assert w.undone == [("c", "-")]
-    app.revert(h.id, step=3, by="carol", happened=True)  # it did: recorded, not called again
+    app.revert(rid, step=3, by="carol", happened=True)  # it did: recorded, not called again
     assert w.undone == [("c", "-")]
-    r = app.get(h.id).revert_of(3)
+    r = app.get(rid).revert_of(3)
     assert r is not None and r.status == "completed"
-    assert app.effect(app.get(h.id).steps[2].key).status == "compensated"  # type: ignore[union-attr]
+    assert app.effect(app.get(rid).steps[2].key).status == "compensated"  # type: ignore[union-attr]
 
 
 def test_an_undo_said_not_to_have_happened_is_called_again(app: tether.App) -> None:
     w = _world(app)
-    h = app.run(w.agents["mixed"])
-    w.interrupt.add("c")
-    with pytest.raises(KeyboardInterrupt):
-        app.revert(h.id, step=3, by="alice")
-    app.revert(h.id, step=3, by="carol", happened=False)
+    rid = _interrupted(app, w, "mixed", "c", 3)
+    app.revert(rid, step=3, by="carol", happened=False)
     assert w.undone == [("c", "-"), ("c", "-")]
-    r = app.get(h.id).revert_of(3)
+    r = app.get(rid).revert_of(3)
     assert r is not None and (r.status, r.attempts) == ("completed", 2)
