@@ -87,6 +87,11 @@ def test_a_revert_killed_midway_finishes_once_and_leaves_the_rest(url: str, tmp_
         pending = app.get(rid).revert_of(2)
         assert pending is not None and pending.status == "running"  # intent, no end
         assert app.effect(keys[1]).status == "compensating"  # type: ignore[union-attr]
+    pending_show = _cli(env, "show", rid)
+    assert (
+        f"running: hotel full (`tether revert {rid} --step 2` finishes it)" in pending_show.stdout
+    )
+    assert "completed, reverting" in pending_show.stdout
     hold.unlink()
     again = _cli(env, "revert", rid, "--step", "2", "--by", "alice")
     assert again.returncode == 0, again.stderr

@@ -252,3 +252,23 @@ def test_an_undo_said_not_to_have_happened_is_called_again(app: tether.App) -> N
     assert w.undone == [("c", "-"), ("c", "-")]
     r = app.get(rid).revert_of(3)
     assert r is not None and (r.status, r.attempts) == ("completed", 2)
+
+
+def test_an_async_undo_is_awaited(app: tether.App) -> None:
+    undone: list[str] = []
+
+    async def unsend(result: str, to: str, *, idempotency_key: str) -> str:
+        undone.append(to)
+        return f"recalled {to}"
+
+    @app.tool(risk="write", compensate=unsend)
+    def send(to: str, *, idempotency_key: str) -> str:
+        return to
+
+    @app.agent
+    def mailer(run: tether.Run) -> str:
+        return str(run.tool(send, "bob"))
+
+    h = app.run(mailer)
+    assert app.revert(h.id, step=1, by="alice").output == "recalled bob"
+    assert undone == ["bob"]

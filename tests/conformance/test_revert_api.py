@@ -51,6 +51,10 @@ def test_an_operator_reverts_one_effect(app: tether.App, world: dict[str, Any]) 
     assert r is not None and r.detail is not None and r.detail["by"] == "operator-1"
     assert app.get(run).status == "completed"
     assert "revert" in {a.action for a in app.audit(run)}
+    seen = world["api"].get(f"/api/runs/{run}", headers=bearer(world["tokens"]["viewer"]))
+    assert seen.status_code == 200, seen.text
+    (shown,) = seen.json()["state"]["reverts"]
+    assert (shown["position"], shown["status"], shown["key"]) == (2, "completed", body["key"])
 
 
 @pytest.mark.parametrize("role", ["viewer", "approver"])

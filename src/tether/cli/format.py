@@ -322,14 +322,17 @@ def header_text(record: RunRecord, state: RunState, expected: int | None = None)
         ("decision", f"{d.position} {d.name} = {short(d.output, 40)}; why: {short(d.why)}")
         for d in state.decisions
     ]
-    out += [("reverted", revert_line(r)) for r in state.reverts]
+    out += [("reverted", revert_line(r, record.id)) for r in state.reverts]
     return fields(out)
 
 
-def revert_line(r: StepState) -> str:
-    """``2 by alice at …, completed: why`` (a revert of RunState.reverts)."""
+def revert_line(r: StepState, run_id: str) -> str:
+    """``2 by alice at …, completed: why`` (a revert of RunState.reverts); an unfinished
+    one says what finishes it."""
     by, why = (r.detail or {}).get("by"), (r.detail or {}).get("reason")
-    return f"{r.position} by {by} at {when(r.started_at)}, {r.status}" + (f": {why}" if why else "")
+    text = f"{r.position} by {by} at {when(r.started_at)}, {r.status}" + (f": {why}" if why else "")
+    again = f" (`tether revert {run_id} --step {r.position}` finishes it)"
+    return text + (again if r.status != "completed" else "")
 
 
 def _where_fields(record: RunRecord, now: float | None = None) -> list[tuple[str, str]]:
