@@ -13,7 +13,7 @@ import pytest
 
 import tether
 from tether.model.state import fold
-from tether.store import snapshots
+from tether.store import Lease, snapshots
 
 pytestmark = pytest.mark.conformance
 
@@ -272,3 +272,63 @@ def test_an_async_undo_is_awaited(app: tether.App) -> None:
     h = app.run(mailer)
     assert app.revert(h.id, step=1, by="alice").output == "recalled bob"
     assert undone == ["bob"]
+
+
+def test_an_undo_that_fails_is_recorded_and_tried_again(app: tether.App) -> None:
+    fails = [RuntimeError("the hotel's line is busy")]
+
+    def unbook(result: str, name: str, *, idempotency_key: str) -> None:
+        if fails:
+            raise fails.pop()
+
+    @app.tool(risk="write", compensate=unbook)
+    def book(name: str, *, idempotency_key: str) -> str:
+        return name
+
+    @app.agent
+    def one(run: tether.Run) -> str:
+        return str(run.tool(book, "hotel"))
+
+    h = app.run(one)
+    with pytest.raises(tether.InvalidState, match="failed: RuntimeError: the hotel's line is busy"):
+        app.revert(h.id, step=1, by="alice")
+    r = app.get(h.id).revert_of(1)
+    assert (
+        r is not None
+        and r.status == "failed"
+        and r.errors[0]["message"] == "the hotel's line is busy"
+    )
+    assert app.effect(app.get(h.id).steps[0].key).status == "compensating"  # type: ignore[union-attr]
+    assert app.revert(h.id, step=1, by="alice").resumed  # finishes the failed one
+    r = app.get(h.id).revert_of(1)
+    assert r is not None and (r.status, r.attempts) == ("completed", 2)
+
+
+def test_a_claim_during_the_revert_fences_it_out(app: tether.App) -> None:
+    claimed: list[Lease] = []
+
+    def unbook(result: str, name: str, *, idempotency_key: str) -> None:
+        if not claimed:  # a worker takes the run meanwhile (a queued run is claimable)
+            now = app.clock.now()
+            claimed.append(
+                app.store.claim(rid, owner="worker:w1", ttl=30, now=now, takeover=app.owner)
+            )
+
+    @app.tool(risk="write", compensate=unbook)
+    def book(name: str, *, idempotency_key: str) -> str:
+        return name
+
+    @app.agent
+    def one(run: tether.Run) -> str:
+        return str(run.tool(book, "hotel"))
+
+    rid = app.run(one).id
+    with pytest.raises(tether.InvalidState, match="fenced out"):
+        app.revert(rid, step=1, by="alice")
+    r = app.get(rid).revert_of(1)
+    assert r is not None and r.status == "running"  # its intent only: pending
+    with pytest.raises(tether.RevertRefused, match="is executing in worker:w1"):
+        app.revert(rid, step=1, by="alice")
+    app.store.release(rid, epoch=claimed[0].epoch)
+    assert app.revert(rid, step=1, by="alice").resumed
+    assert app.get(rid).revert_of(1).status == "completed"  # type: ignore[union-attr]

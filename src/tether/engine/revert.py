@@ -47,12 +47,19 @@ from tether.engine.leases import Leases
 from tether.engine.retry import Retry
 from tether.engine.runtime import adrive, drive
 from tether.engine.states import States
-from tether.errors import Conflict, NotFound, RevertRefused
+from tether.errors import (
+    Conflict,
+    InvalidState,
+    LeaseLost,
+    NotFound,
+    RevertRefused,
+    TetherError,
+)
 from tether.model import inputs
 from tether.model.state import RunState
 from tether.model.status import EffectStatus, StepStatus
 from tether.model.steps import REVERT, StepState
-from tether.store import EffectWrite
+from tether.store import EffectWrite, Lease
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +127,7 @@ class Reverter:
 
     def _under(
         self,
-        lease: Any,
+        lease: Lease,
         run_id: str,
         position: int,
         by: str,
@@ -135,10 +142,17 @@ class Reverter:
         journal = Journal(self.deps.store, self.deps.clock, state, lease, actor=by)
         pending = state.revert_of(position)
         core = self._core(journal, target, tool, pending, by, reason, happened)
-        if inspect.iscoroutinefunction(tool.compensate):
-            output = asyncio.run(adrive(core, self.deps.clock))
-        else:
-            output = drive(core, self.deps.clock)
+        try:
+            if inspect.iscoroutinefunction(tool.compensate):
+                output = asyncio.run(adrive(core, self.deps.clock))
+            else:
+                output = drive(core, self.deps.clock)
+        except LeaseLost:
+            raise InvalidState(_fenced(run_id, target)) from None
+        except TetherError:
+            raise
+        except Exception as exc:  # the undo's own error, recorded: its word it did not undo
+            raise InvalidState(_failed(run_id, target, exc)) from exc
         key = step_key(run_id, position, _name(tool), compensation.undo_digest(target))
         return Reverted(run_id, position, tool.name, key, by, output, pending is not None)
 
@@ -268,4 +282,22 @@ def _ask(run_id: str, target: StepState, tool: ToolDef) -> str:
         f", so tether does not call it again on a guess. Check whether it happened, then "
         f"`tether revert {run_id} --step {target.position} --happened` (recorded as reverted) "
         f"or `--not-happened` (called again), with --by"
+    )
+
+
+def _fenced(run_id: str, target: StepState) -> str:
+    return (
+        f"run {run_id}: another process claimed the run during the revert of step "
+        f"{target.position} ({target.name}), so its writes were refused (fenced out): the "
+        f"revert is pending if its intent was written. `tether revert {run_id} --step "
+        f"{target.position}` finishes it once the run has stopped again"
+    )
+
+
+def _failed(run_id: str, target: StepState, exc: Exception) -> str:
+    return (
+        f"run {run_id}: the undo of step {target.position} ({target.name}) failed: "
+        f"{type(exc).__name__}: {exc}. Recorded in its log (`tether history {run_id}`); "
+        f"the call's effect holds as far as tether knows, and no fork reuses it. "
+        f"`tether revert {run_id} --step {target.position}` tries again"
     )
