@@ -17,6 +17,8 @@ run that made them (their idempotency key names it): undoing them would undo its
 parent's work. Each undo marks the effects-table row of the call it undoes,
 ``compensating`` with its intent and ``compensated`` with its completion, so that
 no fork reuses an effect that no longer holds (:func:`tether.engine.effects.undone`).
+A call reverted on its own (:mod:`tether.engine.revert`, which calls the same
+:func:`undo_core`) is left to that revert.
 """
 
 from __future__ import annotations
