@@ -332,3 +332,29 @@ def test_a_claim_during_the_revert_fences_it_out(app: tether.App) -> None:
     app.store.release(rid, epoch=claimed[0].epoch)
     assert app.revert(rid, step=1, by="alice").resumed
     assert app.get(rid).revert_of(1).status == "completed"  # type: ignore[union-attr]
+
+
+def test_an_imported_revert_of_no_step_is_refused(app: tether.App) -> None:
+    w = _world(app)
+    h = app.run(w.agents["trip"])
+    app.revert(h.id, step=2, by="alice")
+    lines = app_export(app, h.id)
+    assert '"kind":"revert"' in "".join(lines)
+    moved = [
+        line.replace('"pos":2,"name":"undo:book"', '"pos":7,"name":"undo:book"') for line in lines
+    ]
+    with pytest.raises(
+        ValueError,
+        match=r"do not fold into a run state .*a revert of position 7, which holds no step",
+    ):
+        app.import_run(moved, new_id=True)
+    copy = app.import_run(lines, new_id=True)  # as written: imported whole
+    assert app.get(copy).reverts == app.get(h.id).reverts
+
+
+def app_export(app: tether.App, run_id: str) -> list[str]:
+    import io
+
+    out = io.StringIO()
+    app.export_run(run_id, out)
+    return out.getvalue().splitlines()

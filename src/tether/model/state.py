@@ -191,6 +191,8 @@ class _Fold:
 
     def get_step(self, pos: int, d: dict[str, Any], e: Event) -> StepState:
         if d.get("kind") == REVERT:  # a revert's record, beside the steps (RunState.reverts)
+            if pos > self.n:  # a log tether never writes (an import's): refused
+                raise ValueError(f"a revert of position {pos}, which holds no step")
             old = next((r for r in self.s["reverts"] if r.position == pos), None)
             return old or StepState(pos, d["name"], REVERT, StepStatus.RUNNING, started_at=e.at)
         if pos <= self.n and self.at(pos).status != UNRECORDED:
