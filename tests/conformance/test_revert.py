@@ -358,3 +358,22 @@ def app_export(app: tether.App, run_id: str) -> list[str]:
     out = io.StringIO()
     app.export_run(run_id, out)
     return out.getvalue().splitlines()
+
+
+def test_a_run_executing_in_this_process_is_refused(app: tether.App) -> None:
+    w = _world(app)
+    book = w.tools["book"]
+    seen: list[str] = []
+
+    @app.agent
+    def selfish(run: tether.Run) -> str:
+        run.tool(book, "flight")
+        try:
+            app.revert(run.id, step=1, by="alice")
+        except tether.RevertRefused as e:
+            seen.append(str(e))
+        return "done"
+
+    h = app.run(selfish)
+    assert h.status == "completed" and w.undone == []
+    assert len(seen) == 1 and "is executing in this process" in seen[0]

@@ -105,12 +105,12 @@ class Reverter:
         inputs.name(by, "by")
         inputs.text(reason, "reason")
         record = self.deps.store.get_run(run_id)
-        self._check(self.states.load(run_id), position, happened)  # before taking the lease
-        if run_id in self.leases.active.journals:
+        if run_id in self.leases.active.journals:  # our own lease: a claim would not tell
             raise RevertRefused(
                 f"run {run_id} is executing in this process; revert step {position} once "
                 f"it has stopped (it waits, or has ended)"
             )
+        self._check(self.states.load(run_id), position, happened)  # before taking the lease
         try:
             lease = self.leases.claim(record)
         except Conflict:
