@@ -254,6 +254,20 @@ def test_an_undo_said_not_to_have_happened_is_called_again(app: tether.App) -> N
     assert r is not None and (r.status, r.attempts) == ("completed", 2)
 
 
+def _one_call(app: tether.App, undo: Any) -> str:
+    """A completed run of one call of a write tool whose compensation is ``undo``."""
+
+    @app.tool(risk="write", compensate=undo)
+    def book(name: str, *, idempotency_key: str) -> str:
+        return name
+
+    @app.agent
+    def one(run: tether.Run) -> str:
+        return str(run.tool(book, "bob"))
+
+    return app.run(one).id
+
+
 def test_an_async_undo_is_awaited(app: tether.App) -> None:
     undone: list[str] = []
 
@@ -261,16 +275,8 @@ def test_an_async_undo_is_awaited(app: tether.App) -> None:
         undone.append(to)
         return f"recalled {to}"
 
-    @app.tool(risk="write", compensate=unsend)
-    def send(to: str, *, idempotency_key: str) -> str:
-        return to
-
-    @app.agent
-    def mailer(run: tether.Run) -> str:
-        return str(run.tool(send, "bob"))
-
-    h = app.run(mailer)
-    assert app.revert(h.id, step=1, by="alice").output == "recalled bob"
+    rid = _one_call(app, unsend)
+    assert app.revert(rid, step=1, by="alice").output == "recalled bob"
     assert undone == ["bob"]
 
 
@@ -281,26 +287,18 @@ def test_an_undo_that_fails_is_recorded_and_tried_again(app: tether.App) -> None
         if fails:
             raise fails.pop()
 
-    @app.tool(risk="write", compensate=unbook)
-    def book(name: str, *, idempotency_key: str) -> str:
-        return name
-
-    @app.agent
-    def one(run: tether.Run) -> str:
-        return str(run.tool(book, "hotel"))
-
-    h = app.run(one)
+    h = app.get(_one_call(app, unbook))
     with pytest.raises(tether.InvalidState, match="failed: RuntimeError: the hotel's line is busy"):
-        app.revert(h.id, step=1, by="alice")
-    r = app.get(h.id).revert_of(1)
+        app.revert(h.run_id, step=1, by="alice")
+    r = app.get(h.run_id).revert_of(1)
     assert (
         r is not None
         and r.status == "failed"
         and r.errors[0]["message"] == "the hotel's line is busy"
     )
-    assert app.effect(app.get(h.id).steps[0].key).status == "compensating"  # type: ignore[union-attr]
-    assert app.revert(h.id, step=1, by="alice").resumed  # finishes the failed one
-    r = app.get(h.id).revert_of(1)
+    assert app.effect(app.get(h.run_id).steps[0].key).status == "compensating"  # type: ignore[union-attr]
+    assert app.revert(h.run_id, step=1, by="alice").resumed  # finishes the failed one
+    r = app.get(h.run_id).revert_of(1)
     assert r is not None and (r.status, r.attempts) == ("completed", 2)
 
 
@@ -314,15 +312,7 @@ def test_a_claim_during_the_revert_fences_it_out(app: tether.App) -> None:
                 app.store.claim(rid, owner="worker:w1", ttl=30, now=now, takeover=app.owner)
             )
 
-    @app.tool(risk="write", compensate=unbook)
-    def book(name: str, *, idempotency_key: str) -> str:
-        return name
-
-    @app.agent
-    def one(run: tether.Run) -> str:
-        return str(run.tool(book, "hotel"))
-
-    rid = app.run(one).id
+    rid = _one_call(app, unbook)
     with pytest.raises(tether.InvalidState, match="fenced out"):
         app.revert(rid, step=1, by="alice")
     r = app.get(rid).revert_of(1)
