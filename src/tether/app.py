@@ -27,6 +27,7 @@ from tether.engine.leases import Active, Leases
 from tether.engine.policy import Policy
 from tether.engine.registry import Registry
 from tether.engine.retry import NO_RETRY, Retry
+from tether.engine.revert import Reverter
 from tether.engine.states import States
 from tether.model import inputs
 from tether.model.budgets import Limits
@@ -97,6 +98,9 @@ class App(Registration, Tenancy, Settings, Decisions, TimeTravel, Scheduling):
         self._reader = Reader(self._states)
         self._control = Control(
             deps, self._states, self._leases, self._registry, self._executor, self.approver_groups
+        )
+        self._reverter = Reverter(
+            deps, self._states, self._leases, self._registry.lookup_tool, retry
         )
         self._queues = Queues(deps, self._registry, self._executor)
         self._schedules = Schedules(deps, self._registry, self._queues)

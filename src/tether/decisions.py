@@ -1,12 +1,13 @@
 """Decisions and control from outside a run (a mixin of :class:`tether.App`): approve,
-deny, resolve a call in doubt, signal, cancel, and the effects and audit records they
-leave (see :mod:`tether.services.control`)."""
+deny, resolve a call in doubt, signal, cancel, revert one effect, and the effects and
+audit records they leave (see :mod:`tether.services.control`, :mod:`tether.engine.revert`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from tether.engine.executor import RunHandle
+from tether.engine.revert import Reverted, Reverter
 from tether.services import control
 from tether.services.control import Control
 from tether.services.reader import Reader
@@ -18,6 +19,7 @@ class Decisions:
 
     _control: Control
     _reader: Reader
+    _reverter: Reverter
 
     def approve(self, run_id: str, name: str, *, by: str, reason: str | None = None) -> None:
         """Approve a waiting run's request ``name``; the run becomes resumable.
@@ -59,6 +61,24 @@ class Decisions:
         """Cancel a run that is not executing (queued, waiting, or crashed); with
         ``compensate=True`` first undo its completed write tools, newest first."""
         return self._control.cancel(run_id, compensate=compensate, by=by, reason=reason)
+
+    def revert(
+        self,
+        run_id: str,
+        *,
+        step: int,
+        by: str,
+        reason: str | None = None,
+        happened: bool | None = None,
+    ) -> Reverted:
+        """Undo the one completed write-tool call at position ``step`` with its tool's
+        compensation, journaled (intent, own idempotency key, who: ``by``), leaving the
+        rest of the run as it is; a revert a crash interrupted is finished by calling this
+        again (``happened``: settles one whose undo may have run, see
+        :mod:`tether.engine.revert`). Refused with RevertRefused, nothing written, for a
+        step that is not a completed write call, a tool without compensation, a call
+        already reverted or compensated, a fork's copied call, or a run executing now."""
+        return self._reverter.revert(run_id, step, by=by, reason=reason, happened=happened)
 
     def effect(self, key: str) -> Effect | None:
         """The effects-table row of an idempotency key (None if never called)."""

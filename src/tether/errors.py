@@ -23,7 +23,8 @@
     ├── NondeterminismError          replay found another step at a recorded position (blocked)
     ├── StepTimeout                  a step attempt ran past its retry policy's timeout
     ├── InvalidState                 the run is not in a state that allows the operation
-    │   └── DecisionRefused          an approval decision that cannot be taken (recorded in audit)
+    │   ├── DecisionRefused          an approval decision that cannot be taken (recorded in audit)
+    │   └── RevertRefused            a revert of one effect that cannot be done (nothing written)
     ├── ApprovalDenied               raised inside the agent by a denied (or timed-out) approval
     ├── WaitTimeout                  raised inside the agent when ``run.wait`` times out
     ├── BudgetExceeded               a run reached a limit whose policy is "fail" (names it)
@@ -212,6 +213,12 @@ class InvalidState(TetherError):
 class DecisionRefused(InvalidState):
     """An approve/deny/resolve that cannot be taken: wrong approver, second decision, or
     a run not waiting for it. The refusal is recorded in the run's audit log."""
+
+
+class RevertRefused(InvalidState):
+    """A revert of one effect (``app.revert``) that cannot be done: not a completed write
+    call, no compensation, already reverted or compensated, a fork's copied call, a run
+    executing elsewhere, or an undo in doubt to settle first. Nothing was written."""
 
 
 class ApprovalDenied(TetherError):

@@ -29,6 +29,7 @@ from tether.context.memory import Memory
 from tether.context.tenant_artifacts import TenantArtifacts
 from tether.context.tenant_memory import TenantMemory
 from tether.engine.executor import RunHandle
+from tether.engine.revert import Reverted
 from tether.errors import Conflict, Forbidden, InvalidInput, NotFound
 from tether.model import codec, inputs
 from tether.model.budgets import Limits
@@ -372,6 +373,20 @@ class ScopedApp:
         who = by if self.local else self.by(by)
         self.allow("cancel", run_id)
         return self.app.cancel(run_id, compensate=compensate, by=who, reason=reason)
+
+    def revert(
+        self,
+        run_id: str,
+        *,
+        step: int,
+        by: str | None = None,
+        reason: str | None = None,
+        happened: bool | None = None,
+    ) -> Reverted:
+        """Revert one effect of the run as this identity (see :meth:`tether.App.revert`)."""
+        who = self.by(by)
+        self.allow("revert", run_id)
+        return self.app.revert(run_id, step=step, by=who, reason=reason, happened=happened)
 
     def raise_budget(
         self,

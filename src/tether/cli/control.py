@@ -1,5 +1,5 @@
-"""``tether approve|deny|signal|resolve|cancel|budget|audit``: people and the outside world
-deciding for runs (see :mod:`tether.engine.waits`)."""
+"""``tether approve|deny|signal|resolve|cancel|revert|budget|audit``: people and the outside
+world deciding for runs (see :mod:`tether.engine.waits`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import json
 from typing import Any
 
 from tether.cli import format as fmt
+from tether.cli.arguments import whole_number
 from tether.cli.context import Command, CommandError, Context
+from tether.errors import NotFound, RevertRefused
 from tether.model import codec
 from tether.model.status import RunStatus
 from tether.scoped import ScopedApp
@@ -139,6 +141,47 @@ def _cancel(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
+def _revert_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="the run id")
+    parser.add_argument(
+        "--step",
+        type=whole_number(1),
+        required=True,
+        metavar="N",
+        help="the position of the completed write-tool call to undo (`tether show RUN`)",
+    )
+    parser.add_argument(
+        "--by", help="who reverts (required without --token; with one: the token's name)"
+    )
+    parser.add_argument("--reason", help="why, kept in the run's log")
+    doubt = parser.add_mutually_exclusive_group()
+    doubt.add_argument(
+        "--happened",
+        action="store_true",
+        help="an undo a crash interrupted did run: record the revert, do not call it again",
+    )
+    doubt.add_argument(
+        "--not-happened",
+        action="store_true",
+        help="an undo a crash interrupted did not run: call it again",
+    )
+
+
+def _revert(args: argparse.Namespace, ctx: Context) -> int:
+    app = ctx.view()
+    happened = True if args.happened else False if args.not_happened else None
+    try:
+        r = app.revert(args.run, step=args.step, by=args.by, reason=args.reason, happened=happened)
+    except (RevertRefused, NotFound) as e:  # refused, nothing written: exit 2, as usage
+        raise CommandError(str(e), 2) from None
+    how = "finished the revert a crash interrupted" if r.resumed else "reverted"
+    ctx.print(
+        f"run {r.run_id}: step {r.position} ({r.tool}) {how}, by {r.by} (undo key {r.key}); "
+        f"the rest of the run is as it was (`tether history {r.run_id}` shows the revert)"
+    )
+    return 0
+
+
 def _budget_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", help="the run id (waiting on its budget)")
     parser.add_argument(
@@ -248,6 +291,19 @@ COMMANDS = (
         "Cancels a queued, waiting or stopped run. With "
         "--compensate, the compensations of its completed write tools run first, "
         "newest first, each journaled.",
+    ),
+    Command(
+        "revert",
+        "undo one completed effect of a run with its tool's compensation",
+        _revert_arguments,
+        _revert,
+        "Calls the compensation of the write-tool call at --step, journaled (a durable "
+        "intent, its own idempotency key, who reverted it), and changes nothing else: the "
+        "run keeps its status and output. Refused (exit 2, nothing written) for a step that "
+        "is not a completed write call, a tool without compensation, a call already "
+        "reverted or compensated, a fork's copied call, or a run executing now. A revert a "
+        "crash interrupted is finished by the same command (an undo without "
+        "idempotency_key asks first: --happened or --not-happened).",
     ),
     Command(
         "budget",

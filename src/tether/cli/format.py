@@ -250,6 +250,7 @@ def run_details(record: RunRecord, state: RunState) -> dict[str, Any]:
             "calls": u.calls,
         },
         "steps": [_step_data(s) for s in state.steps],
+        "reverts": [_revert_data(r) for r in state.reverts],
     }
 
 
@@ -269,6 +270,11 @@ def _step_data(s: StepState) -> dict[str, Any]:
         "why": s.why,
         "errors": [{k: e.get(k) for k in ("type", "message", "at")} for e in s.errors],
     }
+
+
+def _revert_data(r: StepState) -> dict[str, Any]:  # who reverted the call at position, why
+    mine = {k: getattr(r, k) for k in ("position", "status", "key", "attempts", "started_at")}
+    return mine | {k: (r.detail or {}).get(k) for k in ("by", "reason")}
 
 
 def _agent(record: RunRecord) -> str:
@@ -316,7 +322,17 @@ def header_text(record: RunRecord, state: RunState, expected: int | None = None)
         ("decision", f"{d.position} {d.name} = {short(d.output, 40)}; why: {short(d.why)}")
         for d in state.decisions
     ]
+    out += [("reverted", revert_line(r, record.id)) for r in state.reverts]
     return fields(out)
+
+
+def revert_line(r: StepState, run_id: str) -> str:
+    """``2 by alice at …, completed: why`` (a revert of RunState.reverts); an unfinished
+    one says what finishes it."""
+    by, why = (r.detail or {}).get("by"), (r.detail or {}).get("reason")
+    text = f"{r.position} by {by} at {when(r.started_at)}, {r.status}" + (f": {why}" if why else "")
+    again = f" (`tether revert {run_id} --step {r.position}` finishes it)"
+    return text + (again if r.status != "completed" else "")
 
 
 def _where_fields(record: RunRecord, now: float | None = None) -> list[tuple[str, str]]:
@@ -369,7 +385,14 @@ def failure_text(f: Any, run_id: str, with_traceback: bool) -> str:
     return text + f"\n{'':<10} (the traceback: tether show {run_id} --traceback)"
 
 
-def steps_table(steps: Sequence[StepState]) -> str:
+def step_status(s: StepState, reverts: Sequence[StepState] = ()) -> str:
+    """A step's status, with its revert's (tether revert) if any: ``completed, reverted``."""
+    r = next((r for r in reverts if r.position == s.position), None)
+    done = {"completed": "reverted", "failed": "revert failed"}
+    return s.status if r is None else f"{s.status}, {done.get(r.status, 'reverting')}"
+
+
+def steps_table(steps: Sequence[StepState], reverts: Sequence[StepState] = ()) -> str:
     """``tether show``'s steps: position, kind, name, status, attempts, time, usage."""
     rows = []
     for s in steps:
@@ -379,7 +402,7 @@ def steps_table(steps: Sequence[StepState]) -> str:
                 s.position,
                 s.kind or None,  # a position not recorded yet has no kind nor name
                 s.name or None,
-                s.status,
+                step_status(s, reverts),
                 s.attempts,
                 ms(s.duration),
                 u.input_tokens if u else None,
@@ -453,6 +476,8 @@ def event_summary(type_: str, d: dict[str, Any]) -> str:
         err = d.get("error", {})
         text = f"{step} attempt {d.get('attempt')}: {err.get('type')}: {err.get('message')}"
         text += f"; {retry}"
+    elif type_ == "tool.intent" and d.get("kind") == "revert":
+        text = f"revert of {step} by {d.get('by')}, key {d.get('key')}"
     elif type_ == "decision":
         text = f"{step} = {short(d.get('choice'), 40)}; why: {d.get('why')}"
     elif type_ in ("var.set", "var.deleted"):
@@ -479,7 +504,7 @@ def history_text(h: History) -> str:
         out.append(
             table(
                 ["POS", "KIND", "NAME", "STATUS", "SEQ"],
-                [[s.position, s.kind, s.name, s.status, s.seq] for s in h.steps],
+                [[s.position, s.kind, s.name, step_status(s, h.reverts), s.seq] for s in h.steps],
                 right="POS SEQ",
             )
         )
@@ -509,15 +534,10 @@ def history_data(h: History) -> dict[str, Any]:
             for e in h.entries
         ],
         "steps": [
-            {
-                "position": s.position,
-                "kind": s.kind,
-                "name": s.name,
-                "status": s.status,
-                "seq": s.seq,
-            }
+            {k: getattr(s, k) for k in ("position", "kind", "name", "status", "seq")}
             for s in h.steps
         ],
+        "reverts": [_revert_data(r) for r in h.reverts],
     }
 
 
@@ -536,7 +556,8 @@ def state_text(state: RunState) -> str:
     out = ["\n".join(f"{k:<8} {v}" for k, v in pairs)]
     if state.steps:
         rows = [
-            [s.position, s.kind, s.name, s.status, s.seq, short(s.output, 60)] for s in state.steps
+            [s.position, s.kind, s.name, step_status(s, state.reverts), s.seq, short(s.output, 60)]
+            for s in state.steps
         ]
         out += [
             "",

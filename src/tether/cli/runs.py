@@ -196,7 +196,7 @@ def _show(args: argparse.Namespace, ctx: Context) -> int:
         ctx.print(fmt.failure_text(state.failure, record.id, args.traceback))
     if state.steps:
         ctx.print()
-        ctx.print(fmt.steps_table(state.steps))
+        ctx.print(fmt.steps_table(state.steps, state.reverts))
     if kids:
         ctx.print()
         ctx.print(tree.children_text(kids))

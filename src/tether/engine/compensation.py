@@ -17,6 +17,8 @@ run that made them (their idempotency key names it): undoing them would undo its
 parent's work. Each undo marks the effects-table row of the call it undoes,
 ``compensating`` with its intent and ``compensated`` with its completion, so that
 no fork reuses an effect that no longer holds (:func:`tether.engine.effects.undone`).
+A call reverted on its own (:mod:`tether.engine.revert`, which calls the same
+:func:`undo_core`) is left to that revert.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tether.engine.calls import Call, Core, step_key
+from tether.engine.calls import Call, Core, Slot, step_key
 from tether.engine.effects import ToolDef, owns
 from tether.engine.journal import Journal
 from tether.engine.retry import Retry
@@ -47,7 +49,7 @@ def compensable(state: RunState, find_tool: FindTool) -> list[StepState]:
     for s in reversed(state.steps):
         if s.kind != "tool" or s.status != StepStatus.COMPLETED or not s.key or not s.detail:
             continue
-        if not owns(state.run_id, s.key):
+        if not owns(state.run_id, s.key) or reverted(state, s.position):
             continue
         if s.detail.get("risk") in (None, "read"):
             continue
@@ -55,6 +57,14 @@ def compensable(state: RunState, find_tool: FindTool) -> list[StepState]:
         if tool is not None and tool.compensate is not None:
             out.append(s)
     return out
+
+
+def reverted(state: RunState, position: int) -> bool:
+    """Whether a revert of the call at ``position`` (tether.engine.revert) undid it or is
+    undoing it: a compensation leaves it to that revert (``tether revert`` finishes a
+    pending one). A revert whose undo failed (its word that nothing was undone) does not."""
+    r = state.revert_of(position)
+    return r is not None and r.status != StepStatus.FAILED
 
 
 def start(j: Journal, state: RunState, reason: str, error: Mapping[str, Any] | None) -> None:
@@ -90,13 +100,36 @@ def compensation_core(
 
 def _undo(j: Journal, target: StepState, tool: ToolDef, default_retry: Retry) -> Core:
     name = f"undo:{tool.name}"
-    digest = codec.digest({"of": target.position, "key": target.key})
+    digest = undo_digest(target)
     slot = j.slot("compensate", name, digest)
     if slot.done:
         if j.trace is not None:  # a zero-length span marked replayed
             j.trace.gate(slot, lambda: None)
         return None
-    key = step_key(j.run_id, slot.pos, name, digest)
+    yield from undo_core(j, slot, digest, target, tool, default_retry)
+    return None
+
+
+def undo_digest(target: StepState) -> str:
+    """The args digest of the undo of ``target`` (its position and key): with the undo's
+    position, it makes the undo's own idempotency key."""
+    return codec.digest({"of": target.position, "key": target.key})
+
+
+def undo_core(
+    j: Journal,
+    slot: Slot,
+    digest: str,
+    target: StepState,
+    tool: ToolDef,
+    default_retry: Retry,
+    more: Mapping[str, Any] | None = None,
+) -> Core:
+    """Call ``tool``'s undo of the call ``target`` at ``slot`` (a compensation's position,
+    or a revert's record): a durable intent first (``more``: extra fields of its event),
+    its own key, the undone call's effects-table row marked with it; retried by the
+    tool's policy. Returns the undo's result."""
+    key = step_key(j.run_id, slot.pos, slot.name, digest)
     inputs = (target.detail or {}).get("input") or {"args": [], "kwargs": {}}
     kwargs = dict(inputs.get("kwargs") or {})
     if tool.undo_takes_key:
@@ -106,19 +139,13 @@ def _undo(j: Journal, target: StepState, tool: ToolDef, default_retry: Retry) ->
     # its marker only, and its reveal fails this undo with an error saying so
     args = reveal_all([target.output, *inputs.get("args", [])])
     call = Call(tool.compensate, args, reveal_all(kwargs), None)
-    effect = EffectWrite(key, j.run_id, slot.pos, name, EffectStatus.INTENT)
-    undone_key = target.key
-    assert undone_key is not None  # compensable() keeps keyed calls only
-    result = codec.encode(target.output, what="tool result")
-
-    def mark(status: str) -> EffectWrite:  # the undone call's own row says so
-        return EffectWrite(undone_key, j.run_id, target.position, tool.name, status, result)
+    effect = EffectWrite(key, j.run_id, slot.pos, slot.name, EffectStatus.INTENT)
 
     def intent(attempt: int) -> None:
         data = {
             "pos": slot.pos,
-            "name": name,
-            "kind": "compensate",
+            "name": slot.name,
+            "kind": slot.kind,
             "key": key,
             "attempt": attempt,
             "digest": digest,
@@ -126,13 +153,23 @@ def _undo(j: Journal, target: StepState, tool: ToolDef, default_retry: Retry) ->
             "of": target.position,
             "input": None,
             "code": tool.code,
+            **(more or {}),
         }
-        j.append([j.event(ev.TOOL_INTENT, data)], writes=[effect, mark(EffectStatus.COMPENSATING)])
+        undone = mark(j.run_id, target, tool, EffectStatus.COMPENSATING)
+        j.append([j.event(ev.TOOL_INTENT, data)], writes=[effect, undone])
 
     policy = tool.retry or default_retry
-    done = [mark(EffectStatus.COMPENSATED)]
+    done = [mark(j.run_id, target, tool, EffectStatus.COMPENSATED)]
     core = attempts(j, slot, call, policy, digest, key, intent, effect, also=done)
     if j.trace is not None:  # its content (opted in) as recorded: never a revealed Secret
         core = j.trace.call(slot, core, [target.output, *inputs.get("args", [])], kwargs)
-    yield from core
-    return None
+    return (yield from core)
+
+
+def mark(run_id: str, target: StepState, tool: ToolDef, status: str) -> EffectWrite:
+    """The effects-table row of run ``run_id``'s call ``target``, saying ``status``
+    (``compensating`` with an undo's intent, ``compensated`` with its end), so that no fork
+    reuses an effect that no longer holds."""
+    assert target.key is not None  # only keyed calls are undone
+    result = codec.encode(target.output, what="tool result")
+    return EffectWrite(target.key, run_id, target.position, tool.name, status, result)

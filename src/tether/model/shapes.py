@@ -232,6 +232,8 @@ SHAPES: dict[str, tuple[Mapping[str, Check], Mapping[str, Check]]] = {
             "of": opt(pos),
             "input": anything,
             "code": opt(code),
+            "by": opt(text),  # a revert's: who reverted the call (tether.engine.revert)
+            "reason": opt(text),
         },
     ),
     ev.TOOL_IN_DOUBT: ({**STEP, "key": text}, {}),

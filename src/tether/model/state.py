@@ -24,6 +24,7 @@ from tether.model import events as ev
 from tether.model.events import Event
 from tether.model.status import UNRECORDED, RunStatus, StepStatus
 from tether.model.steps import (
+    REVERT,
     StepList,
     StepState,
     Usage,
@@ -75,6 +76,11 @@ class RunState:
     # what a run handed off to was handed (run.handoff): from, pos, vars, and session and
     # upto, or messages; its vars are the run's from the start
     handed: Mapping[str, Any] | None = None
+    # the reverts of single effects (tether.engine.revert), one per reverted position, in
+    # position order: each a StepState of kind ``revert`` whose position is the reverted
+    # call's. They take no position of their own, so a run reverted while it waits replays
+    # to the same positions.
+    reverts: tuple[StepState, ...] = ()
 
     @property
     def error(self) -> Mapping[str, Any] | None:
@@ -101,6 +107,10 @@ class RunState:
         if 1 <= position <= len(self.steps):
             return self.steps[position - 1]
         return None
+
+    def revert_of(self, position: int) -> StepState | None:
+        """The revert of the call at ``position`` (any status), or None."""
+        return next((r for r in self.reverts if r.position == position), None)
 
     def describe_position(self, expected: int | None = None) -> str:
         """``"step 6 of 9, 1–5 committed"``; ``of N`` only when the run completed or the
@@ -144,6 +154,10 @@ class _Fold:
         return step if step is not None else self.base[pos - 1]
 
     def put_step(self, pos: int, step: StepState) -> None:
+        if step.kind == REVERT:  # takes no position: kept beside the steps, by position
+            others = [r for r in self.s["reverts"] if r.position != pos]
+            self.s["reverts"] = tuple(sorted([*others, step], key=lambda r: r.position))
+            return
         while self.n < pos - 1:  # a fan-out's branch finished before an earlier one
             self._set(self.n + 1, unrecorded(self.n + 1))
         self._set(pos, step)
@@ -176,6 +190,11 @@ class _Fold:
         self.s["waiting"] = None
 
     def get_step(self, pos: int, d: dict[str, Any], e: Event) -> StepState:
+        if d.get("kind") == REVERT:  # a revert's record, beside the steps (RunState.reverts)
+            if pos > self.n:  # a log tether never writes (an import's): refused
+                raise ValueError(f"a revert of position {pos}, which holds no step")
+            old = next((r for r in self.s["reverts"] if r.position == pos), None)
+            return old or StepState(pos, d["name"], REVERT, StepStatus.RUNNING, started_at=e.at)
         if pos <= self.n and self.at(pos).status != UNRECORDED:
             return self.at(pos)
         return StepState(pos, d["name"], d["kind"], StepStatus.RUNNING, started_at=e.at)
@@ -270,9 +289,16 @@ def _tool_intent(f: _Fold, e: Event, d: dict[str, Any]) -> None:
             started_at=old.started_at or e.at,
             seq=e.seq,
             key=d["key"],
-            detail={k: d.get(k) for k in ("risk", "of", "input", "code")},
+            detail=_intent_detail(d),
         ),
     )
+
+
+def _intent_detail(d: dict[str, Any]) -> dict[str, Any]:
+    detail = {k: d.get(k) for k in ("risk", "of", "input", "code")}
+    if d["kind"] == REVERT:  # who reverted the call, and why (tether.engine.revert)
+        detail.update(by=d.get("by"), reason=d.get("reason"))
+    return detail
 
 
 def _in_doubt(f: _Fold, e: Event, d: dict[str, Any]) -> None:
@@ -294,25 +320,20 @@ def _resolved(f: _Fold, e: Event, d: dict[str, Any]) -> None:
     f.unwait()
 
 
-def _approval_requested(f: _Fold, e: Event, d: dict[str, Any]) -> None:
+def _waiting_step(
+    f: _Fold, e: Event, d: dict[str, Any], kind: str, due: float | None, **detail: Any
+) -> None:
+    """The step of a gate that waits (an approval, a timer, a wait, a join) at ``d["pos"]``."""
     pos = d["pos"]
+    step = StepState(pos, d["name"], kind, StepStatus.WAITING, attempts=1, started_at=e.at)
+    f.put_step(pos, replace(step, due_at=due, detail=detail or None, seq=e.seq))
+
+
+def _approval_requested(f: _Fold, e: Event, d: dict[str, Any]) -> None:
     detail = {"payload": d.get("payload"), "approvers": d.get("approvers")}
     if d.get("groups"):  # which approvers are groups, not identities (tether.engine.gates)
         detail["groups"] = d["groups"]
-    f.put_step(
-        pos,
-        StepState(
-            pos,
-            d["name"],
-            "approve",
-            StepStatus.WAITING,
-            attempts=1,
-            started_at=e.at,
-            due_at=d.get("timeout_at"),
-            detail=detail,
-            seq=e.seq,
-        ),
-    )
+    _waiting_step(f, e, d, "approve", d.get("timeout_at"), **detail)
     f.wait("approval", d, e, until=d.get("timeout_at"), **detail)
 
 
@@ -334,47 +355,19 @@ def _approval_decided(f: _Fold, e: Event, d: dict[str, Any]) -> None:
 
 
 def _timer_started(f: _Fold, e: Event, d: dict[str, Any]) -> None:
-    pos = d["pos"]
-    f.put_step(
-        pos,
-        StepState(
-            pos,
-            d["name"],
-            "sleep",
-            StepStatus.WAITING,
-            attempts=1,
-            started_at=e.at,
-            due_at=d["until"],
-            seq=e.seq,
-        ),
-    )
+    _waiting_step(f, e, d, "sleep", d["until"])
     if d.get("suspend"):
         f.wait("timer", d, e, until=d["until"])
 
 
 def _wait_started(f: _Fold, e: Event, d: dict[str, Any]) -> None:
-    pos = d["pos"]
-    f.put_step(
-        pos,
-        StepState(
-            pos,
-            d["name"],
-            "wait",
-            StepStatus.WAITING,
-            attempts=1,
-            started_at=e.at,
-            due_at=d.get("timeout_at"),
-            seq=e.seq,
-        ),
-    )
+    _waiting_step(f, e, d, "wait", d.get("timeout_at"))
     f.wait("signal", d, e, until=d.get("timeout_at"))
 
 
 def _join_started(f: _Fold, e: Event, d: dict[str, Any]) -> None:
-    pos = d["pos"]
-    kind = d.get("kind", "join")  # "child": an inline child not finished (engine.inline)
-    waits = StepStatus.WAITING
-    f.put_step(pos, StepState(pos, d["name"], kind, waits, attempts=1, started_at=e.at, seq=e.seq))
+    # kind "child": an inline child not finished (engine.inline)
+    _waiting_step(f, e, d, d.get("kind", "join"), None)
     inline = {"inline": True} if d.get("inline") else {}
     f.wait("children", d, e, children=list(d["children"]), **inline)
 
@@ -582,6 +575,7 @@ def head_data(state: RunState) -> dict[str, Any]:
     out = {f.name: getattr(state, f.name) for f in fields(RunState)}
     out["usage"] = usage_data(state.usage)
     out["steps"] = None
+    out["reverts"] = [step_data(r) for r in state.reverts]
     return out
 
 
@@ -590,4 +584,5 @@ def from_head_data(data: Mapping[str, Any], steps: Sequence[StepState]) -> RunSt
     d = dict(data)
     d["usage"] = Usage(**d["usage"])
     d["steps"] = steps
+    d["reverts"] = tuple(step_from(r) for r in d.get("reverts") or ())  # none before them
     return RunState(**d)

@@ -20,6 +20,10 @@ from typing import Any, overload
 
 from tether.model.status import UNRECORDED, StepStatus
 
+# The kind of a revert's record (tether.engine.revert): the undo of one call, kept in
+# RunState.reverts at the call's position, never among the steps.
+REVERT = "revert"
+
 
 @dataclass(frozen=True, slots=True)
 class Usage:
@@ -50,7 +54,7 @@ class StepState:
 
     position: int
     name: str
-    kind: str  # step | llm | tool | decide | var | approve | sleep | wait | compensate
+    kind: str  # step | llm | tool | decide | var | approve | sleep | wait | compensate | revert
     status: str  # running | retrying | completed | failed | waiting | in_doubt | unrecorded
     attempts: int = 0
     input_digest: str | None = None

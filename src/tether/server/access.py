@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 from tether.app import App
 from tether.context.boards import Board, BoardEntry
 from tether.engine.executor import RunHandle
+from tether.engine.revert import Reverted
 from tether.errors import Forbidden, NotFound
 from tether.model import inputs
 from tether.model.events import Event
@@ -169,6 +170,15 @@ class Access:
         cancel = self.scope.cancel
         return self.act(
             "cancel", run_id, lambda: cancel(run_id, compensate=compensate, reason=reason)
+        )
+
+    def revert(
+        self, run_id: str, *, step: int, reason: str | None, happened: bool | None
+    ) -> Reverted:
+        """Revert one effect of the run as ``who`` (its name is the recorded ``by``)."""
+        revert = self.scope.revert
+        return self.act(
+            "revert", run_id, lambda: revert(run_id, step=step, reason=reason, happened=happened)
         )
 
     def retry(self, run_id: str) -> RunHandle:

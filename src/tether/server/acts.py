@@ -1,10 +1,11 @@
 """The routes that act on a run: fork, decide an approval, resolve a call in doubt, signal,
-cancel, retry, raise a budget; and the browser session's login and logout.
+cancel, revert one effect, retry, raise a budget; and the browser session's login and logout.
 
 Each acts as the caller's identity (its token's name is the recorded ``by``/``sender``),
 after :class:`~tether.server.access.Access` checked the tenant and the role. The server
 never executes a run: a fork is queued, a retry goes back to the run's queue, and a
-decided run is continued by a worker (or ``tether resume``).
+decided run is continued by a worker (or ``tether resume``). A revert is the one act that
+calls code: the undo of one call, here (its tool must be known to the served App).
 """
 
 from __future__ import annotations
@@ -71,6 +72,17 @@ def cancel(caller: Caller, run_id: str, body: schemas.CancelIn) -> schemas.Done:
     """Cancel the run (``compensate``: undo its completed write tools first). Operator."""
     caller.cancel(run_id, compensate=body.compensate, reason=body.reason)
     return _done(caller, run_id)
+
+
+@router.post("/runs/{run_id}/revert", response_model=schemas.Reverted)
+def revert(caller: Caller, run_id: str, body: schemas.RevertIn) -> schemas.Reverted:
+    """Undo the one completed write-tool call at position ``step`` with its compensation,
+    as the caller; the rest of the run stays as it is (409 when refused, nothing written).
+    Operator."""
+    r = caller.revert(run_id, step=body.step, reason=body.reason, happened=body.happened)
+    return schemas.Reverted(
+        id=r.run_id, step=r.position, tool=r.tool, key=r.key, by=r.by, resumed=r.resumed
+    )
 
 
 @router.post("/runs/{run_id}/retry", response_model=schemas.Done)

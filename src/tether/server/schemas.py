@@ -137,6 +137,27 @@ class CancelIn(Strict):
     reason: str | None = Field(None, max_length=10_000)
 
 
+class RevertIn(Strict):
+    """Revert the call at position ``step``; ``happened`` settles an undo a crash left in
+    doubt (True: it ran; False: call it again)."""
+
+    step: int = Field(ge=1)
+    reason: str | None = Field(None, max_length=10_000)
+    happened: bool | None = None
+
+
+class Reverted(BaseModel):
+    """A revert done: the run, the reverted position and tool, the undo's idempotency key,
+    who reverted it, and whether it finished a revert a crash left pending."""
+
+    id: str
+    step: int
+    tool: str
+    key: str
+    by: str
+    resumed: bool
+
+
 class CostTotal(BaseModel):
     """Model usage summed per agent or per session (``key``: its name or id)."""
 

@@ -18,7 +18,7 @@ Roles are ordered; each includes the ones before it:
 ========  =================================================================
 viewer    read: runs, their state, events, history, diffs, audit, the inbox
 approver  + decide: approve, deny, resolve an effect in doubt, send a signal
-operator  + act on runs: cancel, retry, resume, fork, start, raise a budget
+operator  + act on runs: cancel, retry, resume, fork, start, raise a budget, revert
 admin     + manage tokens; see queues and workers; gc, import, worker (span tenants)
 ========  =================================================================
 
@@ -87,6 +87,7 @@ ACTIONS: dict[str, Role] = {
     "resume": Role.OPERATOR,
     "fork": Role.OPERATOR,
     "budget": Role.OPERATOR,  # raise a run's budget
+    "revert": Role.OPERATOR,  # undo one effect of a run (tether.engine.revert)
     "start": Role.OPERATOR,
     "boards": Role.OPERATOR,  # write a board (tether.context.boards); reading one is "read"
     "queues": Role.ADMIN,

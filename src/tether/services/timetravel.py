@@ -64,12 +64,13 @@ class HistoryEntry:
 
 @dataclass(frozen=True, slots=True)
 class History:
-    """A run's row, every event with its seq, and its steps (each with the seq that last
-    changed it)."""
+    """A run's row, every event with its seq, its steps (each with the seq that last
+    changed it) and its reverts."""
 
     run: RunRecord
     entries: tuple[HistoryEntry, ...]
     steps: Sequence[StepState]
+    reverts: tuple[StepState, ...] = ()  # its reverts (tether.engine.revert), by position
 
 
 def history(store: Store, run_id: str) -> History:
@@ -80,7 +81,7 @@ def history(store: Store, run_id: str) -> History:
     integrity.check_events(run_id, events, 0)
     state = fold(events, run_id=run_id)
     integrity.check_row(run_id, record.status, state.status, state.seq)
-    return History(record, tuple(_entry(e) for e in events), state.steps)
+    return History(record, tuple(_entry(e) for e in events), state.steps, state.reverts)
 
 
 def _entry(e: Event) -> HistoryEntry:
@@ -291,10 +292,13 @@ def view(state: RunState, *, bookkeeping: bool = False) -> dict[str, Any]:
     position, and without :data:`IGNORED` bookkeeping unless ``bookkeeping``."""
     data: dict[str, Any] = codec.to_json_value(to_data(state))
     steps = {s["position"]: s for s in data.pop("steps")}
+    reverts = {r["position"]: r for r in data.pop("reverts")}  # by the reverted position
     if not bookkeeping:
         data = _strip({k: v for k, v in data.items() if not k.startswith("fork_")}, IGNORED["run"])
         steps = {p: _strip(s, IGNORED["step"]) for p, s in steps.items()}
+        reverts = {p: _strip(r, IGNORED["step"]) for p, r in reverts.items()}
     data["steps"] = steps
+    data["reverts"] = reverts
     return data
 
 
@@ -441,12 +445,14 @@ def fork(
 
 
 def _refuse_undone(states: States, base: RunState) -> None:
-    """Refuse a fork whose copied prefix holds a write-tool call a compensation undid (or
-    is undoing, or tried to undo), in this run or any run of its lineage: the fork would
-    reuse an effect that no longer holds. Re-executing that one call instead would leave
-    the copied steps after it built on the old result, so the fork must start before it."""
+    """Refuse a fork whose copied prefix holds a write-tool call a compensation (or a
+    revert) undid (or is undoing, or tried to undo), in this run or any run of its
+    lineage: the fork would reuse an effect that no longer holds. Re-executing that one
+    call instead would leave the copied steps after it built on the old result, so the
+    fork must start before it."""
     head = states.load(base.run_id)  # undo steps come after every recorded one
     tried = {(s.detail or {}).get("of"): s.status for s in head.steps if s.kind == "compensate"}
+    tried |= {r.position: r.status for r in head.reverts}  # tether revert's
     for s in base.steps:
         if s.kind != "tool" or s.status != StepStatus.COMPLETED or not s.key:
             continue
