@@ -16,7 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import tether
-from tether.model import codec
+from tether.model import codec, verdicts
+from tether.model import events as ev
 from tether.model.clock import owner_is_dead_local
 from tether.model.events import Event
 from tether.model.state import RunState
@@ -268,6 +269,7 @@ def _step_data(s: StepState) -> dict[str, Any]:
         "output": s.output,
         "why": s.why,
         "errors": [{k: e.get(k) for k in ("type", "message", "at")} for e in s.errors],
+        "contract": verdicts.contract_of(s),
     }
 
 
@@ -394,6 +396,17 @@ def steps_table(steps: Sequence[StepState]) -> str:
     )
 
 
+def contracts_text(steps: Sequence[StepState], in_force: Sequence[Mapping[str, Any]]) -> str:
+    """The verdicts on a run's tool calls, and (``--app``) the contracts in force."""
+    out = [("judged", line) for line in verdicts.show_lines(steps)]
+    for c in in_force:
+        rules = [
+            verdicts.rule_words({**r, "outcome": f"on breach {r['on_breach']}"}) for r in c["rules"]
+        ]
+        out.append(("in force", f"{c['tool']}: shape" + "".join(f"; {r}" for r in rules)))
+    return fields([(k if i == 0 or out[i - 1][0] != k else "", v) for i, (k, v) in enumerate(out)])
+
+
 # -- events, history and state --------------------------------------------------------
 
 
@@ -455,6 +468,8 @@ def event_summary(type_: str, d: dict[str, Any]) -> str:
         text += f"; {retry}"
     elif type_ == "decision":
         text = f"{step} = {short(d.get('choice'), 40)}; why: {d.get('why')}"
+    elif type_ in (ev.TOOL_PROPOSED, ev.TOOL_VERDICT):
+        text = verdicts.event_words(type_, d)
     elif type_ in ("var.set", "var.deleted"):
         text = f"{step} = {short(d.get('value'), 60)}" if type_ == "var.set" else step
     else:
