@@ -386,7 +386,7 @@ class _Judged:
             self.j.append([self.j.event(ev.TOOL_VERDICT, data)])
         if judged.get("verdict") != "escalate":
             return denied  # the policy's own gate (approve_at): its denial, as before
-        return _violation(self.j.run_id, self.name, slot.pos, refused)
+        return self._violation(slot, refused)
 
     def before(self, slot: Slot) -> None:
         """At the tool's position, before its call: replay the recorded verdict (a refusal
@@ -395,7 +395,7 @@ class _Judged:
         if self.recorded is not None and self.recorded.get("args") is not None:
             refused = refusal(self.recorded)
             if refused is not None:
-                raise _violation(self.j.run_id, self.name, slot.pos, refused)
+                raise self._violation(slot, refused)
             return
         if slot.done:
             return  # a call completed before its tool had a contract: the log wins
@@ -408,7 +408,7 @@ class _Judged:
             self.j.defer(events)  # rides with the intent or the completion: no extra commit
             return
         self.j.append(events)
-        raise _violation(self.j.run_id, self.name, slot.pos, self.verdict)
+        raise self._violation(slot, self.verdict)
 
     def after(self, slot: Slot, core: Core, key: str | None) -> Core:
         """The call, then its result checked against its declared shape: a result that
@@ -423,7 +423,15 @@ class _Judged:
         data |= {"verdict": "refuse", "problems": problems, "key": key}
         data["message"] = self.message(slot.pos, data)
         self.j.append([self.j.event(ev.TOOL_VERDICT, data)])
-        raise _violation(self.j.run_id, self.name, slot.pos, data)
+        raise self._violation(slot, data)
+
+    def _violation(self, slot: Slot, v: Mapping[str, Any]) -> ContractViolation:
+        """The error a refusal raises, from its recorded data (the same on every replay),
+        with the run's failure context at the tool's step."""
+        err = _violation(self.j.run_id, self.name, slot.pos, v)
+        ctx = self.j.failure_context(err, slot, codec.digest(self.inputs), self.inputs)
+        self.j.last_failure = (err, ctx)
+        return err
 
     def message(self, pos: int, v: Mapping[str, Any], how: str = "") -> str:
         """The ContractViolation's message, recorded with the refusal (a replay raises the
