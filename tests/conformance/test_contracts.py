@@ -132,7 +132,8 @@ def test_a_refusal_caught_by_the_agent_replays_as_recorded(
             try:
                 run.tool(k.pay, "bob", 900)
             except tether.ContractViolation as e:
-                run.step("note", lambda: f"{e.rule}:{e.value}:{e.stage}:{e.position}")
+                note = f"{e.rule}:{e.value}:{e.stage}:{e.position}"
+                run.step("note", lambda: note)
             run.approve("go-on")
             return run.tool(k.pay, "bob", 100)
 

@@ -74,9 +74,11 @@ def test_a_contract_binds_arguments_by_name_without_the_key() -> None:
     rule = tether.Rule(lambda a: seen.append(a) or True, name="see")
     d = _tool(contract=[rule]).__tether_tool__
     verdict = Contract.of(d, ()).judge(["a@example.com"], {})
-    assert verdict == {"on": "args", "verdict": "allow", "rules": [
-        {"rule": "see", "on_breach": "refuse", "outcome": "pass"}
-    ]}
+    assert verdict == {
+        "on": "args",
+        "verdict": "allow",
+        "rules": [{"rule": "see", "on_breach": "refuse", "outcome": "pass"}],
+    }
     assert seen == [{"to": "a@example.com", "body": ""}]
 
 
@@ -98,13 +100,15 @@ def test_a_policy_refuses_rules_without_a_tool_or_named_twice() -> None:
     with pytest.raises(tether.InvalidInput, match="rule 'x' names no tool"):
         tether.Policy(rules=[tether.Rule(ok, name="x")])
     with pytest.raises(tether.InvalidInput, match="two rules are named 'x'"):
-        tether.Policy(rules=[tether.Rule(ok, name="x", tool="t"), tether.Rule(ok, name="x", tool="t")])
+        tether.Policy(
+            rules=[tether.Rule(ok, name="x", tool="t"), tether.Rule(ok, name="x", tool="t")]
+        )
     with pytest.raises(tether.InvalidInput, match="rules holds 'x'"):
         tether.Policy(rules=["x"])  # type: ignore[list-item]
 
 
 def test_a_tool_refuses_a_contract_it_cannot_take() -> None:
-    with pytest.raises(tether.InvalidInput, match="contract is True .* or a list of tether.Rule"):
+    with pytest.raises(tether.InvalidInput, match=r"contract is True .* or a list of tether\.Rule"):
         _tool(contract="yes")
     other = tether.Rule(lambda a: True, name="x", tool="pay")
     with pytest.raises(tether.InvalidInput, match="rule 'x' names tool 'pay'"):

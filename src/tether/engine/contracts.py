@@ -58,7 +58,7 @@ class Rule:
 
     check: Callable[[Any], bool]
     name: str
-    tool: Any = None
+    tool: str | Callable[..., Any] | None = None
     arg: str | None = None
     description: str = ""
     on_breach: str = "refuse"

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, TypeVar, cast, overload
 
-from tether.engine.contracts import tool_rules
+from tether.engine.contracts import Rule, tool_rules
 from tether.engine.effects import ToolDef, define_tool, guarded
 from tether.engine.retry import Retry
 from tether.errors import InvalidInput, NotFound
@@ -345,7 +345,7 @@ def tool(
     retry: Retry | None = None,
     name: str | None = None,
     secret: Sequence[str] = (),
-    contract: Any = None,
+    contract: bool | Sequence[Rule] | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -358,7 +358,7 @@ def tool(
     retry: Retry | None = None,
     name: str | None = None,
     secret: Sequence[str] = (),
-    contract: Any = None,
+    contract: bool | Sequence[Rule] | None = None,
 ) -> F | Callable[[F], F]:
     """Declare a tool without an App (``@tether.tool(risk=…)``); see :meth:`App.tool`."""
 
