@@ -273,3 +273,23 @@ def test_a_judged_run_exports_and_imports_whole(kit: Kit) -> None:
     assert imported.step(1) is not None and original.step(1) is not None
     assert imported.step(1).detail == original.step(1).detail  # type: ignore[union-attr]
     assert kit.types(copy) == kit.types(run_id)
+
+
+def test_a_secret_argument_is_judged_but_never_recorded(backend: Backend, tmp_path: Path) -> None:
+    k = Kit(backend, tmp_path / "calls.txt")
+    try:
+        short = tether.Rule(lambda key: len(key) > 20, name="long-key", arg="api_key")
+
+        @k.app.tool(risk="write", secret=["api_key"], contract=[short])
+        def call_api(api_key: str, q: str) -> str:
+            k.add("call_api")
+            return q
+
+        run_id, error = k.failed(lambda run: run.tool(call_api, "sk-live-short", "x"))
+        assert "api_key='***'" in error["message"] and k.calls() == []
+        logged = " ".join(e.data for e in k.app.events(run_id))
+        assert "sk-live-short" not in logged
+        handle = k.app.run(k.agent(lambda run: run.tool(call_api, "sk-" + "x" * 30, "q"), "b"))
+        assert handle.output == "q" and k.calls() == ["call_api"]
+    finally:
+        k.app.close()
