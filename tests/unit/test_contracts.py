@@ -113,3 +113,37 @@ def test_a_tool_refuses_a_contract_it_cannot_take() -> None:
     other = tether.Rule(lambda a: True, name="x", tool="pay")
     with pytest.raises(tether.InvalidInput, match="rule 'x' names tool 'pay'"):
         _tool(contract=[other])
+
+
+def _log(*events: tuple[str, dict[str, Any]]) -> list[tether.Event]:
+    from tether.model import codec
+
+    return [
+        tether.Event("r", seq, type_, codec.encode(data), 1_800_000_000.0 + seq)
+        for seq, (type_, data) in enumerate(events, start=1)
+    ]
+
+
+def test_the_fold_keeps_verdicts_at_the_tool_and_cuts_anywhere() -> None:
+    rule = {"rule": "to-domain", "on_breach": "escalate", "outcome": "breach", "value": "e@x"}
+    tool = {"pos": 2, "name": "send", "kind": "tool"}
+    events = _log(
+        ("run.created", {"agent": "a"}),
+        ("tool.proposed", {**tool, "digest": "d1", "input": {"args": [], "kwargs": {}}}),
+        ("tool.verdict", {**tool, "on": "args", "verdict": "escalate", "rules": [rule]}),
+        ("approval.requested", {"pos": 1, "name": "approve:send", "payload": {}}),
+        ("approval.decided", {"pos": 1, "name": "approve:send", "approved": False, "by": "al"}),
+        ("tool.verdict", {**tool, "on": "approval", "verdict": "refuse", "by": "al"}),
+    )
+    whole = tether.fold(events)
+    for cut in range(len(events) + 1):
+        assert tether.fold(events[cut:], start=tether.fold(events[:cut], run_id="r")) == whole
+    after_proposal = tether.fold(events[:3])
+    waiting = after_proposal.step(2)
+    assert waiting is not None and (waiting.status, waiting.input_digest) == ("proposed", "d1")
+    step = whole.step(2)
+    assert step is not None and step.status == "failed"
+    assert step.detail is not None
+    assert step.detail["contract"]["args"]["rules"] == [rule]
+    assert step.detail["contract"]["approval"]["by"] == "al"
+    assert whole.step(1).status == "completed"  # type: ignore[union-attr]

@@ -333,6 +333,8 @@ class _Judged:
     def storable(self) -> bool:
         """Whether the arguments are data the log can record; if not, the call is refused
         (a proposal that cannot be recorded cannot be judged on replay either)."""
+        if codec.is_plain(self.inputs):
+            return True  # JSON as it is: no encoding needed to know
         try:
             codec.encode(self.inputs, what="the proposed arguments")
         except EncodeError as e:

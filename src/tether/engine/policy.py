@@ -35,7 +35,8 @@ class Policy:
         self.approvers = approvers
         self.timeout = timeout
         self.rules = policy_rules(rules)
-        self._contracts: dict[str, Contract] = {}  # by tool name, built at its first call
+        # by tool name, built at its first call: the tool and its contract (None: plain)
+        self._contracts: dict[str, tuple[ToolDef, Contract | None]] = {}
 
     def requires_approval(self, risk: str) -> bool:
         if self.approve_at is None:
@@ -49,13 +50,12 @@ class Policy:
     def contract_for(self, d: ToolDef) -> Contract | None:
         """The contract judging calls of ``d``: its own and the policy's rules over its
         declared shape (None: a plain tool, which pays nothing)."""
-        c = self._contracts.get(d.name)
-        if c is not None and c.tool is d:
-            return c
+        cached = self._contracts.get(d.name)
+        if cached is not None and cached[0] is d:
+            return cached[1]
         rules = self.rules_for(d.name)
-        if d.rules is None and not rules:
-            return None
-        c = self._contracts[d.name] = Contract.of(d, rules)
+        c = None if d.rules is None and not rules else Contract.of(d, rules)
+        self._contracts[d.name] = (d, c)
         return c
 
     def check_tools(self, tools: Mapping[str, ToolDef]) -> None:
