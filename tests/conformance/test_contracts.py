@@ -293,3 +293,32 @@ def test_a_secret_argument_is_judged_but_never_recorded(backend: Backend, tmp_pa
         assert handle.output == "q" and k.calls() == ["call_api"]
     finally:
         k.app.close()
+
+
+def test_the_policy_gate_of_a_judged_tool_stays_the_policy_s(
+    backend: Backend, tmp_path: Path
+) -> None:
+    k = Kit(backend, tmp_path / "calls.txt", approve_at="write")
+    try:
+
+        def body(run: tether.Run) -> Any:
+            try:
+                return run.tool(k.pay, "bob", 1)
+            except tether.ApprovalDenied as e:  # no rule asked: the policy's own denial
+                by = e.by
+                return run.step("denied", lambda: f"denied by {by}")
+
+        agent = k.agent(body)
+        yes, no = k.app.run(agent), k.app.run(agent)
+        request = k.app.get(yes.id).waiting
+        assert request is not None and "contract" not in request["payload"]  # nothing fired
+        k.app.approve(yes.id, "approve:pay", by="alice")
+        k.app.deny(no.id, "approve:pay", by="carol")
+        assert k.app.resume(yes.id).output == {"paid": 1}
+        assert k.app.resume(no.id).output == "denied by carol"
+        assert k.app.resume(no.id).output == "denied by carol"  # finished: as recorded
+        assert k.calls() == ["pay bob 1 EUR"]
+        bad = k.failed(lambda run: run.tool(k.pay, "bob", 900))[1]  # refused before asking
+        assert "max-amount" in bad["message"] and k.calls() == ["pay bob 1 EUR"]
+    finally:
+        k.app.close()

@@ -375,6 +375,9 @@ class _Judged:
     def denied(self, denied: ApprovalDenied) -> BaseException:
         """The gate was refused: the call is refused at the tool's position (recorded, so
         that the positions after it replay), as a ContractViolation when a rule asked."""
+        nxt = self.j.peek()
+        if nxt is not None and (nxt.kind, nxt.name) != ("tool", self.name):
+            return denied  # denied before the tool had a contract: the run went on past it
         slot = self.j.slot("tool", self.name, codec.digest(self.inputs))
         recorded = contract_of(slot.recorded) or {}
         judged = recorded.get("args") or {}
