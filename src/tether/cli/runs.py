@@ -348,7 +348,9 @@ COMMANDS = (
         _show,
         "Shows a run's status, agent, position, usage totals, task variables and decisions, "
         "its failure (type, message, step, position; the traceback with --traceback) and a "
-        "table of its steps: position, kind, name, status, attempts, duration, tokens, cost.",
+        "table of its steps: position, kind, name, status, attempts, duration, tokens, cost; "
+        "then the verdicts of its tools' contracts (the rules that judged each call) and, "
+        "with --app, the contracts in force (docs/contracts.md).",
     ),
     Command(
         "costs",
