@@ -11,7 +11,7 @@ import pytest
 
 import tether
 from tether.engine.contracts import Contract
-from tether.engine.shapes import problems
+from tether.engine.hints import problems
 
 pytestmark = pytest.mark.unit
 
@@ -147,3 +147,20 @@ def test_the_fold_keeps_verdicts_at_the_tool_and_cuts_anywhere() -> None:
     assert step.detail["contract"]["args"]["rules"] == [rule]
     assert step.detail["contract"]["approval"]["by"] == "al"
     assert whole.step(1).status == "completed"  # type: ignore[union-attr]
+
+
+def test_variadic_parameters_check_each_value() -> None:
+    @tether.tool(risk="read", contract=True)
+    def tag(*labels: str, **weights: int) -> None:
+        return None
+
+    c = Contract.of(tag.__tether_tool__, ())
+    assert c.judge(["a", "b"], {"x": 1})["verdict"] == "allow"
+    found = c.judge(["a", 2], {"x": "1"})
+    assert found["problems"] == [
+        "*labels[1]: expected str, got int 2",
+        "x: expected int, got str '1'",
+    ]
+    assert c.result_problems(None) == [] and c.result_problems(1) == [
+        "result: expected None, got int 1"
+    ]

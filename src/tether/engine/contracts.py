@@ -6,7 +6,7 @@ annotations; ``contract=[tether.Rule(...)]``: rules too) or the App's
 (:mod:`tether.model.verdicts`): the call as proposed, the verdict, and the effect:
 
 1. the arguments are bound to the tool's signature and checked against its annotations
-   (:mod:`tether.engine.shapes`), then each rule judges them: ``allow``; ``refuse`` (the
+   (:mod:`tether.engine.hints`), then each rule judges them: ``allow``; ``refuse`` (the
    step fails with :class:`~tether.ContractViolation` naming the rule and the value, the
    tool not called); or ``escalate`` (the automatic ``approve:<tool>`` gate asks a human,
    its payload showing the rules that fired; approved, the call goes on, refused, it is
@@ -29,8 +29,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tether.engine import hints
 from tether.engine import journal as journals
-from tether.engine import shapes
 from tether.engine.calls import Core, Slot
 from tether.engine.effects import ToolDef, tool_core
 from tether.engine.gates import approve_core
@@ -204,7 +204,7 @@ class Contract:
             return _verdict("refuse", problems=[f"arguments: {e}"])
         found = [p for k, v in given.arguments.items() for p in self._param(k, v)]
         if found:
-            return _verdict("refuse", problems=found[: shapes.MAX_PROBLEMS])
+            return _verdict("refuse", problems=found[: hints.MAX_PROBLEMS])
         given.apply_defaults()
         judged = [judge_rule(r, dict(given.arguments), self.tool.secret) for r in self.rules]
         return _verdict(_worst(judged), rules=judged)
@@ -214,17 +214,17 @@ class Contract:
         kind = self.signature.parameters[name].kind
         if kind == inspect.Parameter.VAR_POSITIONAL:
             return [
-                p for i, v in enumerate(value) for p in shapes.problems(v, hint, f"*{name}[{i}]")
+                p for i, v in enumerate(value) for p in hints.problems(v, hint, f"*{name}[{i}]")
             ]
         if kind == inspect.Parameter.VAR_KEYWORD:
-            return [p for k, v in value.items() for p in shapes.problems(v, hint, k)]
-        return shapes.problems(value, hint, name)
+            return [p for k, v in value.items() for p in hints.problems(v, hint, k)]
+        return hints.problems(value, hint, name)
 
     def result_problems(self, output: Any) -> list[str]:
         """What is wrong with the tool's result as its return annotation (empty: fits)."""
         if "return" not in self.hints:
             return []
-        return shapes.problems(output, self.hints["return"], "result")
+        return hints.problems(output, self.hints["return"], "result")
 
 
 def judge_rule(rule: Rule, arguments: dict[str, Any], secret: frozenset[str]) -> dict[str, Any]:
