@@ -257,6 +257,8 @@ def test_a_rule_naming_no_tool_of_the_app_is_refused(backend: Backend, tmp_path:
             k.app.start(agent)
         assert k.app.runs() == [] and k.calls() == []  # no run was made
         with pytest.raises(tether.InvalidInput, match="send_emial"):
+            k.app.worker()
+        with pytest.raises(tether.InvalidInput, match="send_emial"):
             k.app.policy = tether.Policy(rules=[typo])
     finally:
         k.app.close()
