@@ -157,6 +157,28 @@ def test_a_refusal_caught_by_the_agent_replays_as_recorded(
         other.app.close()
 
 
+def test_a_refusal_stands_when_the_code_drops_the_contract(
+    backend: Backend, tmp_path: Path
+) -> None:
+    k = Kit(backend, tmp_path / "calls.txt")
+    run_id, _ = k.failed(lambda run: run.tool(k.pay, "bob", 900))
+    k.app.close()
+    bare = tether.open(backend.url)
+    try:
+
+        @bare.tool(risk="write", name="pay")  # the same tool, with no contract any more
+        def pay(to: str, amount: int, currency: str = "EUR") -> dict[str, Any]:
+            k.add(f"pay {to} {amount}")
+            return {"paid": amount}
+
+        bare.agent(name="a")(lambda run: run.tool(pay, "bob", 900))
+        with pytest.raises(tether.RunFailed, match="rule 'max-amount' v1 judging amount=900"):
+            bare.retry_run(run_id)
+        assert k.calls() == []
+    finally:
+        bare.close()
+
+
 def test_a_rule_that_raises_or_answers_no_bool_refuses(backend: Backend, tmp_path: Path) -> None:
     broken = tether.Rule(lambda a: a["amount"] / 0 > 1, name="broken", tool="pay")
     vague = tether.Rule(lambda a: None, name="vague", tool="book")  # type: ignore[arg-type,return-value]

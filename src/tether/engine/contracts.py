@@ -39,6 +39,7 @@ from tether.errors import ApprovalDenied, ContractViolation, EncodeError, Invali
 from tether.model import codec, inputs
 from tether.model import events as ev
 from tether.model.secrets import reveal_all
+from tether.model.steps import StepState
 from tether.model.verdicts import contract_of, refusal
 
 ON_BREACH = ("refuse", "escalate")
@@ -285,6 +286,8 @@ def tool_call(
     gate = f"approve:{d.name}"
     rec = j.peek()
     at_gate = rec is not None and rec.kind == "approve" and rec.name == gate
+    if contract is None and _judged_before(j, rec, at_gate):
+        contract = Contract.of(d, ())  # its contract is gone; the log's verdicts stand
     if contract is None:
         if (rec is None and policy.requires_approval(d.risk)) or at_gate:
             ask = (policy.approvers, policy.timeout, groups)
@@ -306,6 +309,14 @@ def tool_call(
         except ApprovalDenied as denied:
             raise call.denied(denied) from None
     return tool_core(j, d, args, kwargs, retry, check=call)
+
+
+def _judged_before(j: journals.Journal, rec: StepState | None, at_gate: bool) -> bool:
+    """Whether the log holds verdicts for this call: at the next position, or at the one
+    after its recorded gate."""
+    if at_gate:
+        rec = j.recorded[j.pos + 1] if j.pos + 1 < len(j.recorded) else None
+    return contract_of(rec) is not None
 
 
 def _payload(d: ToolDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
