@@ -346,3 +346,25 @@ def test_the_policy_gate_of_a_judged_tool_stays_the_policy_s(
         assert "max-amount" in bad["message"] and k.calls() == ["pay bob 1 EUR"]
     finally:
         k.app.close()
+
+
+def test_judged_calls_fan_out_but_an_escalation_cannot(backend: Backend, tmp_path: Path) -> None:
+    always = tether.Rule(lambda a: False, name="ask", tool="book", on_breach="escalate")
+    k = Kit(backend, tmp_path / "calls.txt", always)
+    try:
+        two = k.agent(
+            lambda run: run.parallel(
+                lambda: run.tool(k.pay, "a", 1), lambda: run.tool(k.pay, "b", 2)
+            ),
+            "two",
+        )
+        handle = k.app.run(two)
+        assert handle.output == [{"paid": 1}, {"paid": 2}]
+        assert sorted(k.calls()) == ["pay a 1 EUR", "pay b 2 EUR"]
+        assert k.types(handle.id).count(PROPOSED) == 2
+        gated = k.agent(lambda run: run.parallel(lambda: run.tool(k.book, "r1")), "gated")
+        with pytest.raises(tether.RunFailed, match="needs an approval, which takes a position"):
+            k.app.run(gated)
+        assert "book r1" not in k.calls()
+    finally:
+        k.app.close()
