@@ -46,6 +46,12 @@ class Kit:
 
         self.pay, self.book, self.plain = pay, book, plain
 
+    def __enter__(self) -> Kit:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.app.close()
+
     def add(self, line: str) -> None:
         with self.path.open("a") as f:
             f.write(line + "\n")
@@ -67,9 +73,8 @@ class Kit:
 
 @pytest.fixture
 def kit(backend: Backend, tmp_path: Path) -> Iterator[Kit]:
-    k = Kit(backend, tmp_path / "calls.txt")
-    yield k
-    k.app.close()
+    with Kit(backend, tmp_path / "calls.txt") as k:
+        yield k
 
 
 @pytest.mark.parametrize(
@@ -182,16 +187,13 @@ def test_a_refusal_stands_when_the_code_drops_the_contract(
 def test_a_rule_that_raises_or_answers_no_bool_refuses(backend: Backend, tmp_path: Path) -> None:
     broken = tether.Rule(lambda a: a["amount"] / 0 > 1, name="broken", tool="pay")
     vague = tether.Rule(lambda a: None, name="vague", tool="book")  # type: ignore[arg-type,return-value]
-    k = Kit(backend, tmp_path / "calls.txt", broken, vague)
-    try:
+    with Kit(backend, tmp_path / "calls.txt", broken, vague) as k:
         _, error = k.failed(lambda run: run.tool(k.pay, "bob", 1))
         assert "rule 'broken' failed (ZeroDivisionError: division by zero)" in error["message"]
         assert "a rule that fails refuses the call: fix the rule" in error["message"]
         _, error = k.failed(lambda run: run.tool(k.book, "r1"))
         assert "rule 'vague' failed (answered None, not True or False)" in error["message"]
         assert k.calls() == []
-    finally:
-        k.app.close()
 
 
 def test_a_result_that_breaks_its_shape_fails_after_its_effect(kit: Kit) -> None:
@@ -218,8 +220,7 @@ def test_escalation_approved_goes_on_and_denied_refuses(backend: Backend, tmp_pa
         arg="to",
         on_breach="escalate",
     )
-    k = Kit(backend, tmp_path / "calls.txt", domain, approvers=["alice"])
-    try:
+    with Kit(backend, tmp_path / "calls.txt", domain, approvers=["alice"]) as k:
         agent = k.agent(lambda run: run.tool(k.pay, "eve@evil.org", 10))
         first, second = k.app.run(agent), k.app.run(agent)
         assert first.status == second.status == "waiting" and k.calls() == []
@@ -234,14 +235,11 @@ def test_escalation_approved_goes_on_and_denied_refuses(backend: Backend, tmp_pa
         assert k.calls() == ["pay eve@evil.org 10 EUR"]
         step = k.app.get(second.id).step(2)
         assert step is not None and step.status == "failed"
-    finally:
-        k.app.close()
 
 
 def test_a_denied_escalation_caught_keeps_later_positions(backend: Backend, tmp_path: Path) -> None:
     domain = tether.Rule(lambda a: False, name="always", tool="pay", on_breach="escalate")
-    k = Kit(backend, tmp_path / "calls.txt", domain)
-    try:
+    with Kit(backend, tmp_path / "calls.txt", domain) as k:
 
         def body(run: tether.Run) -> Any:
             try:
@@ -254,8 +252,6 @@ def test_a_denied_escalation_caught_keeps_later_positions(backend: Backend, tmp_
         k.app.deny(handle.id, "approve:pay", by="carol")
         assert k.app.resume(handle.id).output == "went on"
         assert k.calls() == []
-    finally:
-        k.app.close()
 
 
 def test_an_async_agent_is_judged_too(kit: Kit) -> None:
@@ -270,8 +266,7 @@ def test_an_async_agent_is_judged_too(kit: Kit) -> None:
 
 def test_a_rule_naming_no_tool_of_the_app_is_refused(backend: Backend, tmp_path: Path) -> None:
     typo = tether.Rule(lambda a: True, name="to-domain", tool="send_emial")
-    k = Kit(backend, tmp_path / "calls.txt", typo)
-    try:
+    with Kit(backend, tmp_path / "calls.txt", typo) as k:
         agent = k.agent(lambda run: run.tool(k.pay, "bob", 1))
         with pytest.raises(tether.InvalidInput, match="names tool 'send_emial', which this app"):
             k.app.run(agent)
@@ -282,8 +277,6 @@ def test_a_rule_naming_no_tool_of_the_app_is_refused(backend: Backend, tmp_path:
             k.app.worker()
         with pytest.raises(tether.InvalidInput, match="send_emial"):
             k.app.policy = tether.Policy(rules=[typo])
-    finally:
-        k.app.close()
 
 
 def test_a_judged_run_exports_and_imports_whole(kit: Kit) -> None:
@@ -300,8 +293,7 @@ def test_a_judged_run_exports_and_imports_whole(kit: Kit) -> None:
 
 
 def test_a_secret_argument_is_judged_but_never_recorded(backend: Backend, tmp_path: Path) -> None:
-    k = Kit(backend, tmp_path / "calls.txt")
-    try:
+    with Kit(backend, tmp_path / "calls.txt") as k:
         short = tether.Rule(lambda key: len(key) > 20, name="long-key", arg="api_key")
 
         @k.app.tool(risk="write", secret=["api_key"], contract=[short])
@@ -315,15 +307,12 @@ def test_a_secret_argument_is_judged_but_never_recorded(backend: Backend, tmp_pa
         assert "sk-live-short" not in logged
         handle = k.app.run(k.agent(lambda run: run.tool(call_api, "sk-" + "x" * 30, "q"), "b"))
         assert handle.output == "q" and k.calls() == ["call_api"]
-    finally:
-        k.app.close()
 
 
 def test_the_policy_gate_of_a_judged_tool_stays_the_policy_s(
     backend: Backend, tmp_path: Path
 ) -> None:
-    k = Kit(backend, tmp_path / "calls.txt", approve_at="write")
-    try:
+    with Kit(backend, tmp_path / "calls.txt", approve_at="write") as k:
 
         def body(run: tether.Run) -> Any:
             try:
@@ -344,14 +333,11 @@ def test_the_policy_gate_of_a_judged_tool_stays_the_policy_s(
         assert k.calls() == ["pay bob 1 EUR"]
         bad = k.failed(lambda run: run.tool(k.pay, "bob", 900))[1]  # refused before asking
         assert "max-amount" in bad["message"] and k.calls() == ["pay bob 1 EUR"]
-    finally:
-        k.app.close()
 
 
 def test_judged_calls_fan_out_but_an_escalation_cannot(backend: Backend, tmp_path: Path) -> None:
     always = tether.Rule(lambda a: False, name="ask", tool="book", on_breach="escalate")
-    k = Kit(backend, tmp_path / "calls.txt", always)
-    try:
+    with Kit(backend, tmp_path / "calls.txt", always) as k:
         two = k.agent(
             lambda run: run.parallel(
                 lambda: run.tool(k.pay, "a", 1), lambda: run.tool(k.pay, "b", 2)
@@ -366,5 +352,3 @@ def test_judged_calls_fan_out_but_an_escalation_cannot(backend: Backend, tmp_pat
         with pytest.raises(tether.RunFailed, match="needs an approval, which takes a position"):
             k.app.run(gated)
         assert "book r1" not in k.calls()
-    finally:
-        k.app.close()
