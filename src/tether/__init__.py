@@ -25,6 +25,7 @@ from tether.app import App
 from tether.context.memory import Embedder as _Embedder
 from tether.engine import tracing as _traces
 from tether.engine.calls import StepInfo, current_step
+from tether.engine.contracts import Rule
 from tether.engine.executor import RunHandle
 from tether.engine.policy import Policy
 from tether.engine.registry import AgentDef, agent, source_version, tool
@@ -38,6 +39,7 @@ from tether.errors import (
     ChildFailed,
     ClockSkew,
     Conflict,
+    ContractViolation,
     CorruptRecord,
     DecisionRefused,
     EncodeError,
@@ -88,6 +90,7 @@ __all__ = [
     "Clock",
     "ClockSkew",
     "Conflict",
+    "ContractViolation",
     "CorruptRecord",
     "DecisionRefused",
     "EncodeError",
@@ -110,6 +113,7 @@ __all__ = [
     "Retry",
     "RevertRefused",
     "Role",
+    "Rule",
     "Run",
     "RunDamaged",
     "RunFailed",

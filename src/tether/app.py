@@ -212,6 +212,7 @@ class App(Registration, Tenancy, Settings, Decisions, TimeTravel, Scheduling):
         short, see :mod:`tether.services.worker`). ``poison_after``: executions in a row that end in
         an error outside the run's steps before the run is failed (see tether.services.worker)."""
         check_worker(queues, concurrency, prefetch)
+        self._executor.policy.check_tools(self._registry.tools)  # a rule that guards nothing
         return Worker(
             self._deps,
             self._executor,

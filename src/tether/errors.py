@@ -26,6 +26,7 @@
     │   ├── DecisionRefused          an approval decision that cannot be taken (recorded in audit)
     │   └── RevertRefused            a revert of one effect that cannot be done (nothing written)
     ├── ApprovalDenied               raised inside the agent by a denied (or timed-out) approval
+    ├── ContractViolation            a tool call broke its contract (names the rule and value)
     ├── WaitTimeout                  raised inside the agent when ``run.wait`` times out
     ├── BudgetExceeded               a run reached a limit whose policy is "fail" (names it)
     ├── ChildFailed                  raised inside a parent by ``run.join`` for a failed child
@@ -236,6 +237,34 @@ class ApprovalDenied(TetherError):
         self.by = by
         self.reason = reason
         self.timed_out = timed_out
+
+
+class ContractViolation(TetherError):
+    """A tool call broke its contract (docs/contracts.md): its arguments do not fit the
+    tool's declared shape, a rule refused them, a human refused the approval a rule asked
+    for (``stage`` is ``args`` or ``approval``: the tool was not called), or its result
+    does not fit its declared shape (``stage`` ``result``: the call happened and is
+    recorded). ``rule`` names the rule that fired (``shape`` for the declared types),
+    ``value`` what it judged; the refusal is in the run's log, so a replay raises the same."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        run_id: str,
+        tool: str,
+        position: int,
+        stage: str,
+        rule: str,
+        value: Any = None,
+    ) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.tool = tool
+        self.position = position
+        self.stage = stage
+        self.rule = rule
+        self.value = value
 
 
 class WaitTimeout(TetherError, TimeoutError):

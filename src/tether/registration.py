@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, overload
 
+from tether.engine.contracts import Rule
 from tether.engine.effects import ToolDef
 from tether.engine.registry import AgentDef, Registry, Version, agent, tool
 from tether.engine.retry import Retry
@@ -66,6 +67,7 @@ class Registration:
         retry: Retry | None = None,
         name: str | None = None,
         secret: Sequence[str] = (),
+        contract: bool | Sequence[Rule] | None = None,
     ) -> F | Callable[[F], F]:
         """Register a tool: ``risk`` is ``read``, ``write`` (default) or ``irreversible``.
 
@@ -76,7 +78,9 @@ class Registration:
         ``write`` tool that takes ``idempotency_key`` and ``ask`` otherwise (see
         :mod:`tether.engine.effects` and docs/guarantees.md). ``secret``: parameters
         whose values are stored as secrets (``tether.Secret``), the function receiving
-        the plain values (see docs/secrets.md).
+        the plain values (see docs/secrets.md). ``contract``: True checks each call's
+        arguments and result against the annotations; a list of ``tether.Rule`` adds rules
+        over the arguments (see docs/contracts.md).
         """
 
         def register(f: F) -> F:
@@ -87,6 +91,7 @@ class Registration:
                 retry=retry,
                 name=name,
                 secret=secret,
+                contract=contract,
             )(f)
             d: ToolDef = declared.__tether_tool__  # type: ignore[attr-defined]
             self._registry.add(d)

@@ -48,6 +48,9 @@ class Settings:
 
     @policy.setter
     def policy(self, value: Policy) -> None:
+        if not isinstance(value, Policy):
+            raise TypeError(f"app.policy takes a tether.Policy, not {value!r}")
+        value.check_tools(self._executor.registry.tools)  # a rule naming no tool of the app
         self._executor.policy = value
 
     @property

@@ -16,14 +16,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import tether
-from tether.model import codec
+from tether.model import codec, verdicts
+from tether.model import events as ev
 from tether.model.clock import owner_is_dead_local
 from tether.model.events import Event
 from tether.model.state import RunState
 from tether.model.status import FINISHED, RunStatus
 from tether.model.steps import StepState
 from tether.services import budgets
-from tether.services.timetravel import Diff, History
 from tether.store import RunRecord
 
 WIDTH = 100  # longest value shown in one table cell or field
@@ -250,7 +250,7 @@ def run_details(record: RunRecord, state: RunState) -> dict[str, Any]:
             "calls": u.calls,
         },
         "steps": [_step_data(s) for s in state.steps],
-        "reverts": [_revert_data(r) for r in state.reverts],
+        "reverts": [revert_data(r) for r in state.reverts],
     }
 
 
@@ -269,10 +269,11 @@ def _step_data(s: StepState) -> dict[str, Any]:
         "output": s.output,
         "why": s.why,
         "errors": [{k: e.get(k) for k in ("type", "message", "at")} for e in s.errors],
+        "contract": verdicts.contract_of(s),
     }
 
 
-def _revert_data(r: StepState) -> dict[str, Any]:  # who reverted the call at position, why
+def revert_data(r: StepState) -> dict[str, Any]:  # who reverted the call at position, why
     mine = {k: getattr(r, k) for k in ("position", "status", "key", "attempts", "started_at")}
     return mine | {k: (r.detail or {}).get(k) for k in ("by", "reason")}
 
@@ -417,6 +418,17 @@ def steps_table(steps: Sequence[StepState], reverts: Sequence[StepState] = ()) -
     )
 
 
+def contracts_text(steps: Sequence[StepState], in_force: Sequence[Mapping[str, Any]]) -> str:
+    """The verdicts on a run's tool calls, and (``--app``) the contracts in force."""
+    out = [("judged", line) for line in verdicts.show_lines(steps)]
+    for c in in_force:
+        rules = [
+            verdicts.rule_words({**r, "outcome": f"on breach {r['on_breach']}"}) for r in c["rules"]
+        ]
+        out.append(("in force", f"{c['tool']}: shape" + "".join(f"; {r}" for r in rules)))
+    return fields([(k if i == 0 or out[i - 1][0] != k else "", v) for i, (k, v) in enumerate(out)])
+
+
 # -- events, history and state --------------------------------------------------------
 
 
@@ -480,103 +492,13 @@ def event_summary(type_: str, d: dict[str, Any]) -> str:
         text = f"revert of {step} by {d.get('by')}, key {d.get('key')}"
     elif type_ == "decision":
         text = f"{step} = {short(d.get('choice'), 40)}; why: {d.get('why')}"
+    elif type_ in (ev.TOOL_PROPOSED, ev.TOOL_VERDICT):
+        text = verdicts.event_words(type_, d)
     elif type_ in ("var.set", "var.deleted"):
         text = f"{step} = {short(d.get('value'), 60)}" if type_ == "var.set" else step
     else:
         text = short(d)
     return short(text, 80)
-
-
-def history_text(h: History) -> str:
-    """``tether history``: a line about the run, its events, then its steps."""
-    lineage = f", forked from {h.run.parent_id} at seq {h.run.fork_seq}" if h.run.parent_id else ""
-    out = [
-        f"run {h.run.id} ({h.run.agent}, {h.run.status}): {len(h.entries)} events, "
-        f"{len(h.steps)} steps{lineage}"
-    ]
-    rows = [
-        [e.seq, when(e.at, date=False), e.type, e.position, event_summary(e.type, dict(e.data))]
-        for e in h.entries
-    ]
-    out.append(table(["SEQ", "TIME", "TYPE", "POS", "SUMMARY"], rows, right="SEQ POS"))
-    if h.steps:
-        out.append("")
-        out.append(
-            table(
-                ["POS", "KIND", "NAME", "STATUS", "SEQ"],
-                [[s.position, s.kind, s.name, step_status(s, h.reverts), s.seq] for s in h.steps],
-                right="POS SEQ",
-            )
-        )
-    return "\n".join(out)
-
-
-def history_data(h: History) -> dict[str, Any]:
-    """``history --json``: the run row, the events (decoded) and the steps with their seq."""
-    return {
-        "run": {
-            "id": h.run.id,
-            "agent": h.run.agent,
-            "status": h.run.status,
-            "parent_id": h.run.parent_id,
-            "fork_seq": h.run.fork_seq,
-        },
-        "events": [
-            {
-                "seq": e.seq,
-                "type": e.type,
-                "at": e.at,
-                "actor": e.actor,
-                "position": e.position,
-                "name": e.name,
-                "data": e.data,
-            }
-            for e in h.entries
-        ],
-        "steps": [
-            {k: getattr(s, k) for k in ("position", "kind", "name", "status", "seq")}
-            for s in h.steps
-        ],
-        "reverts": [_revert_data(r) for r in h.reverts],
-    }
-
-
-def state_text(state: RunState) -> str:
-    """``tether state``: status, input, output, vars, failure, then the steps."""
-    pairs = [
-        ("run", state.run_id),
-        ("seq", str(state.seq)),
-        ("status", status_line(state)),
-        ("input", short(state.input)),
-        ("output", short(state.output)),
-    ]
-    pairs += [("var", f"{k} = {short(v)}") for k, v in state.vars.items()]
-    if state.failure:
-        pairs.append(("failure", f"{state.failure.get('type')}: {state.failure.get('message')}"))
-    out = ["\n".join(f"{k:<8} {v}" for k, v in pairs)]
-    if state.steps:
-        rows = [
-            [s.position, s.kind, s.name, step_status(s, state.reverts), s.seq, short(s.output, 60)]
-            for s in state.steps
-        ]
-        out += [
-            "",
-            table(["POS", "KIND", "NAME", "STATUS", "SEQ", "OUTPUT"], rows, right="POS SEQ"),
-        ]
-    return "\n".join(out)
-
-
-def render_diff(d: Diff) -> str:
-    """The diff for people: one line per change, ``~`` changed, ``+`` added, ``-`` removed."""
-    counts = ", ".join(f"{len(d.of(k))} {k}" for k in ("changed", "added", "removed"))
-    lines = [f"--- {d.a}", f"+++ {d.b}", "same state" if not d else counts]
-    for c in d.changes:
-        if c.kind == "changed":
-            lines.append(f"~ {c.where}: {short(c.old, 60)} -> {short(c.new, 60)}")
-        else:
-            sign, value = ("+", c.new) if c.kind == "added" else ("-", c.old)
-            lines.append(f"{sign} {c.where}: {short(value, 100)}")
-    return "\n".join(lines)
 
 
 # -- workers ------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from tether.cli import check, live, tree
 from tether.cli import format as fmt
 from tether.cli.arguments import positive_int, positive_seconds, whole_number
 from tether.cli.context import Command, Context
+from tether.engine.contracts import in_force
 from tether.model.status import STATUSES, RunStatus
 from tether.scoped import ScopedApp
 from tether.services import workers
@@ -197,10 +198,22 @@ def _show(args: argparse.Namespace, ctx: Context) -> int:
     if state.steps:
         ctx.print()
         ctx.print(fmt.steps_table(state.steps, state.reverts))
+    if contracts := _contracts_text(ctx, state):
+        ctx.print()
+        ctx.print(contracts)
     if kids:
         ctx.print()
         ctx.print(tree.children_text(kids))
     return 0
+
+
+def _contracts_text(ctx: Context, state: tether.RunState) -> str:
+    """The verdicts on the run's tool calls; with --app, the contracts in force too."""
+    forced = []
+    if ctx.app_ref:
+        app = ctx.app()
+        forced = in_force(app.policy, app.tools())
+    return fmt.contracts_text(state.steps, forced) if forced or state.steps else ""
 
 
 def _show_damaged(ctx: Context, record: RunRecord, e: tether.RunDamaged, as_json: bool) -> int:
@@ -335,7 +348,9 @@ COMMANDS = (
         _show,
         "Shows a run's status, agent, position, usage totals, task variables and decisions, "
         "its failure (type, message, step, position; the traceback with --traceback) and a "
-        "table of its steps: position, kind, name, status, attempts, duration, tokens, cost.",
+        "table of its steps: position, kind, name, status, attempts, duration, tokens, cost; "
+        "then the verdicts of its tools' contracts (the rules that judged each call) and, "
+        "with --app, the contracts in force (docs/contracts.md).",
     ),
     Command(
         "costs",

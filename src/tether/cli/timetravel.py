@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from tether.cli import format as fmt
+from tether.cli import travel_text
 from tether.cli.arguments import whole_number
 from tether.cli.context import Command, CommandError, Context, user_errors
 from tether.model.state import RunState, to_data
@@ -75,9 +76,9 @@ def _history_arguments(parser: argparse.ArgumentParser) -> None:
 def _history(args: argparse.Namespace, ctx: Context) -> int:
     h = ctx.read_view().history(args.run)
     if args.json:
-        ctx.print(fmt.codec_json_text(fmt.history_data(h)))
+        ctx.print(fmt.codec_json_text(travel_text.history_data(h)))
         return 0
-    ctx.print(fmt.history_text(h))
+    ctx.print(travel_text.history_text(h))
     return 0
 
 
@@ -99,7 +100,7 @@ def _state(args: argparse.Namespace, ctx: Context) -> int:
     if args.json:
         ctx.print(fmt.codec_json_text(to_data(state)))
         return 0
-    ctx.print(fmt.state_text(state))
+    ctx.print(travel_text.state_text(state))
     return 0
 
 
@@ -131,7 +132,7 @@ def _diff(args: argparse.Namespace, ctx: Context) -> int:
     if args.json:
         ctx.print(fmt.codec_json_text(d.to_data()))
     else:
-        ctx.print(fmt.render_diff(d))
+        ctx.print(travel_text.render_diff(d))
     return 1 if args.exit_code and d else 0
 
 

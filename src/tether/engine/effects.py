@@ -46,7 +46,7 @@ import inspect
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from tether.engine.calls import Call, Core, Slot, in_agent_body, step_key
 from tether.engine.journal import Journal, error_info
@@ -78,6 +78,7 @@ class ToolDef:
     undo_takes_key: bool
     secret: frozenset[str] = frozenset()  # parameters stored as secrets (see mark_secrets)
     secret_at: tuple[tuple[int, str], ...] = ()  # (position, name) of those passed by position
+    rules: tuple[Any, ...] | None = None  # its contract's own Rules (None: no contract)
 
     @property
     def writes(self) -> bool:
@@ -94,8 +95,10 @@ def define_tool(
     on_doubt: str | None,
     retry: Retry | None,
     secret: Sequence[str] = (),
+    rules: tuple[Any, ...] | None = None,
 ) -> ToolDef:
-    """Validate and build a ToolDef (what ``@app.tool`` does)."""
+    """Validate and build a ToolDef (what ``@app.tool`` does); ``rules``: its contract's,
+    checked by :func:`tether.engine.contracts.tool_rules`."""
     if risk not in RISKS:
         raise ValueError(f"tool {fn.__qualname__!r}: risk must be one of {RISKS}, not {risk!r}")
     if on_doubt is not None and on_doubt not in DOUBT_POLICIES:
@@ -127,6 +130,7 @@ def define_tool(
         compensate is not None and _takes_key(compensate),
         secret_params,
         secret_at,
+        rules,
     )
 
 
@@ -237,20 +241,35 @@ def _takes_key(fn: Callable[..., Any]) -> bool:
     return p is not None and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
 
 
+class Check(Protocol):
+    """A contract's judgement of one call (:mod:`tether.engine.contracts`)."""
+
+    def before(self, slot: Slot) -> None: ...
+
+    def after(self, slot: Slot, core: Core, key: str) -> Core: ...
+
+
 def tool_core(
     j: Journal,
     tool: ToolDef,
     args: Sequence[Any],
     kwargs: dict[str, Any],
     policy: Retry,
+    check: Check | None = None,
 ) -> Core:
     """One tool call: its position is taken now (in the order of the calls); the core
-    returned replays it, dedups it by key, or executes it with a durable intent first."""
+    returned replays it, dedups it by key, or executes it with a durable intent first.
+    ``check``: a tool with a contract: judged (or its verdict replayed) once the call has
+    its position, its result checked after the call."""
     inputs = {"args": list(args), "kwargs": kwargs}
     plain = codec.is_plain(inputs)  # the common case: nothing to reveal, one walk for both
     digest = _recorded_digest(j, tool.name, inputs, codec.digest(inputs, plain=plain))
     slot = j.slot("tool", tool.name, digest)
+    if check is not None:
+        check.before(slot)  # a refusal raises here: the tool is not called
     core = _tool_call(j, slot, tool, inputs, digest, policy, plain)
+    if check is not None:
+        core = check.after(slot, core, step_key(j.run_id, slot.pos, tool.name, digest))
     return core if j.trace is None else j.trace.call(slot, core, args, kwargs)
 
 

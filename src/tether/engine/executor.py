@@ -76,8 +76,7 @@ Prepared = tuple[AgentDef, Journal, Run | AsyncRun, tuple[Any, ...], dict[str, A
 
 
 class Executor:
-    """Executes runs in this process: under ``leases``, listed in ``active``, with the
-    agents and tools of ``registry`` and the App's retry, approval policy and limits."""
+    """Executes runs in this process, under leases, with the App's registry and settings."""
 
     def __init__(
         self,
@@ -176,6 +175,7 @@ class Executor:
         return d, journal, run, args, kwargs
 
     def check_input(self, d: AgentDef, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        self.policy.check_tools(self.registry.tools)  # a rule naming no tool: no run is made
         payload = {"args": list(args), "kwargs": kwargs}
         try:
             codec.encode(payload)

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, TypeVar, cast, overload
 
+from tether.engine.contracts import Rule, tool_rules
 from tether.engine.effects import ToolDef, define_tool, guarded
 from tether.engine.retry import Retry
 from tether.errors import InvalidInput, NotFound
@@ -344,6 +345,7 @@ def tool(
     retry: Retry | None = None,
     name: str | None = None,
     secret: Sequence[str] = (),
+    contract: bool | Sequence[Rule] | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -356,6 +358,7 @@ def tool(
     retry: Retry | None = None,
     name: str | None = None,
     secret: Sequence[str] = (),
+    contract: bool | Sequence[Rule] | None = None,
 ) -> F | Callable[[F], F]:
     """Declare a tool without an App (``@tether.tool(risk=…)``); see :meth:`App.tool`."""
 
@@ -368,6 +371,7 @@ def tool(
             on_doubt=on_doubt,
             retry=retry,
             secret=secret,
+            rules=tool_rules(name or f.__name__, contract),
         )
         # the function is the tool too (app.tool(send) without rebinding send); what the
         # decorator returns also refuses a direct call in an agent (effects.guarded)

@@ -22,7 +22,8 @@ from tether.engine import children, fanout, handoffs
 from tether.engine import inline as inlined
 from tether.engine.boards import RunBoard, Stepper
 from tether.engine.calls import Call, Core, Sleep, Slot
-from tether.engine.effects import ToolDef, mark_secrets, tool_core
+from tether.engine.contracts import tool_call
+from tether.engine.effects import ToolDef, mark_secrets
 from tether.engine.gates import approve_core, sleep_core, wait_core
 from tether.engine.journal import Journal, no_literal_secret
 from tether.engine.policy import Policy
@@ -240,17 +241,8 @@ class _RunBase:
                 f"tether tool; decorate it with @app.tool(risk=...)"
             )
         args, kwargs = mark_secrets(d, args, kwargs)  # stored and hashed as markers
-        gate = f"approve:{d.name}"
-        recorded = self._j.peek()
-        # The log wins over the policy: a recorded gate is replayed, a recorded call is not
-        # gated afresh, so changing the policy never breaks a run in flight.
-        if (recorded is None and self._policy.requires_approval(d.risk)) or (
-            recorded is not None and recorded.kind == "approve" and recorded.name == gate
-        ):
-            payload = {"tool": d.name, "risk": d.risk, "args": list(args), "kwargs": kwargs}
-            policy = self._policy
-            approve_core(self._j, gate, payload, policy.approvers, policy.timeout, self._groups)
-        return tool_core(self._j, d, args, kwargs, d.retry or self._retry)
+        retry = d.retry or self._retry  # gated and judged first (engine.contracts)
+        return tool_call(self._j, d, args, kwargs, self._policy, self._groups, retry)
 
     def patched(self, name: str) -> bool:
         """Whether this run takes the new path of the code change ``name``: False for a

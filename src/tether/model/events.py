@@ -40,6 +40,10 @@ VAR_DELETED = "var.deleted"  # key
 TOOL_INTENT = "tool.intent"  # key, attempt, digest, risk, code: about to call a write tool
 TOOL_IN_DOUBT = "tool.in_doubt"  # key: a crash hid whether the effect happened; ask a human
 TOOL_RESOLVED = "tool.resolved"  # key, happened, result, by: a human settled the doubt
+# Contracts (tether.engine.contracts): only for a tool with a contract or rules, the call
+# the agent proposed and the verdict on it, before its intent; a verdict on its result after
+TOOL_PROPOSED = "tool.proposed"  # digest, input: the arguments as proposed
+TOOL_VERDICT = "tool.verdict"  # on (args|approval|result), verdict, rules, problems, message
 # Waiting (tether.engine.gates): the run holds no process while it waits
 APPROVAL_REQUESTED = "approval.requested"  # payload, approvers, timeout_at
 APPROVAL_DECIDED = "approval.decided"  # approved, by, reason (by "timeout" on expiry)
@@ -70,6 +74,8 @@ ALL_TYPES = frozenset(
         TOOL_INTENT,
         TOOL_IN_DOUBT,
         TOOL_RESOLVED,
+        TOOL_PROPOSED,
+        TOOL_VERDICT,
         APPROVAL_REQUESTED,
         APPROVAL_DECIDED,
         TIMER_STARTED,

@@ -168,6 +168,24 @@ def entries(value: Any, b: Bounds) -> None:
         _fail("a list of objects is needed")
 
 
+def stage(value: Any, b: Bounds) -> None:
+    """What a contract's verdict judged: the arguments, the approval or the result."""
+    if value not in ("args", "approval", "result"):
+        _fail(f"args, approval or result is needed, not {value!r}")
+
+
+def verdict(value: Any, b: Bounds) -> None:
+    """What a contract decided of a call."""
+    if value not in ("allow", "refuse", "escalate"):
+        _fail(f"allow, refuse or escalate is needed, not {value!r}")
+
+
+def texts(value: Any, b: Bounds) -> None:
+    """A list of strings (a contract's shape problems)."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        _fail("a list of strings is needed")
+
+
 def opt(check: Check) -> Check:
     """``check``, or null."""
 
@@ -237,6 +255,15 @@ SHAPES: dict[str, tuple[Mapping[str, Check], Mapping[str, Check]]] = {
         },
     ),
     ev.TOOL_IN_DOUBT: ({**STEP, "key": text}, {}),
+    ev.TOOL_PROPOSED: (
+        {**STEP, "kind": name},
+        {"digest": opt(text), "input": anything, "risk": opt(risk), "unstorable": opt(text)},
+    ),
+    ev.TOOL_VERDICT: (
+        {**STEP, "on": stage, "verdict": verdict},
+        {"rules": entries, "problems": texts, "message": opt(text), "by": opt(text)}
+        | {"reason": opt(text), "key": opt(text)},
+    ),
     ev.TOOL_RESOLVED: (
         {**STEP, "key": text, "happened": flag, "by": text},
         {"result": anything},

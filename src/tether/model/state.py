@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from tether.model import events as ev
+from tether.model import verdicts
 from tether.model.events import Event
 from tether.model.status import UNRECORDED, RunStatus, StepStatus
 from tether.model.steps import (
@@ -289,7 +290,7 @@ def _tool_intent(f: _Fold, e: Event, d: dict[str, Any]) -> None:
             started_at=old.started_at or e.at,
             seq=e.seq,
             key=d["key"],
-            detail=_intent_detail(d),
+            detail={**verdicts.kept(old), **_intent_detail(d)},
         ),
     )
 
@@ -526,6 +527,8 @@ _HANDLERS = {
     ev.TOOL_INTENT: _tool_intent,
     ev.TOOL_IN_DOUBT: _in_doubt,
     ev.TOOL_RESOLVED: _resolved,
+    ev.TOOL_PROPOSED: verdicts.fold_proposed,
+    ev.TOOL_VERDICT: verdicts.fold_verdict,
     ev.APPROVAL_REQUESTED: _approval_requested,
     ev.APPROVAL_DECIDED: _approval_decided,
     ev.TIMER_STARTED: _timer_started,

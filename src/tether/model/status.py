@@ -40,6 +40,7 @@ class StepStatus(StrEnum):
     WAITING = "waiting"
     IN_DOUBT = "in_doubt"
     UNRECORDED = "unrecorded"  # a later position has an event, this one none yet
+    PROPOSED = "proposed"  # a tool call judged by its contract, waiting for its approval
 
 
 class EffectStatus(StrEnum):

@@ -56,6 +56,7 @@ class StepState:
     name: str
     kind: str  # step | llm | tool | decide | var | approve | sleep | wait | compensate | revert
     status: str  # running | retrying | completed | failed | waiting | in_doubt | unrecorded
+    # | proposed (a judged tool call waiting for its approval: tether.model.verdicts)
     attempts: int = 0
     input_digest: str | None = None
     output: Any = None
