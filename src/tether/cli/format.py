@@ -1,10 +1,11 @@
-"""Everything the ``tether`` command prints, as text or plain data, in one place.
+"""What the ``tether`` command prints, as text or plain data.
 
 The command modules choose what to show and call these; none of them prints, opens a
 database or reads a flag. Tables (:func:`table`), times (:func:`when`) and durations
 (:func:`ms`), statuses (:func:`status_line`, :func:`shown_status`), values cut to a
 width (:func:`short`), JSON output (:func:`plain`, :func:`json_text`,
-:func:`codec_json_text`) and the one-line error (:func:`error_line`).
+:func:`codec_json_text`) and the one-line error (:func:`error_line`). The text of time
+travel (``history``, ``state``, ``diff``) is in :mod:`tether.cli.travel_text`.
 """
 
 from __future__ import annotations
