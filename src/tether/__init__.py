@@ -62,6 +62,8 @@ from tether.errors import (
     TetherError,
     VersionConflict,
     WaitTimeout,
+    WorkspaceError,
+    WorkspaceLimit,
 )
 from tether.model import budgets as _budgets
 from tether.model import redact as _redact
@@ -73,6 +75,8 @@ from tether.model.redact import Redact
 from tether.model.secrets import Secret
 from tether.model.state import RunState, fold
 from tether.model.steps import StepState, Usage
+from tether.model.workspace import Workspace
+from tether.model.workspace import workspace_of as _workspace_of
 from tether.services import otel_metrics as _otel_metrics
 from tether.services.identity import Identity, Role
 from tether.services.otel_metrics import Metrics
@@ -133,6 +137,9 @@ __all__ = [
     "Usage",
     "VersionConflict",
     "WaitTimeout",
+    "Workspace",
+    "WorkspaceError",
+    "WorkspaceLimit",
     "__version__",
     "agent",
     "current_step",
@@ -162,6 +169,7 @@ def open(
     tracing: bool | Tracing | None = None,
     metrics: bool | Metrics | None = None,
     prices: _Any = None,
+    workspace: _Any = None,
     **options: _Any,
 ) -> App:
     """Open (creating if needed) a tether store and return its App.
@@ -195,6 +203,8 @@ def open(
     ``metrics``: OpenTelemetry metrics of this process's executions and of the database
     (needs ``tether[otel]``; see docs/metrics.md): True with the global meter provider, or
     a :class:`Metrics` (its provider); off by default.
+    ``workspace``: the directory (or a :class:`Workspace`) every agent without its own
+    works in, checkpointed after each step and restored on resume (docs/workspace.md).
     """
     from tether.store import Store
     from tether.store.sqlite import SQLiteStore, sqlite_path
@@ -205,6 +215,7 @@ def open(
     traced = _traces.configured(tracing)  # checked before opening
     metered = _otel_metrics.configured(metrics)
     priced = _budgets.check_prices(prices)
+    worked = _workspace_of(workspace, "tether.open(workspace=...)")
     if rules is not None and rules != _redact.active():
         _one_rule_set(url)
     store: Store
@@ -233,6 +244,7 @@ def open(
         store.close()
         raise
     app.prices = priced
+    app.workspace = worked
     if embed is not None:
         app.memory.embedder = embed
     app._executor.tracing = traced

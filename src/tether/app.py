@@ -105,6 +105,7 @@ class App(Registration, Tenancy, Settings, Decisions, TimeTravel, Scheduling):
         self._queues = Queues(deps, self._registry, self._executor)
         self._schedules = Schedules(deps, self._registry, self._queues)
         self._executor.spawner = self._queues.spawner()  # run.child enqueues through it
+        self.workspace = None  # agents naming a directory have one (tether.open sets a default)
 
     def queue(
         self,

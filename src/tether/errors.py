@@ -29,6 +29,8 @@
     ├── ContractViolation            a tool call broke its contract (names the rule and value)
     ├── WaitTimeout                  raised inside the agent when ``run.wait`` times out
     ├── BudgetExceeded               a run reached a limit whose policy is "fail" (names it)
+    ├── WorkspaceError               a workspace cannot be checkpointed or restored (names the path)
+    │   └── WorkspaceLimit           a workspace is over one of its limits (names the limit)
     ├── ChildFailed                  raised inside a parent by ``run.join`` for a failed child
     └── RunFailed                    raised by ``app.run`` when the run ends failed
 
@@ -286,6 +288,21 @@ class BudgetExceeded(TetherError):
         self.limit = limit
         self.maximum = maximum
         self.used = used
+
+
+class WorkspaceError(TetherError):
+    """A run's workspace cannot be checkpointed or restored: a path a manifest names
+    escapes the workspace (a tampered log), its bytes are missing, or a file cannot be
+    read or written. The message names the run, the path and what to do."""
+
+
+class WorkspaceLimit(WorkspaceError):
+    """A workspace is over one of its limits (``limit``: max_file_size, max_total_size
+    or max_files), checked when a checkpoint is taken; nothing of it was committed."""
+
+    def __init__(self, message: str, limit: str) -> None:
+        super().__init__(message)
+        self.limit = limit
 
 
 class ChildFailed(TetherError):

@@ -3,6 +3,7 @@ and the modules a run's record may make it import (see :mod:`tether.engine.regis
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, overload
 
@@ -11,6 +12,7 @@ from tether.engine.effects import ToolDef
 from tether.engine.registry import AgentDef, Registry, Version, agent, tool
 from tether.engine.retry import Retry
 from tether.model.budgets import Limits
+from tether.model.workspace import Workspace
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -30,7 +32,12 @@ class Registration:
 
     @overload
     def agent(
-        self, *, name: str | None = None, version: Version = None, limits: Limits | None = None
+        self,
+        *,
+        name: str | None = None,
+        version: Version = None,
+        limits: Limits | None = None,
+        workspace: Workspace | str | os.PathLike[str] | None = None,
     ) -> Callable[[F], F]: ...
 
     def agent(
@@ -40,13 +47,15 @@ class Registration:
         name: str | None = None,
         version: Version = None,
         limits: Limits | None = None,
+        workspace: Workspace | str | os.PathLike[str] | None = None,
     ) -> F | Callable[[F], F]:
         """Register an agent (its first parameter is the ``run``); ``version``: declared
         (``"2"``), or derived from its code (``tether.source_version``): each run resumes
-        under its own version's code (docs/deploys.md); ``limits``: see Limits."""
+        under its own version's code (docs/deploys.md); ``limits``: see Limits;
+        ``workspace``: the directory it works in, checkpointed (docs/workspace.md)."""
 
         def register(f: F) -> F:
-            agent(name=name, version=version, limits=limits)(f)
+            agent(name=name, version=version, limits=limits, workspace=workspace)(f)
             d: AgentDef = f.__tether_agent__  # type: ignore[attr-defined]
             self._registry.add(d)
             return f

@@ -12,8 +12,10 @@ from tether.engine.executor import Executor
 from tether.engine.policy import Policy
 from tether.engine.retry import Retry
 from tether.engine.states import States
+from tether.engine.workspace import Blobs, Workspaces
 from tether.model.budgets import Price, check_prices
 from tether.model.state import RunState
+from tether.model.workspace import Workspace, workspace_of
 from tether.services import budgets
 from tether.services.budgets import Budgets
 from tether.services.control import Control
@@ -87,6 +89,22 @@ class Settings:
     @prices.setter
     def prices(self, value: Mapping[str, Price | Mapping[str, float]] | None) -> None:
         self._executor.prices = check_prices(value)
+
+    @property
+    def workspace(self) -> Workspace | None:
+        """The directory (a :class:`tether.Workspace`) of the agents that name none
+        (``tether.open(workspace=...)``); None: only those that name one have one."""
+        ws = self._executor.workspaces
+        return ws.default if ws is not None else None
+
+    @workspace.setter
+    def workspace(self, value: Workspace | str | None) -> None:
+        default = workspace_of(value, "app.workspace")
+        self._executor.workspaces = Workspaces(default, self._workspace_blobs)
+
+    def _workspace_blobs(self) -> Blobs:
+        """Where file contents go: the App's artifact store (the database by default)."""
+        return Blobs(self.store, self.artifacts.backend)  # type: ignore[attr-defined]
 
     def raise_budget(
         self, run_id: str, *, by: str, add: Mapping[str, Any], reason: str | None = None

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from tether.context.conversation import Session
-from tether.engine import compensation, gates
+from tether.engine import compensation, gates, workspace
 from tether.engine import tracing as traces
 from tether.engine.calls import Cancelling, Core, Stopping, Suspended, agent_body
 from tether.engine.children import Spawner
@@ -31,6 +31,7 @@ from tether.engine.retry import Retry
 from tether.engine.runtime import AsyncRun, Run, adrive, drive
 from tether.engine.states import States
 from tether.engine.tracing import Tracing
+from tether.engine.workspace import Workspaces
 from tether.errors import (
     EncodeError,
     InvalidInput,
@@ -102,6 +103,7 @@ class Executor:
         self.tracing: Tracing | None = None  # tether.open(tracing=...): spans of executions
         self.prices: dict[str, Price] = {}  # model -> price (tether.open(prices=...))
         self.spawner: Spawner | None = None  # how run.child enqueues runs (the App's queues)
+        self.workspaces: Workspaces | None = None  # working directories (engine.workspace)
 
     def create(
         self,
@@ -206,17 +208,13 @@ class Executor:
         self, d: AgentDef, state: RunState, lease: Lease, *, detached_end: bool = False
     ) -> tuple[Journal, Run | AsyncRun]:
         self.leases.keep()
-        journal = Journal(
-            self.deps.store,
-            self.deps.clock,
-            state,
-            lease,
-            actor=lease.owner,
-            detached_end=detached_end,
-        )
+        deps = self.deps
+        journal = Journal(deps.store, deps.clock, state, lease, actor=lease.owner)
+        journal.detached_end = detached_end
         journal.meter = meter(d.limits, self.prices, state, self.deps.clock.now())
         journal.spawner = self.spawner
         cls = AsyncRun if d.is_async else Run
+        workspace.attach(self.workspaces, d, state, journal)  # restored, or first checkpoint
         self.active.add(journal)
         groups = self.approver_groups
         return journal, cls(journal, d.name, self.retry, self.policy, self.inline_sleep_max, groups)

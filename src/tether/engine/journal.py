@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import threading
-import traceback
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from tether.engine.children import Spawner
 from tether.engine.limits import Meter
 from tether.engine.retry import Retry
 from tether.engine.tracing import RunTrace
+from tether.engine.workspace import Checkpoints
 from tether.errors import (
     EncodeError,
     InvalidState,
@@ -48,10 +48,11 @@ from tether.errors import (
     NondeterminismError,
     StoreUnavailable,
 )
-from tether.model import codec, inputs, redact, secrets
+from tether.model import codec, inputs, secrets
 from tether.model import events as ev
 from tether.model.clock import Clock
 from tether.model.events import NewEvent
+from tether.model.redact import error_info
 from tether.model.state import RunState
 from tether.model.status import UNRECORDED, EffectStatus, RunStatus
 from tether.model.steps import StepState, differs, usage_of
@@ -107,6 +108,7 @@ class Journal:
     patches: dict[str, str] | None = None  # a dry replay's: the patches the run relies on
     inline_child: Journal | None = None  # an inline child executing in this one's thread
     inline = False  # this run is an inline child executed by its parent: nobody to wake
+    workspace: Checkpoints | None = None  # its files, checkpointed after steps (if any)
 
     def __init__(
         self,
@@ -356,6 +358,8 @@ class Journal:
     ) -> None:
         if self.poisoned is not None:
             raise self.poisoned
+        if self.workspace is not None:  # a step's files are committed with its record
+            events = self.workspace.take(self._deferred, events)
         if self._deferred:
             events = [*self._deferred, *events]
             transition = transition or self._deferred_transition
@@ -463,6 +467,8 @@ class Journal:
             side = [_with_result(effect, output)] if effect is not None else []
         except EncodeError as e:
             raise self._encode_error(slot, e) from None
+        if self.workspace is not None:
+            self.workspace.after(slot.kind, slot.pos, event)
         slow = duration >= DEFER_BELOW and slot.kind != "child"  # a child is found by its id
         if side or writes or slot.kind == "llm" or slow:
             self.append([event], writes=[*side, *writes])
@@ -574,25 +580,6 @@ def _with_result(effect: EffectWrite, output: Any) -> EffectWrite:
         EffectStatus.COMPLETED,
         codec.encode(output, what="tool result"),
     )
-
-
-def error_info(exc: BaseException, at: float) -> dict[str, Any]:
-    """An exception as plain data: type, message, traceback, time."""
-    t = type(exc)
-    name = t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
-    # redacted here, not only when stored: RunFailed's message is built from this
-    return {
-        "type": name,
-        "message": _storable(redact.plain(str(exc))),
-        "traceback": _storable(redact.plain("".join(traceback.format_exception(exc)))),
-        "at": at,
-    }
-
-
-def _storable(text: str) -> str:
-    """Text that can be stored: a lone surrogate (a model's truncated emoji escape quoted in
-    an error message, which UTF-8 cannot hold) kept as its escape, ``\\ud83d``."""
-    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode()
 
 
 def _short_repr(value: Any) -> str:

@@ -30,7 +30,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any, TypeVar, cast, overload
 
@@ -40,6 +40,7 @@ from tether.engine.retry import Retry
 from tether.errors import InvalidInput, NotFound
 from tether.model import inputs
 from tether.model.budgets import Limits, check_limits
+from tether.model.workspace import Workspace, workspace_of
 from tether.store import RunRecord, Serving
 
 log = logging.getLogger("tether")
@@ -62,6 +63,7 @@ class AgentDef:
     is_async: bool
     code: dict[str, Any]
     limits: Limits | None = None  # what each of its runs may spend (tether.model.budgets)
+    workspace: Workspace | None = None  # the directory it works in (tether.engine.workspace)
 
 
 class Registry:
@@ -309,6 +311,7 @@ def agent(
     name: str | None = None,
     version: Version = None,
     limits: Limits | None = None,
+    workspace: Workspace | str | os.PathLike[str] | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -318,6 +321,7 @@ def agent(
     name: str | None = None,
     version: Version = None,
     limits: Limits | None = None,
+    workspace: Workspace | str | os.PathLike[str] | None = None,
 ) -> F | Callable[[F], F]:
     """Declare an agent without an App (``@tether.agent``): any App runs it, and a
     resume in another process finds it by the module its run recorded, once the
@@ -325,6 +329,7 @@ def agent(
 
     def declare(f: F) -> F:
         d = _define(f, name, version, check_limits(limits, "@agent(limits=...)"))
+        d = replace(d, workspace=workspace_of(workspace, "@agent(workspace=...)"))
         f.__tether_agent__ = d  # type: ignore[attr-defined]
         return f
 

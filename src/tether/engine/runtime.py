@@ -155,6 +155,12 @@ class _RunBase:
         return self._j.run_id
 
     @property
+    def workspace(self) -> str | None:
+        """The directory the run works in (absolute), checkpointed after each step; None
+        when its agent has none (docs/workspace.md)."""
+        return self._j.workspace.root if self._j.workspace is not None else None
+
+    @property
     def tenant(self) -> str | None:
         """The run's tenant (its row's owner; None outside tenants), read once: what
         ``app.for_tenant(run.tenant)`` takes, for the tenant's artifacts and memory."""

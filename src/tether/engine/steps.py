@@ -108,7 +108,8 @@ def attempts(
     while True:
         if before is not None:
             before(attempt)
-        j.flush()  # the step before this one is durable before this call runs
+        if j.workspace is None or not j.workspace.overlaps(slot.kind):
+            j.flush()  # the step before this one is durable before this call runs
         t0 = time.perf_counter()
         token = _CURRENT.set(StepInfo(j.run_id, slot.pos, slot.name, slot.kind, attempt, key))
         try:

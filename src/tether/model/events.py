@@ -56,6 +56,9 @@ RUN_CANCELLED = "run.cancelled"  # by, reason
 # Budgets (tether.engine.limits): a limit reached before the call at pos; a human raised it
 BUDGET_EXCEEDED = "budget.exceeded"  # pos, name, kind, limit, max, used, on_exceeded
 BUDGET_RAISED = "budget.raised"  # add (limit field -> amount), by, reason
+# Workspaces (tether.engine.workspace): pos, files (changed [path, sha256, mode, size]),
+# removed (paths): the workspace after the step at pos, as a change to the one before
+WORKSPACE = "workspace"
 
 ALL_TYPES = frozenset(
     {
@@ -85,6 +88,7 @@ ALL_TYPES = frozenset(
         RUN_CANCELLED,
         BUDGET_EXCEEDED,
         BUDGET_RAISED,
+        WORKSPACE,
     }
 )
 

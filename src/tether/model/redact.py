@@ -26,6 +26,7 @@ credential.
 from __future__ import annotations
 
 import re
+import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -297,3 +298,22 @@ def plain(text: str) -> str:
     if secrets.known():
         text = secrets.scrub(text)
     return text
+
+
+def error_info(exc: BaseException, at: float) -> dict[str, Any]:
+    """An exception as plain data: type, message, traceback, time."""
+    t = type(exc)
+    name = t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+    # redacted here, not only when stored: RunFailed's message is built from this
+    return {
+        "type": name,
+        "message": _storable(plain(str(exc))),
+        "traceback": _storable(plain("".join(traceback.format_exception(exc)))),
+        "at": at,
+    }
+
+
+def _storable(text: str) -> str:
+    """Text that can be stored: a lone surrogate (a model's truncated emoji escape quoted in
+    an error message, which UTF-8 cannot hold) kept as its escape, ``\\ud83d``."""
+    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode()

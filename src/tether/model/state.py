@@ -538,6 +538,7 @@ _HANDLERS = {
     ev.RUN_CANCELLED: _cancelled,
     ev.BUDGET_EXCEEDED: _budget_exceeded,
     ev.BUDGET_RAISED: _budget_raised,
+    ev.WORKSPACE: lambda f, e, d: None,  # files, not state: tether.engine.workspace reads them
     ev.STEP_COMPLETED: _step_completed,
     ev.STEP_FAILED: _step_failed,
     ev.DECISION: _decision,

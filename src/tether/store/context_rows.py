@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tether.errors import NotFound, StoreError
 from tether.store.artifact_claims import ArtifactClaimRows, ArtifactClaims
+from tether.store.workspace_rows import WorkspaceBlobRows, WorkspaceBlobs
 from tether.store.context_records import (
     CompactionRecord,
     MemoryRecord,
@@ -200,7 +201,9 @@ class ArtifactData(Protocol):
         ...
 
 
-class ContextData(SessionData, MemoryData, ArtifactData, ArtifactClaims, Protocol):
+class ContextData(
+    SessionData, MemoryData, ArtifactData, ArtifactClaims, WorkspaceBlobs, Protocol
+):
     """What ``tether.context`` needs of a store: its roles. Each method is one
     transaction; driver errors are raised as tether's StoreError (EncodeError for text
     that is not Unicode)."""
@@ -215,7 +218,7 @@ class _Raced(Exception):
     """Internal: a concurrent add with the same idempotency key won; roll back."""
 
 
-class ContextRows(ArtifactClaimRows):
+class ContextRows(ArtifactClaimRows, WorkspaceBlobRows):
     """:class:`ContextData` on a store's ``transaction()`` and ``dialect`` (a mixin of
     both backends)."""
 
