@@ -36,6 +36,7 @@ from tether.model.budgets import Limits
 from tether.model.durations import Duration
 from tether.model.events import Event
 from tether.model.state import RunState
+from tether.model.workspace import FileChange
 from tether.services import control, export, listing, timetravel
 from tether.services.identity import Identity, Role, Tokens
 from tether.services.listing import InboxPage, RunPage
@@ -246,6 +247,13 @@ class ScopedApp:
             self.allow("read", side.run_id if isinstance(side, RunState) else side)
         return self.app.diff(a, b, bookkeeping=bookkeeping)
 
+    def workspace_diff(self, a: RunState | str, b: RunState | str) -> list[FileChange]:
+        """The files that changed from ``a`` to ``b`` (see :meth:`tether.App.workspace_diff`);
+        both runs must be visible."""
+        for side in (a, b):
+            self.allow("read", side.run_id if isinstance(side, RunState) else side)
+        return self.app.workspace_diff(a, b)
+
     def audit(self, run_id: str) -> list[AuditRecord]:
         """The run's audit records (see :meth:`tether.App.audit`)."""
         self.allow("read", run_id)
@@ -420,10 +428,12 @@ class ScopedApp:
         when: timetravel.When = "after",
         input: dict[str, Any] | None = None,
         vars: dict[str, Any] | None = None,
+        workspace: str | None = None,
     ) -> str:
         """A fork of the run, of the same tenant (see :meth:`tether.App.fork`)."""
         self.allow("fork", run_id)
-        return self.app.fork(run_id, step=step, at=at, when=when, input=input, vars=vars)
+        options: dict[str, Any] = {"input": input, "vars": vars, "workspace": workspace}
+        return self.app.fork(run_id, step=step, at=at, when=when, **options)
 
     # -- new runs, sessions, memory and artifacts of this tenant -------------------
 

@@ -104,7 +104,8 @@ class Settings:
 
     def _workspace_blobs(self) -> Blobs:
         """Where file contents go: the App's artifact store (the database by default)."""
-        return Blobs(self.store, self.artifacts.backend)  # type: ignore[attr-defined]
+        arts = self.artifacts  # type: ignore[attr-defined]
+        return Blobs(self.store, arts.backend, self.clock)  # type: ignore[attr-defined]
 
     def raise_budget(
         self, run_id: str, *, by: str, add: Mapping[str, Any], reason: str | None = None

@@ -5,6 +5,7 @@ its state at any point, diffs, forks, export and import, and ``gc`` (see
 
 from __future__ import annotations
 
+import os
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any, TextIO
 
@@ -17,7 +18,8 @@ from tether.model import inputs
 from tether.model.clock import Clock
 from tether.model.durations import Duration
 from tether.model.state import RunState
-from tether.services import export, replay, retention, timetravel
+from tether.model.workspace import Entry, FileChange
+from tether.services import export, replay, retention, timetravel, workspaces
 from tether.store import Store
 
 
@@ -71,10 +73,14 @@ class TimeTravel:
         when: timetravel.When = "after",
         input: dict[str, Any] | None = None,
         vars: dict[str, Any] | None = None,
+        workspace: str | os.PathLike[str] | None = None,
     ) -> str:
         """A new queued run branching off ``run_id`` after ``step`` (or at seq ``at``, or at
-        its head), with new ``input`` and edited task ``vars``; ``resume`` executes it."""
-        return timetravel.fork(
+        its head), with new ``input`` and edited task ``vars``; ``resume`` executes it.
+        ``workspace``: a new (or empty) directory that gets the run's files at the fork
+        point, and in which the fork works (docs/workspace.md)."""
+        root = workspaces.check_directory(workspace) if workspace is not None else None
+        new_id = timetravel.fork(
             self._deps,
             self._states,
             inputs.lookup_id(run_id),
@@ -83,7 +89,26 @@ class TimeTravel:
             when=when,
             input=input,
             vars=vars,
+            workspace=root,
         )
+        if root is not None:
+            seq = self.store.get_run(new_id).fork_seq or 0
+            blobs = self._workspace_blobs()  # type: ignore[attr-defined]
+            workspaces.materialise(self.store, blobs, new_id, seq, root, None)
+        return new_id
+
+    def workspace_files(self, run_id: str, *, at: int | None = None) -> dict[str, Entry]:
+        """The files of the run's workspace after seq ``at`` (its head when None): path ->
+        Entry (sha256, mode, size), from its log."""
+        return workspaces.manifest_at(self.store, inputs.lookup_id(run_id), at)
+
+    def workspace_diff(self, a: RunState | str, b: RunState | str) -> list[FileChange]:
+        """The workspace files added, removed or modified from point ``a`` to ``b`` (a
+        state from :meth:`state`, or a run id: its head)."""
+        return workspaces.files_diff(self.store, self._point(a), self._point(b))
+
+    def _point(self, p: RunState | str) -> tuple[str, int | None]:
+        return (p.run_id, p.seq) if isinstance(p, RunState) else (inputs.lookup_id(p), None)
 
     def export_run(self, run_id: str, out: TextIO) -> int:
         """Write the run to ``out`` as ``tether-run`` JSON lines; return how many events."""

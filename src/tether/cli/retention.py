@@ -40,7 +40,8 @@ def _gc_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="AGE",
         type=age,
         default=BLOB_GRACE,
-        help="keep unreferenced snapshot pages written or reused within AGE (default 1h)",
+        help="keep unreferenced snapshot pages and workspace files written or reused within "
+        "AGE (default 1h)",
     )
     parser.add_argument(
         "--no-vacuum",
@@ -72,6 +73,8 @@ def _gc(args: argparse.Namespace, ctx: Context) -> int:
                     "bytes_freed": result.freed,
                     "pages_swept": result.pages,
                     "page_bytes_swept": result.page_bytes,
+                    "files_swept": result.files,
+                    "file_bytes_swept": result.file_bytes,
                 }
             )
         )
@@ -88,6 +91,11 @@ def _gc(args: argparse.Namespace, ctx: Context) -> int:
             f"{'would sweep' if result.dry_run else 'swept'} {result.pages} unreferenced "
             f"snapshot page(s), {result.page_bytes} bytes"
             + (" (pages of the runs above not counted)" if result.dry_run else "")
+        )
+    if result.files:
+        ctx.print(
+            f"{'would sweep' if result.dry_run else 'swept'} {result.files} unreferenced "
+            f"workspace file content(s), {result.file_bytes} bytes"
         )
     if not result.dry_run and result.freed is not None:
         ctx.print(

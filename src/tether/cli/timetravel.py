@@ -124,16 +124,33 @@ def _diff_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="exit with 1 when the states differ (like git diff --exit-code)",
     )
+    parser.add_argument(
+        "--files",
+        action="store_true",
+        help="compare the runs' workspace files instead: added, removed, modified, sizes",
+    )
 
 
 def _diff(args: argparse.Namespace, ctx: Context) -> int:
     app = ctx.read_view()
+    if args.files:
+        return _files_diff(args, ctx, app)
     d = app.diff(point_state(app, args.a), point_state(app, args.b), bookkeeping=args.all)
     if args.json:
         ctx.print(fmt.codec_json_text(d.to_data()))
     else:
         ctx.print(travel_text.render_diff(d))
     return 1 if args.exit_code and d else 0
+
+
+def _files_diff(args: argparse.Namespace, ctx: Context, app: ScopedApp) -> int:
+    with user_errors():
+        changes = app.workspace_diff(point_state(app, args.a), point_state(app, args.b))
+    if args.json:
+        ctx.print(fmt.codec_json_text([c._asdict() for c in changes]))
+    else:
+        ctx.print(travel_text.render_files_diff(changes))
+    return 1 if args.exit_code and changes else 0
 
 
 def point_state(app: ScopedApp, point: str) -> RunState:
@@ -175,6 +192,12 @@ def _fork_arguments(parser: argparse.ArgumentParser) -> None:
         help="set a task variable in the fork (repeatable; a value that is "
         "not JSON is taken as a string)",
     )
+    parser.add_argument(
+        "--workspace",
+        metavar="DIR",
+        help="a new (or empty) directory: gets the run's workspace files at the fork point, "
+        "and the fork works in it",
+    )
     parser.add_argument("--json", action="store_true", help='print {"id": NEW_RUN_ID, …}')
 
 
@@ -189,6 +212,7 @@ def _fork(args: argparse.Namespace, ctx: Context) -> int:
             when=args.when,
             input=_json_arg("--input", args.input),
             vars=_vars_arg(args.var),
+            workspace=args.workspace,
         )
     state = app.load(new_id)
     if args.json:

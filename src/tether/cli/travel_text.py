@@ -4,6 +4,7 @@ come from :mod:`tether.cli.format`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from tether.cli.format import (
@@ -16,6 +17,7 @@ from tether.cli.format import (
     when,
 )
 from tether.model.state import RunState
+from tether.model.workspace import FileChange
 from tether.services.timetravel import Diff, History
 
 
@@ -109,3 +111,20 @@ def render_diff(d: Diff) -> str:
             sign, value = ("+", c.new) if c.kind == "added" else ("-", c.old)
             lines.append(f"{sign} {c.where}: {short(value, 100)}")
     return "\n".join(lines)
+
+
+def render_files_diff(changes: Sequence[FileChange]) -> str:
+    """Workspace files for people: ``+`` added, ``-`` removed, ``~`` modified, with sizes."""
+    if not changes:
+        return "no file differs"
+    marks = {"added": "+", "removed": "-", "modified": "~"}
+    lines = []
+    for c in changes:
+        sizes = {
+            "added": f"{c.size_after} bytes",
+            "removed": f"{c.size_before} bytes",
+            "modified": f"{c.size_before} -> {c.size_after} bytes",
+        }[c.change]
+        lines.append(f"{marks[c.change]} {c.path}  ({sizes})")
+    n = len(changes)
+    return "\n".join([*lines, f"{n} file{'s' if n != 1 else ''} changed"])

@@ -52,7 +52,7 @@ from tether.model import codec, inputs, secrets
 from tether.model import events as ev
 from tether.model.clock import Clock
 from tether.model.events import NewEvent
-from tether.model.redact import error_info
+from tether.model.redact import error_info as error_info  # where the engine imports it
 from tether.model.state import RunState
 from tether.model.status import UNRECORDED, EffectStatus, RunStatus
 from tether.model.steps import StepState, differs, usage_of
@@ -329,9 +329,12 @@ class Journal:
     def raise_poison(self) -> None:
         """Raise what made the journal refuse writes when the agent returned anyway: it
         caught the error (a code change, a lease lost), or a thread of its own met it and
-        nobody read it. Its run must not end as if whole."""
+        nobody read it. Its run must not end as if whole. A checkpoint of the last step's
+        files that failed (engine.workspace) is raised here too, as the agent's error."""
         if self.poisoned is not None:
             raise self.poisoned
+        if self.workspace is not None:
+            self.workspace.take(self._deferred, [])
 
     # -- appends ----------------------------------------------------------
 

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from tether.context.artifacts import ArtifactRef, ArtifactStore, DatabaseArtifacts
 from tether.errors import ArtifactCorrupt, NotFound, WorkspaceError, WorkspaceLimit
 from tether.model import events as ev
+from tether.model.clock import Clock, SystemClock
 from tether.model.events import NewEvent
 from tether.model.workspace import Entry, Manifest, Workspace, change, fold_manifest, has_change
 from tether.store import Store
@@ -57,15 +58,18 @@ class Blobs:
     ``workspace``, swept by gc once no manifest references them), or the App's artifact
     store when it is another one (a directory, a bucket: never swept)."""
 
-    def __init__(self, store: Store, backend: ArtifactStore | None = None) -> None:
+    def __init__(
+        self, store: Store, backend: ArtifactStore | None = None, clock: Clock | None = None
+    ) -> None:
         self.store = store
+        self.clock = clock or SystemClock()
         self.backend = None if isinstance(backend, DatabaseArtifacts) else backend
         self.stored = 0  # bytes handed to the store (benchmarks)
 
     def put(self, sha256: str, data: bytes) -> None:
         self.stored += len(data)
         if self.backend is None:
-            self.store.put_workspace_blob(sha256, data, time.time())
+            self.store.put_workspace_blob(sha256, data, self.clock.now())
         else:
             self.backend.put(data)
 

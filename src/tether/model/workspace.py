@@ -104,7 +104,7 @@ def workspace_of(value: Any, what: str) -> Workspace | None:
     if value is None or isinstance(value, Workspace):
         return value
     if isinstance(value, (str, os.PathLike)):
-        return Workspace(os.fspath(value))  # type: ignore[arg-type]
+        return Workspace(str(os.fspath(value)))
     raise TypeError(f"{what} is a directory (str or path) or a tether.Workspace, not {value!r}")
 
 
@@ -130,7 +130,7 @@ def check_path(path: Any, where: str) -> str:
             f"was written. The log was changed by hand or damaged: fork the run from an "
             f"earlier point, or restore the database from a backup"
         )
-    return path
+    return str(path)
 
 
 def _entry(item: Any, where: str) -> tuple[str, Entry]:

@@ -31,7 +31,9 @@ within ``blob_grace`` seconds (an hour by default) is left for the next gc: the
 snapshot that reuses it may not be committed yet. Artifacts (``app.artifacts``) are
 never swept, nor are bytes a tenant claims (:mod:`tether.context.tenant_artifacts`);
 bytes whose last tenant claim was deleted are swept as pages; blobs written before
-schema 7 that no snapshot references are kept, as they may be artifacts.
+schema 7 that no snapshot references are kept, as they may be artifacts. The file
+contents of workspace checkpoints (:mod:`tether.services.workspaces`) are swept the same
+way: those no ``workspace`` event of any run references, untouched for ``blob_grace``.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from tether.model import inputs
 from tether.model.clock import Clock
 from tether.model.durations import Duration, parse_duration
 from tether.model.status import FINISHED, STATUSES
+from tether.services import workspaces
 from tether.store import RunRecord, Store
 
 BATCH = 500
@@ -122,6 +125,8 @@ class GcResult:
     bytes_after: int | None
     pages: int = 0  # snapshot pages swept (dry run: unreferenced already, so would be)
     page_bytes: int = 0
+    files: int = 0  # workspace file contents swept (dry run: would be)
+    file_bytes: int = 0
 
     @property
     def freed(self) -> int | None:
@@ -158,12 +163,14 @@ def gc(
     before = store_bytes(store)
     if dry_run:
         pages, page_bytes = store.sweep_blobs(before=now - blob_grace, dry_run=True)
-        return GcResult(ids, 0, True, before, before, pages, page_bytes)
+        files = workspaces.sweep(store, now - blob_grace, dry_run=True)
+        return GcResult(ids, 0, True, before, before, pages, page_bytes, *files)
     deleted = sum(store.delete_runs(ids[i : i + BATCH]) for i in range(0, len(ids), BATCH))
     pages, page_bytes = store.sweep_blobs(before=now - blob_grace)
-    if vacuum and (deleted or pages):
+    files = workspaces.sweep(store, now - blob_grace)
+    if vacuum and (deleted or pages or files[0]):
         store.vacuum()
-    return GcResult(ids, deleted, False, before, store_bytes(store), pages, page_bytes)
+    return GcResult(ids, deleted, False, before, store_bytes(store), pages, page_bytes, *files)
 
 
 def store_bytes(store: Store) -> int | None:

@@ -390,6 +390,7 @@ def fork(
     when: When = "after",
     input: Mapping[str, Any] | None = None,
     vars: Mapping[str, Any] | None = None,
+    workspace: str | None = None,
 ) -> str:
     """Branch a new run off ``run_id`` at a point (its head when none is given).
 
@@ -398,7 +399,8 @@ def fork(
     of that queue may take it): ``app.resume(new_id)`` executes it, reusing
     every step completed at the fork point and running the rest afresh. ``input``
     (``{"args": [...], "kwargs": {...}}``) replaces the input, ``vars`` are task
-    variables set once replay passes the fork point. Returns the new run's id.
+    variables set once replay passes the fork point; ``workspace``, the directory the
+    fork works in (absolute), recorded in ``run.forked``. Returns the new run's id.
     """
     record = deps.store.get_run(run_id)
     base = state_at(states, run_id, at=at, step=step, when=when)
@@ -413,7 +415,8 @@ def fork(
         raise InvalidState(f"run {run_id}: its log has a gap before seq {base.seq}; not forked")
     now = deps.clock.now()
     new_id = new_run_id(now)
-    forked = ev.new(ev.RUN_FORKED, fork_data(base, input, vars), now, deps.owner)
+    data = fork_data(base, input, vars) | ({"workspace": workspace} if workspace else {})
+    forked = ev.new(ev.RUN_FORKED, data, now, deps.owner)
     deps.store.create_run(
         NewRun(
             new_id,

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tether.errors import NotFound, StoreError
 from tether.store.artifact_claims import ArtifactClaimRows, ArtifactClaims
-from tether.store.workspace_rows import WorkspaceBlobRows, WorkspaceBlobs
 from tether.store.context_records import (
     CompactionRecord,
     MemoryRecord,
@@ -42,6 +41,7 @@ from tether.store.context_records import (
     VectorHits,
 )
 from tether.store.queries import load_queries
+from tether.store.workspace_rows import WorkspaceBlobRows, WorkspaceBlobs
 
 _NO_LIMIT = 2**62
 _OR = {"sqlite": " OR ", "postgres": " or "}  # FTS5 MATCH / websearch_to_tsquery syntax
@@ -201,9 +201,7 @@ class ArtifactData(Protocol):
         ...
 
 
-class ContextData(
-    SessionData, MemoryData, ArtifactData, ArtifactClaims, WorkspaceBlobs, Protocol
-):
+class ContextData(SessionData, MemoryData, ArtifactData, ArtifactClaims, WorkspaceBlobs, Protocol):
     """What ``tether.context`` needs of a store: its roles. Each method is one
     transaction; driver errors are raised as tether's StoreError (EncodeError for text
     that is not Unicode)."""
