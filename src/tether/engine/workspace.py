@@ -305,13 +305,14 @@ class Checkpoints:
         self.stats: Stats = {}
         self.pending: _Pending | None = None
 
-    def checkpoint(self, pos: int) -> NewEvent | None:
+    def checkpoint(self, pos: int, *, first: bool = False) -> NewEvent | None:
         """Scan now; the ``workspace`` event of what changed since the last checkpoint
-        (None: nothing did)."""
+        (None: nothing did, unless it is the ``first``: a run's first is always kept, so
+        that a resume knows the files it started with, even none)."""
         manifest, self.stats = scan(self.root, self.cfg, self.manifest, self.stats, self.blobs.put)
         data = {"pos": pos, **change(self.manifest, manifest)}
         self.manifest = manifest
-        return self.journal.event(ev.WORKSPACE, data) if has_change(data) else None
+        return self.journal.event(ev.WORKSPACE, data) if first or has_change(data) else None
 
     def overlaps(self, kind: str) -> bool:
         """Whether a call of ``kind`` may run while the last step's checkpoint is taken
@@ -369,7 +370,7 @@ def attach(ws: Workspaces | None, d: AgentDef, state: RunState, journal: Journal
             restore(root, cfg, manifest, cp.blobs, f"run {journal.run_id}")
         else:
             os.makedirs(root, exist_ok=True)
-        first = cp.checkpoint(journal.pos)  # the files' stats as they are (restored or first)
+        first = cp.checkpoint(journal.pos, first=not steps)  # stats of the files as they are
     except BaseException:
         journal.store.release(journal.run_id, epoch=journal.lease.epoch)  # resumable at once
         raise
