@@ -1,0 +1,154 @@
+"""Workspace checkpoints and the file system: a tampered log is refused on resume before
+anything is written; links are kept when they stay inside and never followed out; the
+ignore patterns leave their files out of checkpoints and restores; the fast change check
+(mtime, size, inode) still sees a file rewritten with the same size; and the restore
+puts back what a failed step left half-done."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import tether
+
+pytestmark = pytest.mark.integration
+
+FAIL: dict[str, bool] = {"on": True}
+
+
+def _app(tmp_path: Path) -> tether.App:
+    app = tether.open(str(tmp_path / "t.db"), workspace=str(tmp_path / "ws" / "{run_id}"))
+
+    @app.agent(name="writer")
+    def writer(run: tether.Run, n: int) -> int:
+        root = Path(run.workspace or "")
+        for j in range(1, n + 1):
+            run.step("write", lambda j=j: (root / f"f{j}.txt").write_text(f"step {j}"))
+            if j == 2 and FAIL["on"]:
+                run.step("break", lambda: _half_then_fail(root))
+        return n
+
+    return app
+
+
+def _half_then_fail(root: Path) -> None:
+    (root / "half.txt").write_text("half-done")
+    (root / "f1.txt").write_text("clobbered")
+    raise RuntimeError("the step fails after changing files")
+
+
+def test_a_retry_restores_what_a_failed_step_left_half_done(tmp_path: Path) -> None:
+    app = _app(tmp_path)
+    FAIL["on"] = True
+    with pytest.raises(tether.RunFailed) as caught:
+        app.run("writer", 3)
+    run_id = caught.value.run_id
+    root = tmp_path / "ws" / run_id
+    assert (root / "half.txt").exists()
+    FAIL["on"] = False
+    with pytest.raises(tether.NondeterminismError):  # the code changed: but restored first
+        app.retry_run(run_id)
+    assert sorted(p.name for p in root.iterdir()) == ["f1.txt", "f2.txt"]
+    assert (root / "f1.txt").read_text() == "step 1"
+    app.close()
+
+
+def test_a_tampered_log_is_refused_on_resume_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    app = _app(tmp_path)
+    FAIL["on"] = True
+    with pytest.raises(tether.RunFailed) as caught:
+        app.run("writer", 3)
+    run_id = caught.value.run_id
+    app.close()
+    root = tmp_path / "ws" / run_id
+    (root / "f2.txt").unlink()  # a restore would write it back, if it ran
+    with sqlite3.connect(tmp_path / "t.db") as conn:
+        key, text = conn.execute(
+            "SELECT key, data FROM events WHERE type = 'workspace' ORDER BY key DESC"
+        ).fetchone()
+        data = json.loads(text)
+        data["files"].append(["../../escaped.txt", data["files"][0][1], 0o100644, 6])
+        conn.execute("UPDATE events SET data = ? WHERE key = ?", (json.dumps(data), key))
+    app = _app(tmp_path)
+    with pytest.raises(tether.WorkspaceError, match=r"'\.\./\.\./escaped\.txt'.*refused"):
+        app.retry_run(run_id)
+    assert not (tmp_path / "escaped.txt").exists()
+    assert not (root / "f2.txt").exists()  # nothing was written at all
+    assert app.get(run_id).status == "failed"  # and the run is left as it was
+    app.close()
+
+
+def test_links_inside_are_kept_links_out_are_neither_kept_nor_followed(tmp_path: Path) -> None:
+    outside = tmp_path / "secret.txt"
+    outside.write_text("not the agent's")
+    app = tether.open(str(tmp_path / "t.db"), workspace=str(tmp_path / "ws" / "{run_id}"))
+
+    @app.agent(name="linker")
+    def linker(run: tether.Run) -> None:
+        root = Path(run.workspace or "")
+
+        def make() -> None:
+            (root / "a.txt").write_text("a")
+            os.symlink("a.txt", root / "inside")
+            os.symlink(str(outside), root / "out")
+            os.symlink("../../secret.txt", root / "climb")
+
+        run.step("make", make)
+
+    run_id = app.run("linker").id
+    files = app.workspace_files(run_id)
+    assert sorted(files) == ["a.txt", "inside"]
+    assert files["inside"].is_link
+    fork = tmp_path / "fork"
+    app.fork(run_id, workspace=str(fork))
+    assert os.readlink(fork / "inside") == "a.txt"
+    assert not (fork / "out").exists() and not (fork / "climb").exists()
+    assert outside.read_text() == "not the agent's"
+    app.close()
+
+
+def test_ignored_paths_are_not_checkpointed(tmp_path: Path) -> None:
+    ws = tether.Workspace(str(tmp_path / "ws" / "{run_id}"), ignore=(".git/", "*.log"))
+    app = tether.open(str(tmp_path / "t.db"))
+
+    @app.agent(name="builder", workspace=ws)
+    def builder(run: tether.Run) -> None:
+        root = Path(run.workspace or "")
+
+        def build() -> None:
+            (root / ".git").mkdir()
+            (root / ".git" / "HEAD").write_text("ref")
+            (root / "run.log").write_text("noise")
+            (root / "src").mkdir()
+            (root / "src" / "main.py").write_text("print(1)")
+
+        run.step("build", build)
+
+    run_id = app.run("builder").id
+    assert sorted(app.workspace_files(run_id)) == ["src/main.py"]
+    app.close()
+
+
+def test_a_rewrite_of_the_same_size_is_seen(tmp_path: Path) -> None:
+    app = tether.open(str(tmp_path / "t.db"), workspace=str(tmp_path / "ws" / "{run_id}"))
+
+    @app.agent(name="same")
+    def same(run: tether.Run) -> None:
+        root = Path(run.workspace or "")
+        for text in ("aaaa", "bbbb", "cccc"):
+            run.step("w", lambda text=text: (root / "x.txt").write_text(text))
+
+    run_id = app.run("same").id
+    events = [e for e in app.events(run_id) if e.type == "workspace"]
+    assert len(events) == 4  # the first (empty), then one per rewrite
+    for n, text in enumerate(("aaaa", "bbbb", "cccc"), 1):
+        fork = tmp_path / f"fork{n}"
+        app.fork(run_id, step=f"w#{n}", workspace=str(fork))
+        assert (fork / "x.txt").read_text() == text
+    app.close()
