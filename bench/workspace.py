@@ -121,7 +121,7 @@ def one_round(url: str, base: Path, turns: int, n: int) -> tuple[float, float, i
     plain_dir.mkdir()
     seed(plain_dir)
     t0 = time.perf_counter()
-    app.run("plain", str(plain_dir), turns)
+    app.resume(app.start("plain", str(plain_dir), turns))  # as the other: queued, then run
     plain = time.perf_counter() - t0
     run_id = f"bench{n}-{os.getpid()}"
     seed(base / f"ws{n}" / run_id)  # the agent finds its files in place

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from tether.model.state import RunState
 
 KINDS = frozenset({"step", "tool"})  # the calls that may change files (a model call: not)
+BATCH_BYTES = 8 * 2**20  # file contents stored per transaction, at most (about)
 RACY_NS = 2_000_000_000  # a file changed this recently is hashed again next time
 Stats = dict[str, tuple[int, int, int]]  # path -> (mtime_ns, size, inode) when last hashed
 
@@ -64,14 +65,24 @@ class Blobs:
         self.store = store
         self.clock = clock or SystemClock()
         self.backend = None if isinstance(backend, DatabaseArtifacts) else backend
-        self.stored = 0  # bytes handed to the store (benchmarks)
+        self._batch: list[tuple[str, bytes]] = []
+        self._size = 0
 
     def put(self, sha256: str, data: bytes) -> None:
-        self.stored += len(data)
-        if self.backend is None:
-            self.store.put_workspace_blob(sha256, data, self.clock.now())
-        else:
+        """Store ``data``: with the next ones, in one transaction (see :meth:`flush`)."""
+        if self.backend is not None:
             self.backend.put(data)
+            return
+        self._batch.append((sha256, data))
+        self._size += len(data)
+        if self._size >= BATCH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        """Store what :meth:`put` was given and not stored yet."""
+        if self._batch:
+            batch, self._batch, self._size = self._batch, [], 0
+            self.store.put_workspace_blobs(batch, self.clock.now())
 
     def get(self, path: str, entry: Entry, where: str) -> bytes:
         """The verified bytes of ``entry``, or WorkspaceError naming ``path``."""
@@ -310,6 +321,7 @@ class Checkpoints:
         (None: nothing did, unless it is the ``first``: a run's first is always kept, so
         that a resume knows the files it started with, even none)."""
         manifest, self.stats = scan(self.root, self.cfg, self.manifest, self.stats, self.blobs.put)
+        self.blobs.flush()
         data = {"pos": pos, **change(self.manifest, manifest)}
         self.manifest = manifest
         return self.journal.event(ev.WORKSPACE, data) if first or has_change(data) else None

@@ -11,7 +11,7 @@ are also an artifact or a snapshot page are never swept as workspace bytes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 class WorkspaceBlobs(Protocol):
     """File contents of workspace checkpoints. Each method is one transaction."""
 
-    def put_workspace_blob(self, sha256: str, data: bytes, now: float) -> None:
-        """Store ``data`` under ``sha256`` as workspace bytes unless there; stored
-        workspace bytes are touched (``now``), so that a sweep running meanwhile keeps
-        them; bytes stored as something else keep their kind (a snapshot page becomes a
-        plain artifact, never swept, as two holders now rely on it)."""
+    def put_workspace_blobs(self, blobs: Sequence[tuple[str, bytes]], now: float) -> None:
+        """Store each ``(sha256, data)`` as workspace bytes unless there, in one
+        transaction; stored workspace bytes are touched (``now``), so that a sweep running
+        meanwhile keeps them; bytes stored as something else keep their kind (a snapshot
+        page becomes a plain artifact, never swept, as two holders now rely on it)."""
         ...
 
     def get_workspace_blob(self, sha256: str) -> bytes | None:
@@ -53,10 +53,12 @@ class WorkspaceBlobRows:
 
         def _rows_sql(self, file: str) -> dict[str, str]: ...
 
-    def put_workspace_blob(self, sha256: str, data: bytes, now: float) -> None:
-        params = {"sha256": sha256, "size": len(data), "data": data, "now": now}
+    def put_workspace_blobs(self, blobs: Sequence[tuple[str, bytes]], now: float) -> None:
+        q = self._rows_sql("workspace")["put_blob"]
+        rows = [{"sha256": s, "size": len(d), "data": d, "now": now} for s, d in blobs]
         with self.transaction() as conn:
-            conn.execute(self._rows_sql("workspace")["put_blob"], params)
+            for params in rows:
+                conn.execute(q, params)
 
     def get_workspace_blob(self, sha256: str) -> bytes | None:
         with self.transaction() as conn:
