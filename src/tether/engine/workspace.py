@@ -96,8 +96,9 @@ class Blobs:
         if data is None or hashlib.sha256(data).hexdigest() != entry.sha256:
             raise WorkspaceError(
                 f"{where}: the content of {path!r} ({entry.sha256}) is missing or damaged "
-                f"in the store; the workspace cannot be restored. Restore the database "
-                f"(or artifact directory) from a backup"
+                f"in the store (an export carries manifests, not file contents); the "
+                f"workspace cannot be restored. Restore the database (or artifact "
+                f"directory) from a backup"
             )
         return data
 
@@ -322,7 +323,7 @@ class Checkpoints:
         that a resume knows the files it started with, even none)."""
         manifest, self.stats = scan(self.root, self.cfg, self.manifest, self.stats, self.blobs.put)
         self.blobs.flush()
-        data = {"pos": pos, **change(self.manifest, manifest)}
+        data = {**({"pos": pos} if pos else {}), **change(self.manifest, manifest)}
         self.manifest = manifest
         return self.journal.event(ev.WORKSPACE, data) if first or has_change(data) else None
 

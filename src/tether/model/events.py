@@ -57,7 +57,8 @@ RUN_CANCELLED = "run.cancelled"  # by, reason
 BUDGET_EXCEEDED = "budget.exceeded"  # pos, name, kind, limit, max, used, on_exceeded
 BUDGET_RAISED = "budget.raised"  # add (limit field -> amount), by, reason
 # Workspaces (tether.engine.workspace): pos, files (changed [path, sha256, mode, size]),
-# removed (paths): the workspace after the step at pos, as a change to the one before
+# removed (paths): the workspace after the step at pos (none: before the first step), as
+# a change to the one before
 WORKSPACE = "workspace"
 
 ALL_TYPES = frozenset(
