@@ -14,6 +14,7 @@ from tether.engine.dry import Config
 from tether.engine.executor import Executor
 from tether.engine.registry import Registry
 from tether.engine.states import States
+from tether.errors import InvalidInput
 from tether.model import inputs
 from tether.model.clock import Clock
 from tether.model.durations import Duration
@@ -79,11 +80,14 @@ class TimeTravel:
         its head), with new ``input`` and edited task ``vars``; ``resume`` executes it.
         ``workspace``: a new (or empty) directory that gets the run's files at the fork
         point, and in which the fork works (docs/workspace.md)."""
+        run_id = inputs.lookup_id(run_id)
+        if workspace is None:
+            self._shared_workspace(run_id)
         root = workspaces.check_directory(workspace) if workspace is not None else None
         new_id = timetravel.fork(
             self._deps,
             self._states,
-            inputs.lookup_id(run_id),
+            run_id,
             at=at,
             step=step,
             when=when,
@@ -96,6 +100,20 @@ class TimeTravel:
             blobs = self._workspace_blobs()  # type: ignore[attr-defined]
             workspaces.materialise(self.store, blobs, new_id, seq, root, None)
         return new_id
+
+    def _shared_workspace(self, run_id: str) -> None:
+        """Refuse a fork without a directory of its own when its resume would restore the
+        parent's directory: the run has files and its agent's directory is not per run."""
+        agent = self._registry.agents.get(self.store.get_run(run_id).agent)
+        cfg = (agent.workspace if agent else None) or self.workspace  # type: ignore[attr-defined]
+        if (cfg is None or "{run_id}" not in cfg.path) and workspaces.manifest_at(
+            self.store, run_id
+        ):
+            raise InvalidInput(
+                f"run {run_id} has workspace files and its agent's directory is not one per "
+                f"run ({{run_id}} in its path): the fork would work in (and restore) the "
+                f"same directory. Give it one: workspace=DIR (tether fork --workspace DIR)"
+            )
 
     def workspace_files(self, run_id: str, *, at: int | None = None) -> dict[str, Entry]:
         """The files of the run's workspace after seq ``at`` (its head when None): path ->

@@ -152,3 +152,19 @@ def test_a_rewrite_of_the_same_size_is_seen(tmp_path: Path) -> None:
         app.fork(run_id, step=f"w#{n}", workspace=str(fork))
         assert (fork / "x.txt").read_text() == text
     app.close()
+
+
+def test_a_fork_that_would_share_its_parents_directory_is_refused(tmp_path: Path) -> None:
+    app = tether.open(str(tmp_path / "t.db"), workspace=str(tmp_path / "one-dir"))
+
+    @app.agent(name="w")
+    def w(run: tether.Run) -> None:
+        run.step("w", lambda: Path(run.workspace or "", "a.txt").write_text("a"))
+
+    run_id = app.run("w").id
+    with pytest.raises(tether.InvalidInput, match="workspace=DIR"):
+        app.fork(run_id)
+    fork_id = app.fork(run_id, workspace=str(tmp_path / "own"))
+    assert (tmp_path / "own" / "a.txt").read_text() == "a"
+    assert app.resume(fork_id).status == "completed"
+    app.close()

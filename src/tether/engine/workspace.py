@@ -218,8 +218,11 @@ def restore(root: str, cfg: Workspace, manifest: Manifest, blobs: Blobs, where: 
     for rel, entry in sorted(manifest.items()):
         if rel in present and _same(present[rel], entry):
             continue
+        data = blobs.get(rel, entry, where)
+        if entry.is_link and not _inside(real, rel, os.fsdecode(data)):
+            raise WorkspaceError(f"{where}: the link {rel!r} points out of the workspace; refused")
         parent = _directory(real, os.path.dirname(rel), where)
-        _put_file(os.path.join(parent, os.path.basename(rel)), entry, blobs.get(rel, entry, where))
+        _put_file(os.path.join(parent, os.path.basename(rel)), entry, data)
 
 
 def _same(path: str, entry: Entry) -> bool:
