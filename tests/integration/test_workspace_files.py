@@ -168,3 +168,52 @@ def test_a_fork_that_would_share_its_parents_directory_is_refused(tmp_path: Path
     assert (tmp_path / "own" / "a.txt").read_text() == "a"
     assert app.resume(fork_id).status == "completed"
     app.close()
+
+
+def test_a_scan_reads_only_the_files_whose_stat_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tether.engine import workspace as engine_ws
+
+    root = tmp_path / "w"
+    root.mkdir()
+    for i in range(20):
+        (root / f"f{i}.txt").write_text(f"file {i}")
+        os.utime(root / f"f{i}.txt", (1_000_000_000, 1_000_000_000))  # long ago: not racy
+    stored: list[str] = []
+    ws = tether.Workspace(str(root))
+    manifest, stats = engine_ws.scan(str(root), ws, {}, {}, lambda sha, data: stored.append(sha))
+    assert len(manifest) == 20 and len(stored) == 20
+    read: list[str] = []
+    real_read = engine_ws._read
+    monkeypatch.setattr(engine_ws, "_read", lambda p: read.append(p) or real_read(p))
+    (root / "f3.txt").write_text("changed")
+    again, _ = engine_ws.scan(str(root), ws, manifest, stats, lambda sha, data: stored.append(sha))
+    assert read == [str(root / "f3.txt")]  # the 19 others kept their digests unread
+    assert again["f3.txt"] != manifest["f3.txt"] and len(stored) == 21
+    assert {p: e for p, e in again.items() if p != "f3.txt"} == {
+        p: e for p, e in manifest.items() if p != "f3.txt"
+    }
+
+
+def test_file_contents_go_to_an_artifact_directory_when_the_app_uses_one(
+    tmp_path: Path,
+) -> None:
+    from tether.context.artifacts import DirectoryArtifacts
+
+    app = tether.open(str(tmp_path / "t.db"), workspace=str(tmp_path / "ws" / "{run_id}"))
+    app.artifacts = DirectoryArtifacts(tmp_path / "arts")
+
+    @app.agent(name="w")
+    def w(run: tether.Run) -> None:
+        run.step("w", lambda: Path(run.workspace or "", "a.txt").write_text("in a directory"))
+
+    run_id = app.run("w").id
+    assert any((tmp_path / "arts").rglob("*"))
+    with sqlite3.connect(tmp_path / "t.db") as conn:
+        assert conn.execute("SELECT COUNT(*) FROM blobs WHERE kind = 'workspace'").fetchone() == (
+            0,
+        )
+    app.fork(run_id, workspace=str(tmp_path / "fork"))
+    assert (tmp_path / "fork" / "a.txt").read_text() == "in a directory"
+    app.close()
