@@ -497,6 +497,8 @@ def event_summary(type_: str, d: dict[str, Any]) -> str:
         text = verdicts.event_words(type_, d)
     elif type_ in ("var.set", "var.deleted"):
         text = f"{step} = {short(d.get('value'), 60)}" if type_ == "var.set" else step
+    elif type_ == "workspace":
+        text = f"{len(d.get('files') or [])} file(s) written, {len(d.get('removed') or [])} removed"
     else:
         text = short(d)
     return short(text, 80)

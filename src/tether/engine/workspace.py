@@ -320,7 +320,9 @@ class Checkpoints:
         self.stats: Stats = {}
         self.pending: _Pending | None = None
 
-    def checkpoint(self, pos: int, *, first: bool = False) -> NewEvent | None:
+    def checkpoint(
+        self, pos: int, *, first: bool = False, at: float | None = None
+    ) -> NewEvent | None:
         """Scan now; the ``workspace`` event of what changed since the last checkpoint
         (None: nothing did, unless it is the ``first``: a run's first is always kept, so
         that a resume knows the files it started with, even none)."""
@@ -328,7 +330,10 @@ class Checkpoints:
         self.blobs.flush()
         data = {**({"pos": pos} if pos else {}), **change(self.manifest, manifest)}
         self.manifest = manifest
-        return self.journal.event(ev.WORKSPACE, data) if first or has_change(data) else None
+        if not (first or has_change(data)):
+            return None
+        j = self.journal  # dated as its step's record (``at``): the files after that step
+        return ev.new(ev.WORKSPACE, data, j.clock.now() if at is None else at, j.actor)
 
     def overlaps(self, kind: str) -> bool:
         """Whether a call of ``kind`` may run while the last step's checkpoint is taken
@@ -342,7 +347,7 @@ class Checkpoints:
             with self.journal.lock:
                 if self.pending is not None:  # a fan-out's branch: one scan at a time
                     self.pending.join()
-                self.pending = _Pending(lambda: self.checkpoint(pos), record)
+                self.pending = _Pending(lambda: self.checkpoint(pos, at=record.at), record)
 
     def take(self, deferred: list[NewEvent], events: list[NewEvent]) -> list[NewEvent]:
         """Before an append of ``deferred`` (the journal's, changed in place) then
