@@ -170,6 +170,8 @@ def scan(
     now_ns, tally = time.time_ns(), _Tally(cfg, root)
     manifest: Manifest = {}
     fresh: Stats = {}
+    if not os.path.isdir(root):  # the agent removed its directory: it holds nothing
+        return manifest, fresh
     for rel, entry in _walk(root, cfg):
         st = entry.stat(follow_symlinks=False)
         if stat.S_ISLNK(st.st_mode):
