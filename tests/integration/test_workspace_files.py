@@ -217,3 +217,23 @@ def test_file_contents_go_to_an_artifact_directory_when_the_app_uses_one(
     app.fork(run_id, workspace=str(tmp_path / "fork"))
     assert (tmp_path / "fork" / "a.txt").read_text() == "in a directory"
     app.close()
+
+
+def test_a_fan_outs_steps_are_all_checkpointed(tmp_path: Path) -> None:
+    app = tether.open(str(tmp_path / "t.db"), workspace=str(tmp_path / "ws" / "{run_id}"))
+
+    @app.agent(name="fan")
+    def fan(run: tether.Run) -> None:
+        root = Path(run.workspace or "")
+        run.map("w", lambda i: (root / f"f{i}.txt").write_text(f"branch {i}"), range(12))
+        run.llm("m", lambda: {"text": "done"})
+
+    run_id = app.run("fan").id
+    assert sorted(app.workspace_files(run_id)) == sorted(f"f{i}.txt" for i in range(12))
+    events = app.events(run_id)
+    written = [e.payload() for e in events if e.type == "workspace"]
+    assert sum(len(d["files"]) for d in written) == 12  # each file in exactly one event
+    fork = tmp_path / "fork"
+    app.fork(run_id, workspace=str(fork))
+    assert sorted(p.name for p in fork.iterdir()) == sorted(f"f{i}.txt" for i in range(12))
+    app.close()

@@ -290,7 +290,7 @@ def _prune(real: str, rel_dir: str) -> None:
 class _Pending:
     """A checkpoint being taken in a thread, for the step whose record is ``before``."""
 
-    def __init__(self, target: Callable[[], NewEvent | None], before: NewEvent | None) -> None:
+    def __init__(self, target: Callable[[], NewEvent | None], before: NewEvent) -> None:
         self.before = before
         self.result: NewEvent | None = None
         self.error: BaseException | None = None
@@ -302,12 +302,6 @@ class _Pending:
             self.result = target()
         except BaseException as e:  # raised in the agent's thread by take()
             self.error = e
-
-    def join(self) -> NewEvent | None:
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
-        return self.result
 
 
 class Checkpoints:
@@ -321,6 +315,7 @@ class Checkpoints:
         self.manifest = manifest
         self.stats: Stats = {}
         self.pending: _Pending | None = None
+        self.done: list[_Pending] = []  # taken, not appended yet (a fan-out's branches)
 
     def checkpoint(
         self, pos: int, *, first: bool = False, at: float | None = None
@@ -340,40 +335,51 @@ class Checkpoints:
     def overlaps(self, kind: str) -> bool:
         """Whether a call of ``kind`` may run while the last step's checkpoint is taken
         (and its record waits for it): a model call, which changes no file."""
-        return kind == "llm" and self.pending is not None
+        return kind == "llm" and (self.pending is not None or bool(self.done))
 
     def after(self, kind: str, pos: int, record: NewEvent) -> None:
         """A call returned and its ``record`` is about to be appended or deferred: start
         its checkpoint in a thread, if a call of this kind may change files."""
         if kind in KINDS:
             with self.journal.lock:
-                if self.pending is not None:  # a fan-out's branch: one scan at a time
-                    self.pending.join()
+                self._settle()  # a fan-out's branch: one scan at a time
                 self.pending = _Pending(lambda: self.checkpoint(pos, at=record.at), record)
+
+    def _settle(self) -> None:
+        if self.pending is not None:
+            self.pending.thread.join()
+            self.done.append(self.pending)
+            self.pending = None
 
     def take(self, deferred: list[NewEvent], events: list[NewEvent]) -> list[NewEvent]:
         """Before an append of ``deferred`` (the journal's, changed in place) then
-        ``events``: join the checkpoint being taken and put its event just before its
+        ``events``: join the checkpoints being taken and put each event just before its
         step's record; return the events. A checkpoint that failed (a limit, a file that
-        cannot be read) is raised, and its step's record dropped: the step is not done."""
-        pending, self.pending = self.pending, None
-        if pending is None:
-            return events
-        try:
-            event = pending.join()
-        except BaseException:
-            deferred[:] = [e for e in deferred if e is not pending.before]
-            raise
-        if event is None:
-            return events
+        cannot be read) is raised, and its steps' records dropped: they are not done."""
+        self._settle()
+        done, self.done = self.done, []
+        failed = [p.error for p in done if p.error is not None]
+        if failed:
+            records = [p.before for p in done]
+            deferred[:] = [e for e in deferred if not any(e is r for r in records)]
+            raise failed[0]
         events = list(events)
-        for batch in (events, deferred):
-            for i, e in enumerate(batch):
-                if e is pending.before:
-                    batch.insert(i, event)
-                    return events
-        deferred.insert(0, event)
+        for p in done:
+            if p.result is not None:
+                _place(p.result, p.before, deferred, events)
         return events
+
+
+def _place(
+    event: NewEvent, record: NewEvent, deferred: list[NewEvent], events: list[NewEvent]
+) -> None:
+    """Put ``event`` just before ``record`` in whichever list holds it (else first)."""
+    for batch in (events, deferred):
+        for i, e in enumerate(batch):
+            if e is record:
+                batch.insert(i, event)
+                return
+    deferred.insert(0, event)
 
 
 def attach(ws: Workspaces | None, d: AgentDef, state: RunState, journal: Journal) -> None:
