@@ -38,7 +38,9 @@ class TimeTravel:
         """Replays runs with this App's agents, retry, policy and approver groups (for
         ``tether.testing.replay`` and ``tether check``: see :mod:`tether.services.replay`)."""
         e = self._executor
-        config = Config(e.retry, e.policy, e.inline_sleep_max, frozenset(e.approver_groups))
+        groups = frozenset(e.approver_groups)
+        default = e.workspaces.default if e.workspaces is not None else None
+        config = Config(e.retry, e.policy, e.inline_sleep_max, groups, default)
         return replay.Replayer(self.clock, self._registry, None, config)
 
     def history(self, run_id: str) -> timetravel.History:

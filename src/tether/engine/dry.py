@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from dataclasses import replace as replace_
 from typing import Any, NoReturn
 
+from tether.engine import workspace
 from tether.engine.calls import Slot, agent_body
 from tether.engine.children import Spawner
 from tether.engine.journal import Journal, error_info
@@ -45,6 +46,7 @@ from tether.model.events import NewEvent
 from tether.model.state import RunState
 from tether.model.status import StepStatus
 from tether.model.steps import StepState, differs
+from tether.model.workspace import Workspace
 from tether.store import EffectWrite, Lease, SignalTake, Store, Transition
 
 FINISHED, CONTINUES, DIVERGES, FAILS = "finished", "continues", "diverges", "fails"
@@ -203,6 +205,7 @@ class Config:
     policy: Policy = field(default_factory=Policy)
     inline_sleep_max: float = 60.0
     approver_groups: frozenset[str] = frozenset()
+    workspace: Workspace | None = None  # the App's default (an agent's own comes first)
 
 
 def dry_replay(
@@ -223,6 +226,7 @@ def dry_replay(
     c = config or Config()
     journal = DryJournal(store, clock, state, replace or {})
     journal.spawner = Spawner(resolve or _named, _never_started)
+    journal.workspace = workspace.untouched(d.workspace or c.workspace, journal)
     cls = AsyncRun if d.is_async else Run
     run = cls(journal, d.name, c.retry, c.policy, c.inline_sleep_max, c.approver_groups)
     args = tuple(state.input.get("args", ()))

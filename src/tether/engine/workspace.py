@@ -408,6 +408,28 @@ def attach(ws: Workspaces | None, d: AgentDef, state: RunState, journal: Journal
     journal.workspace = cp
 
 
+class Untouched(Checkpoints):
+    """A dry replay's workspace (``tether check``): the run's directory, as ``run.workspace``
+    names it to the agent (a tool's arguments may hold it), never scanned nor written."""
+
+    def __init__(self, root: str) -> None:
+        self.root, self.pending, self.done = root, None, []
+
+    def after(self, kind: str, pos: int, record: NewEvent) -> None:
+        return None
+
+    def take(self, deferred: list[NewEvent], events: list[NewEvent]) -> list[NewEvent]:
+        return events
+
+
+def untouched(cfg: Workspace | None, journal: Journal) -> Untouched | None:
+    """The Untouched workspace of a dry replay of ``journal``'s run, if it has one."""
+    if cfg is None:
+        return None
+    found = [e for e in journal.store.read_events(journal.run_id) if e.type in _READ]
+    return Untouched(recorded_root(found) or cfg.root_for(journal.run_id))
+
+
 _READ = frozenset({ev.WORKSPACE, ev.RUN_FORKED})
 
 
