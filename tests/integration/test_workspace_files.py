@@ -20,8 +20,13 @@ pytestmark = pytest.mark.integration
 FAIL: dict[str, bool] = {"on": True}
 
 
+def _opened(tmp_path: Path) -> tether.App:
+    """An App whose agents each work in ``ws/<run id>``."""
+    return tether.open(str(tmp_path / "t.db"), workspace=str(tmp_path / "ws" / "{run_id}"))
+
+
 def _app(tmp_path: Path) -> tether.App:
-    app = tether.open(str(tmp_path / "t.db"), workspace=str(tmp_path / "ws" / "{run_id}"))
+    app = _opened(tmp_path)
 
     @app.agent(name="writer")
     def writer(run: tether.Run, n: int) -> int:
@@ -87,7 +92,7 @@ def test_a_tampered_log_is_refused_on_resume_before_anything_is_written(
 def test_links_inside_are_kept_links_out_are_neither_kept_nor_followed(tmp_path: Path) -> None:
     outside = tmp_path / "secret.txt"
     outside.write_text("not the agent's")
-    app = tether.open(str(tmp_path / "t.db"), workspace=str(tmp_path / "ws" / "{run_id}"))
+    app = _opened(tmp_path)
 
     @app.agent(name="linker")
     def linker(run: tether.Run) -> None:
@@ -136,7 +141,7 @@ def test_ignored_paths_are_not_checkpointed(tmp_path: Path) -> None:
 
 
 def test_a_rewrite_of_the_same_size_is_seen(tmp_path: Path) -> None:
-    app = tether.open(str(tmp_path / "t.db"), workspace=str(tmp_path / "ws" / "{run_id}"))
+    app = _opened(tmp_path)
 
     @app.agent(name="same")
     def same(run: tether.Run) -> None:
@@ -201,7 +206,7 @@ def test_file_contents_go_to_an_artifact_directory_when_the_app_uses_one(
 ) -> None:
     from tether.context.artifacts import DirectoryArtifacts
 
-    app = tether.open(str(tmp_path / "t.db"), workspace=str(tmp_path / "ws" / "{run_id}"))
+    app = _opened(tmp_path)
     app.artifacts = DirectoryArtifacts(tmp_path / "arts")
 
     @app.agent(name="w")
@@ -220,7 +225,7 @@ def test_file_contents_go_to_an_artifact_directory_when_the_app_uses_one(
 
 
 def test_a_fan_outs_steps_are_all_checkpointed(tmp_path: Path) -> None:
-    app = tether.open(str(tmp_path / "t.db"), workspace=str(tmp_path / "ws" / "{run_id}"))
+    app = _opened(tmp_path)
 
     @app.agent(name="fan")
     def fan(run: tether.Run) -> None:
@@ -237,7 +242,7 @@ def test_a_fan_outs_steps_are_all_checkpointed(tmp_path: Path) -> None:
 
 
 def test_a_dry_replay_names_the_same_directory_and_touches_nothing(tmp_path: Path) -> None:
-    app = tether.open(str(tmp_path / "t.db"), workspace=str(tmp_path / "ws" / "{run_id}"))
+    app = _opened(tmp_path)
 
     @app.tool(risk="write")
     def save(root: str, text: str, *, idempotency_key: str) -> str:
