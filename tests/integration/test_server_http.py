@@ -158,6 +158,41 @@ def test_a_live_stream_ends_when_its_token_is_revoked(
     assert all(not line.startswith("id: ") or int(line[4:]) > 1 for line in rest)
 
 
+def test_a_query_parameter_given_twice_is_refused(app: tether.App) -> None:
+    """The fuzzer found ``GET /api/boards?tenant=a&tenant=b`` answered for the last one."""
+    _, token = app.tokens.create("root", "admin")
+    headers = {"Authorization": f"Bearer {token}"}
+    with Served(create_app(app)) as served, httpx.Client(base_url=served.url) as http:
+        for path in ("/api/boards?tenant=a&tenant=b", "/api/runs?status=queued&limit=5&status="):
+            got = http.get(path, headers=headers)
+            assert got.status_code == 422, (path, got.text)
+            error = got.json()["error"]
+            assert error["type"] == "InvalidInput"
+            assert "is given 2 times; give each parameter once" in error["message"]
+        assert http.get("/api/boards?tenant=a", headers=headers).status_code == 200
+        assert http.get("/api/runs?status=queued&limit=5", headers=headers).status_code == 200
+
+
+def test_a_last_event_id_that_is_no_seq_is_refused(app: tether.App) -> None:
+    """A reconnecting stream's ``Last-Event-ID`` is a seq this stream sent: the fuzzer's
+    30-digit one failed in the store's read (an int over 64 bits), in the stream."""
+    run = app.run("refund", "O-1").id
+    _, token = app.tokens.create("root", "admin")
+    api = create_app(app, poll=0.01)
+    api.state.tether.stopping.set()  # a stream answers what is there, then ends
+    with Served(api) as served, httpx.Client(base_url=served.url) as http:
+        for bad in ("9" * 30, str(2**62 + 1), "\u00b2".encode("latin-1"), "-1", "1.0"):
+            headers = {"Authorization": f"Bearer {token}", "Last-Event-ID": bad}  # type: ignore[dict-item]
+            got = http.get(f"/api/runs/{run}/live", headers=headers)
+            assert got.status_code == 422, (bad, got.text)
+            assert "last-event-id" in got.json()["error"]["message"]
+        headers = {"Authorization": f"Bearer {token}", "Last-Event-ID": "1"}
+        got = http.get(f"/api/runs/{run}/live", headers=headers)
+        assert got.status_code == 200
+        ids = [int(line[4:]) for line in got.text.splitlines() if line.startswith("id: ")]
+        assert ids == list(range(2, app.get(run).seq + 1))
+
+
 def test_fuzzing_the_openapi_document_finds_no_5xx(app: tether.App) -> None:
     schemathesis = pytest.importorskip("schemathesis")
 

@@ -70,6 +70,7 @@ def create_app(
     api.include_router(live.router)
     api.include_router(metrics.router)
     api.add_middleware(errors.BodyLimit, limit=max_body)
+    api.add_middleware(errors.OnceEach)
 
     api.mount("/static", StaticFiles(directory=STATIC), name="static")
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 from typing import Any
+from urllib.parse import parse_qsl
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -127,6 +128,28 @@ def install(api: FastAPI) -> None:
     api.add_exception_handler(errors.TetherError, _tether)
     api.add_exception_handler(ValueError, _tether)
     api.add_exception_handler(Exception, _internal)
+
+
+class OnceEach:
+    """ASGI middleware: a query parameter given more than once is refused with 422. No
+    route takes a list in its query, and a framework that keeps the last value would
+    answer for a value the caller may not have meant (``?tenant=a&tenant=b``)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("query_string"):
+            names = [k for k, _ in parse_qsl(scope["query_string"].decode("latin-1"), True)]
+            twice = sorted({k for k in names if names.count(k) > 1})
+            if twice:
+                message = (
+                    f"the query parameter {twice[0]!r} is given {names.count(twice[0])} "
+                    f"times; give each parameter once"
+                )
+                await answer(422, "InvalidInput", message)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class BodyLimit:

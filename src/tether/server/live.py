@@ -18,6 +18,7 @@ from typing import Annotated, Any
 import anyio.to_thread
 import orjson
 from fastapi import APIRouter, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 
 from tether.model.status import RunStatus
@@ -37,6 +38,7 @@ router = APIRouter(
 BATCH = 500  # events per read of a run's stream
 KEEPALIVE = 15.0  # seconds: a comment line, so proxies keep the connection
 REVERIFY = 15.0  # seconds between two checks that the stream's identity is still valid
+MAX_SEQ = 2**62  # the largest seq a stream starts after
 
 
 def _frame(kind: str, data: Any, event_id: int | None = None) -> bytes:
@@ -90,12 +92,22 @@ async def _counted(s: Server, body: AsyncIterator[bytes]) -> AsyncIterator[bytes
         s.streams[0] -= 1
 
 
+def _last_seq(last_event_id: str) -> int:
+    """The seq a reconnecting browser's ``Last-Event-ID`` names (an ``id`` this stream sent):
+    ASCII digits of at most the largest seq; else 422 (not a 500 from int() or the store)."""
+    if not (last_event_id.isascii() and last_event_id.isdigit()) or int(last_event_id) > MAX_SEQ:
+        raise RequestValidationError(
+            [{"loc": ("header", "last-event-id"), "msg": "an event id this stream sent (its seq)"}]
+        )
+    return int(last_event_id)
+
+
 @router.get("/runs/{run_id}/live", response_class=StreamingResponse)
 async def run_events(
     request: Request,
     caller: Caller,
     run_id: str,
-    after: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    after: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
     last_event_id: Annotated[str | None, Header(max_length=30)] = None,
 ) -> StreamingResponse:
     """The run's events as they are appended (``event: run-event``, ``id``: its seq),
@@ -103,7 +115,7 @@ async def run_events(
     s = server(request)
     watch = _Watch(request, s)
     await anyio.to_thread.run_sync(caller.record, run_id)  # 404 before the stream starts
-    seq = int(last_event_id) if last_event_id and last_event_id.isdigit() else after
+    seq = after if not last_event_id else _last_seq(last_event_id)
 
     async def body() -> AsyncIterator[bytes]:
         nonlocal seq
