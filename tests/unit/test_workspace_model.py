@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from tether.errors import WorkspaceError
+from tether.errors import InvalidInput, WorkspaceError
 from tether.model.workspace import (
     Entry,
     Workspace,
@@ -88,3 +88,12 @@ def test_workspace_settings() -> None:
         workspace_of(3, "here")
     with pytest.raises(ValueError, match="max_file_size"):
         Workspace("/w", max_file_size=-1)
+
+
+@pytest.mark.parametrize("ignore", ["build/", b"x", 5, [""], [1], ["ok", None]])
+def test_ignore_is_a_list_of_patterns(ignore: object) -> None:
+    """A str would be taken a character at a time (".git/" five patterns): refused."""
+    with pytest.raises(InvalidInput, match=r"Workspace\(ignore=...\) is a list of patterns"):
+        Workspace("/w", ignore=ignore)  # type: ignore[arg-type]
+    assert Workspace("/w", ignore=(p for p in [".git/"])).ignore == (".git/",)
+    assert Workspace("/w", ignore=[]).ignore == ()

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from tether.errors import WorkspaceError
+from tether.errors import InvalidInput, WorkspaceError
 
 DEFAULT_IGNORE = (".git/", "node_modules/", "__pycache__/")
 MAX_FILE_SIZE = 100 * 2**20  # bytes of one file
@@ -49,6 +49,10 @@ class Entry(NamedTuple):
 Manifest = dict[str, Entry]
 
 
+def _iterated(value: Any) -> Iterable[Any]:
+    return value if isinstance(value, Iterable) else ()
+
+
 @dataclass(frozen=True, slots=True)
 class Workspace:
     """Where an agent works, and the limits of its checkpoints.
@@ -69,12 +73,18 @@ class Workspace:
 
     def __post_init__(self) -> None:
         if not isinstance(self.path, str) or not self.path:
-            raise TypeError(f"a workspace's path is a directory name, not {self.path!r}")
+            raise InvalidInput(f"a workspace's path is a directory name, not {self.path!r}")
         for name in ("max_file_size", "max_total_size", "max_files"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"Workspace({name}=...) is a count (0 or more), not {value!r}")
-        patterns = tuple(self.ignore)
+                raise InvalidInput(f"Workspace({name}=...) is a count (0 or more), not {value!r}")
+        ignore = self.ignore
+        patterns = () if isinstance(ignore, (str, bytes)) else tuple(_iterated(ignore))
+        if not patterns and ignore or not all(isinstance(p, str) and p for p in patterns):
+            raise InvalidInput(
+                f"Workspace(ignore=...) is a list of patterns (non-empty str), e.g. "
+                f'[".git/", "*.log"], not {ignore!r}'
+            )
         object.__setattr__(self, "ignore", patterns)
         dirs = frozenset(p.rstrip("/") for p in patterns if p.endswith("/"))
         object.__setattr__(self, "_dirs", dirs)
