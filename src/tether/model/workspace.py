@@ -80,7 +80,7 @@ class Workspace:
                 raise InvalidInput(f"Workspace({name}=...) is a count (0 or more), not {value!r}")
         ignore = self.ignore
         patterns = () if isinstance(ignore, (str, bytes)) else tuple(_iterated(ignore))
-        if not patterns and ignore or not all(isinstance(p, str) and p for p in patterns):
+        if (not patterns and ignore) or not all(isinstance(p, str) and p for p in patterns):
             raise InvalidInput(
                 f"Workspace(ignore=...) is a list of patterns (non-empty str), e.g. "
                 f'[".git/", "*.log"], not {ignore!r}'
