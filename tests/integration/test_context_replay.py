@@ -15,10 +15,15 @@ from tether.context import tokens
 from tether.context import window as context
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
+# bench/ on the path only for these imports: left there, it hid packages that bench/
+# names a file after (bench/langgraph.py) from every test collected after this one
+_path = list(sys.path)
 sys.path.insert(0, str(BENCH))
-
-import context_replay  # noqa: E402
-from incident import CALLS, SYSTEM, TOOLS  # noqa: E402
+try:
+    import context_replay  # (it puts bench/ and src/ on the path too)
+    from incident import CALLS, SYSTEM, TOOLS
+finally:
+    sys.path[:] = _path
 
 pytestmark = pytest.mark.integration
 
