@@ -367,3 +367,25 @@ def test_a_run_executing_in_this_process_is_refused(app: tether.App) -> None:
     h = app.run(selfish)
     assert h.status == "completed" and w.undone == []
     assert len(seen) == 1 and "is executing in this process" in seen[0]
+
+
+def test_a_call_in_doubt_is_settled_before_it_is_reverted(app: tether.App) -> None:
+    calls: list[int] = []
+
+    @app.tool(risk="write", compensate=lambda result, n: None)
+    def charge(n: int) -> int:  # no idempotency_key: in doubt, tether asks
+        calls.append(n)
+        if len(calls) == 1:
+            raise KeyboardInterrupt  # the process stops in the call: its intent, no end
+        return n
+
+    @app.agent
+    def once(run: tether.Run) -> int:
+        return int(run.tool(charge, 5))
+
+    rid = app.start(once)
+    with pytest.raises(KeyboardInterrupt):
+        app.resume(rid)
+    assert app.resume(rid).status == "waiting"  # in doubt: a person says what happened
+    _refused(app, rid, 1, "that is in_doubt, not completed.*tether resolve")
+    assert calls == [5]
