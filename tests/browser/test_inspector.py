@@ -359,3 +359,59 @@ def test_schedules_and_boards_in_the_browser(
         assert tuple(board.get("owner")) == ("bob", 3)
         assert [e.by for e in board.history("owner")] == ["pager", "claim", "root"]
         assert not app.get_schedule("hourly-digest").paused
+
+
+def _judged_and_reverted(db: Path) -> str:
+    """A run whose first call a contract allowed and was then reverted, and whose second
+    call a rule escalated and a person approved; the run's id."""
+    ours = tether.Rule(
+        lambda to: to.endswith("@example.com"),
+        name="to-domain",
+        tool="mail",
+        arg="to",
+        on_breach="escalate",
+    )
+    policy = tether.Policy(rules=[ours])
+    with tether.open(str(db), policy=policy) as app:
+        limit = tether.Rule(lambda amount: amount <= 500, name="max-amount", arg="amount")
+
+        @app.tool(risk="write", contract=[limit], compensate=lambda result, to, amount: None)
+        def refund(to: str, amount: int) -> int:
+            return amount
+
+        @app.tool(risk="write")
+        def mail(to: str) -> str:
+            return to
+
+        @app.agent(name="payout")
+        def payout(run: tether.Run, to: str) -> str:
+            run.tool(refund, to=to, amount=120)
+            return str(run.tool(mail, to=to))
+
+        handle = app.run(payout, "eve@elsewhere.org")  # in no queue: the worker leaves it
+        rid = handle.id
+        assert handle.status == "waiting"  # the rule escalated the mail
+        app.approve(rid, "approve:mail", by="alice")
+        assert app.resume(rid).status == "completed"
+        app.revert(rid, step=1, by="alice", reason="refunded twice")
+        return rid
+
+
+def test_verdicts_and_a_revert_in_the_timeline(
+    served: tuple[str, dict[str, str], Path], page: Page
+) -> None:
+    url, tokens, db = served
+    rid = _judged_and_reverted(db)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    _login(page, url, tokens["vic"])
+    page.goto(url + f"#/runs/{rid}")
+    first = page.locator("#timeline tr[data-position='1']")
+    expect(first).to_contain_text("reverted by alice", timeout=BOUND)
+    expect(first.locator(".badge")).to_have_text(["completed", "reverted"])
+    expect(first).to_contain_text("contract on args: allow")
+    mail = page.locator("#timeline tr[data-position='3']")
+    expect(mail).to_contain_text('contract on args: escalate: to-domain ("eve@elsewhere.org")')
+    expect(mail).not_to_contain_text("reverted")
+    _shot(page, "verdicts")
+    assert errors == []

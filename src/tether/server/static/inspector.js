@@ -174,14 +174,38 @@ async function runsPage(params) {
   }
 }
 
-function stepRow(s, onpick) {
+// what a tool's contract said of the call (detail.contract: a verdict per stage judged)
+function verdictNotes(s) {
+  const c = s.detail && s.detail.contract;
+  if (!c) return [];
+  return ["args", "approval", "result"].filter((on) => c[on]).map((on) => {
+    const v = c[on];
+    const fired = (v.rules || []).filter((r) => r.outcome !== "pass")
+      .map((r) => `${r.rule}${"value" in r ? ` (${JSON.stringify(r.value)})` : ""}`);
+    const cls = v.verdict === "allow" ? "verdict muted" : v.verdict === "refuse" ? "verdict s-failed" : "verdict";
+    return h("div", { class: cls }, `contract on ${on}: ${v.verdict}`, fired.length ? `: ${fired.join(", ")}` : "");
+  });
+}
+
+// a revert of this step's effect (state.reverts: who undid it, and whether it finished)
+function revertNote(r) {
+  if (!r) return null;
+  const by = (r.detail && r.detail.by) || "?";
+  const done = r.status === "completed";
+  return h("div", { class: done ? "reverted" : "reverted s-failed" }, done ? `reverted by ${by}` : `revert by ${by} ${r.status}`);
+}
+
+function stepRow(s, onpick, reverts = new Map()) {
   const usage = s.usage ? [s.usage.input_tokens, s.usage.output_tokens].filter((x) => x !== undefined).join(" / ") : "";
   const cost = s.usage && s.usage.cost ? `$${Number(s.usage.cost).toFixed(4)}` : "";
   const errs = (s.errors || []).map((e) => e.message || e.type || JSON.stringify(e));
+  const reverted = reverts.get(s.position);
   return h("tr", { class: "clickable", "data-position": s.position, onclick: () => onpick(s) },
-    h("td", {}, s.position), h("td", {}, h("code", {}, s.name || "")), h("td", {}, s.kind || ""), h("td", {}, badge(s.status)),
+    h("td", {}, s.position), h("td", {}, h("code", {}, s.name || "")), h("td", {}, s.kind || ""),
+    h("td", {}, badge(s.status), reverted && reverted.status === "completed" ? [" ", badge("reverted")] : null),
     h("td", {}, s.attempts || ""), h("td", {}, secs(s.duration)), h("td", {}, usage, cost ? h("div", { class: "muted" }, cost) : null),
-    h("td", {}, s.why ? h("div", {}, "why: ", s.why) : null, errs.length ? h("div", { class: "s-failed" }, errs.join("; ")) : null));
+    h("td", {}, s.why ? h("div", {}, "why: ", s.why) : null, errs.length ? h("div", { class: "s-failed" }, errs.join("; ")) : null,
+      ...verdictNotes(s), revertNote(reverted)));
 }
 
 async function runPage(id) {
@@ -222,13 +246,14 @@ async function runPage(id) {
     }
     forkStep.value = String(s.position);
   };
-  body.append(...data.steps.map((s) => stepRow(s, pick)));
+  const reverts = new Map((state.reverts || []).map((r) => [r.position, r]));
+  body.append(...data.steps.map((s) => stepRow(s, pick, reverts)));
   const timeline = h("table", { id: "timeline" }, h("thead", {}, h("tr", {}, ["#", "step", "kind", "status", "attempts", "duration", "tokens in/out", "notes"].map((c) => h("th", {}, c)))), body);
   const pager = h("div", { class: "pager" });
   let loaded = data.steps.length;
   const more = h("button", { class: "secondary", onclick: async () => {
     const next = await api(`runs/${encodeURIComponent(id)}?steps_after=${loaded}&steps_limit=${STEPS}`);
-    body.append(...next.steps.map((s) => stepRow(s, pick)));
+    body.append(...next.steps.map((s) => stepRow(s, pick, reverts)));
     loaded += next.steps.length;
     if (loaded >= next.steps_total) more.remove();
   } }, "more steps");
