@@ -42,7 +42,9 @@ def _seqs(store: SQLiteStore, run_id: str) -> list[int]:
 def test_a_full_disk_is_store_full_and_the_store_goes_on_once_there_is_room(
     tmp_path: Path,
 ) -> None:
-    with small_disk(tmp_path / "disk") as disk:
+    # 16 MB: filled whole, then freed, it must hold two 1 MB events twice over (the WAL
+    # before its checkpoint, then the database): on 4 MB a late checkpoint left no room
+    with small_disk(tmp_path / "disk", size="16m") as disk:
         store = SQLiteStore(str(disk.path / "agent.db"))
         try:
             for name in ("main", "r0", "r1", "r2", "r3"):
