@@ -177,6 +177,7 @@ def test_full_durability_works(tmp_path: Path) -> None:
         return int(run.step("s", lambda: 5))
 
     assert app.run(agent).output == 5
-    mode = app.store._conn().execute("PRAGMA synchronous").fetchone()[0]  # type: ignore[attr-defined]
+    with app.store._reading() as conn:  # type: ignore[attr-defined]
+        mode = conn.execute("PRAGMA synchronous").fetchone()[0]
     assert mode == 2  # FULL
     app.close()

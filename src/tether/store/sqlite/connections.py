@@ -1,4 +1,4 @@
-"""The SQLite backend's connections: opening the file, one connection per thread, the
+"""The SQLite backend's connections: opening the file, a pool of reading connections, the
 writer's own connection, and SQLite's errors as tether's.
 
 WAL journal, ``synchronous=NORMAL`` by default (``FULL`` on request), foreign keys on.
@@ -16,8 +16,8 @@ import threading
 import time
 import urllib.parse
 import weakref
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext, suppress
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any
 
 from tether.errors import (
@@ -62,6 +62,7 @@ def _code(e: sqlite3.Error) -> int:
 
 
 _MAX_SEQ = 2**32 - 1  # events are keyed (run << 32) | seq
+IDLE_READERS = 8  # reading connections kept open between reads; more are closed after use
 
 
 def _range(run_id: str, after: int, upto: int) -> dict[str, Any]:
@@ -89,9 +90,10 @@ class SQLiteConnections(SqlStore):
         self.where = path  # for messages (see tether.store.Maintenance)
         self.synchronous = synchronous.upper()
         self.busy_timeout = busy_timeout
-        self._local = threading.local()
-        self._all: list[sqlite3.Connection] = []
-        self._lock = threading.Lock()  # guards only the list of connections, never a query
+        self._all: list[sqlite3.Connection] = []  # every open connection, for close()
+        self._idle: list[sqlite3.Connection] = []  # reading connections free to borrow
+        self._rpid = os.getpid()  # the process that opened the idle ones
+        self._lock = threading.Lock()  # guards only the lists of connections, never a query
         self._writing = WriterLock(path)  # one writer at a time (see _tx)
         self._checkpointer = Checkpointer(path, enabled=self.synchronous == "NORMAL")
         self._writing.on_release = self._released
@@ -139,12 +141,33 @@ class SQLiteConnections(SqlStore):
             self._changes = conn.total_changes
             self._checkpointer.wrote()
 
-    def _conn(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+    @contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        """A reading connection for the time of one read (or read transaction).
+
+        Connections are pooled, not kept per thread: a program whose threads come and go
+        (LangGraph's executor makes new ones for each invocation, a server's thread pool)
+        would otherwise open a connection in each thread and keep it, and its descriptors,
+        until the store closes. The last connection returned is the next lent (its page
+        cache is the warmest); at most ``IDLE_READERS`` wait idle. A read that raised
+        gives its connection up: it may have left a statement active, and with it a read
+        transaction that would show later reads the database as it was then."""
+        with self._lock:
+            if self._rpid != os.getpid():  # a forked child: never use the parent's
+                self._idle, self._rpid = [], os.getpid()
+            conn = self._idle.pop() if self._idle else None
         if conn is None:
             conn = self._connect()
-            self._local.conn = conn
-        return conn
+        try:
+            yield conn
+        except BaseException:
+            self._discard(conn)
+            raise
+        with self._lock:
+            if len(self._idle) < IDLE_READERS and conn in self._all:
+                self._idle.append(conn)
+                return
+        self._discard(conn)
 
     def _writer(self) -> sqlite3.Connection:
         """The connection every write of this process goes through (hold ``_writing``).
@@ -223,12 +246,7 @@ class SQLiteConnections(SqlStore):
     def _fault(self, e: Exception, where: str) -> TetherError | None:
         """The tether error of an exception that escaped a store method (see translated).
 
-        This thread's reading connection is replaced: a read that failed half-way (a row
-        that cannot be decoded) leaves its statement active, and with it a read transaction
-        that would show every later read of the thread the database as it was then."""
-        reader = getattr(self._local, "conn", None)
-        if reader is not None:
-            self._discard(reader)
+        (A reading connection that raised was given up already: see _reading.)"""
         if isinstance(e, sqlite3.Error):
             return self._translate(e, where)
         return data_fault(e, f"{self.path}: {where}")
@@ -295,18 +313,18 @@ class SQLiteConnections(SqlStore):
         """Close a connection left in an unusable state; the next use opens another."""
         if conn is self._wconn:
             self._wconn = None
-        if getattr(self._local, "conn", None) is conn:
-            self._local.conn = None
         with self._lock:
             if conn in self._all:
                 self._all.remove(conn)
+            if conn in self._idle:
+                self._idle.remove(conn)
         with suppress(sqlite3.Error):
             conn.close()
 
     # -- the hooks of SqlStore ----------------------------------------------
 
     def _for_read(self) -> AbstractContextManager[sqlite3.Connection]:
-        return nullcontext(self._conn())
+        return self._reading()
 
     def _run_row(self, conn: sqlite3.Connection, run_id: str) -> RunRecord | None:
         row = conn.execute(_Q["get_run"], (run_id,)).fetchone()

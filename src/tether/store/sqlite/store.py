@@ -71,10 +71,9 @@ class SQLiteStore(SQLiteWriter, ContextRows, LogRewriteRows, BoardRows, Schedule
             log.warning("%s: posted appends not committed at close: %s", self.path, e)
         self._checkpointer.close()
         with self._lock:
-            conns, self._all = self._all, []
+            conns, self._all, self._idle = self._all, [], []
         for c in conns:
             c.close()
-        self._local = threading.local()
         self._wconn = None
         self._writing.close()
 

@@ -73,10 +73,18 @@ class SQLiteWriter(SQLiteConnections):
             yield from self._tx_unlocked(True)
 
     def _tx_unlocked(self, immediate: bool) -> Iterator[sqlite3.Connection]:
-        """One transaction, which writes this process's queued appends first (a write).
-        Whatever fails in it, it is rolled back and the connection left usable; the
-        queued appends that did not fail on their own queue again."""
-        conn = self._writer() if immediate else self._conn()
+        """One transaction, which writes this process's queued appends first (a write;
+        a read transaction is on a borrowed reading connection)."""
+        if immediate:
+            yield from self._tx_on(self._writer(), True)
+        else:
+            with self._reading() as conn:
+                yield from self._tx_on(conn, False)
+
+    def _tx_on(self, conn: sqlite3.Connection, immediate: bool) -> Iterator[sqlite3.Connection]:
+        """The transaction on ``conn``. Whatever fails in it, it is rolled back and the
+        connection left usable; the queued appends that did not fail on their own queue
+        again."""
         try:
             conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
         except sqlite3.Error as e:
