@@ -18,6 +18,19 @@ from tether.store.sqlite import SQLiteStore
 from tether.store.sqlite.connections import IDLE_READERS
 
 
+def _one_run(db: str) -> tuple[tether.App, SQLiteStore, str]:
+    """An app on ``db`` with one completed run: the app, its store, the run's id."""
+    app = tether.open(db)
+
+    @app.agent
+    def echo(run: tether.Run, x: int) -> int:
+        return x
+
+    run_id = app.run(echo, 1).id
+    assert isinstance(app.store, SQLiteStore)
+    return app, app.store, run_id
+
+
 def _descriptors() -> int:
     return len(os.listdir("/proc/self/fd"))
 
@@ -51,15 +64,7 @@ def test_threads_that_come_and_go_do_not_keep_connections(tmp_path: Path) -> Non
 
 
 def test_concurrent_readers_each_get_a_connection_and_few_stay_open(tmp_path: Path) -> None:
-    app = tether.open(str(tmp_path / "t.db"))
-
-    @app.agent
-    def echo(run: tether.Run, x: int) -> int:
-        return x
-
-    run_id = app.run(echo, 1).id
-    store = app.store
-    assert isinstance(store, SQLiteStore)
+    app, store, run_id = _one_run(str(tmp_path / "t.db"))
     n = IDLE_READERS * 2
     inside = threading.Barrier(n)
     used: set[int] = set()
@@ -86,15 +91,7 @@ def test_concurrent_readers_each_get_a_connection_and_few_stay_open(tmp_path: Pa
 
 def test_a_read_that_fails_gives_up_its_connection(tmp_path: Path) -> None:
     db = str(tmp_path / "t.db")
-    app = tether.open(db)
-
-    @app.agent
-    def echo(run: tether.Run, x: int) -> int:
-        return x
-
-    run_id = app.run(echo, 1).id
-    store = app.store
-    assert isinstance(store, SQLiteStore)
+    app, store, run_id = _one_run(db)
     with store._reading() as conn:
         pass
     assert store._idle == [conn]
