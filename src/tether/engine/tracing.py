@@ -441,8 +441,12 @@ def _result(span: Any, kind: str, value: Any, content: bool) -> None:
     if kind == "llm":
         usage = usage_of(value)
         if usage is not None:
-            span.set_attribute("gen_ai.usage.input_tokens", usage["input_tokens"])
-            span.set_attribute("gen_ai.usage.output_tokens", usage["output_tokens"])
+            span.set_attributes(
+                {
+                    "gen_ai.usage.input_tokens": usage["input_tokens"],
+                    "gen_ai.usage.output_tokens": usage["output_tokens"],
+                }
+            )
     if content:
         _content(span, kind, "output", value)
 
