@@ -4,7 +4,9 @@
 ``tracing=tether.Tracing(provider, capture_content=True)`` with ``provider`` (and the
 prompts, arguments and results as span attributes). Nothing here imports OpenTelemetry
 until tracing is configured: with it off, the engine checks ``journal.trace`` once per
-call and pays nothing else.
+call and pays nothing else. When nothing listens (the tracer makes no span of its own
+for a run: the API's no-op, a disabled tracer) the run's calls are not traced either; a
+sampler that drops a run is still asked about each of its calls.
 
 One execution of a run is an ``invoke_agent {agent}`` span; each call is its child:
 ``chat {model}`` (``run.llm``), ``execute_tool {tool}`` (``run.tool``), ``step {name}``,
