@@ -183,7 +183,7 @@ class RunTrace:
         # traced. A span the sampler dropped is the tracer's own: the calls still ask it.
         above = trace.get_current_span(ctx).get_span_context().span_id
         self.live = self.root.is_recording() or self.root.get_span_context().span_id != above
-        self._named: dict[tuple[str, str, str | None], tuple[str, dict[str, Any], Any]] = {}
+        self._names: dict[tuple[str, str, str | None], tuple[str, dict[str, Any], Any]] = {}
 
     def traceparent(self) -> str | None:
         """The root span's W3C traceparent; None when it is not a real span (a no-op
@@ -305,11 +305,11 @@ class RunTrace:
         if kind == "llm":
             model = kwargs.get("model")
             model = model if isinstance(model, str) and model else name
-        named = self._named.get((kind, name, model))
+        named = self._names.get((kind, name, model))
         if named is None:
             named = _named(self._trace, self.run_id, kind, name, model)
-            if len(self._named) < 256:  # calls named by their data: a bound, not a leak
-                self._named[kind, name, model] = named
+            if len(self._names) < 256:  # calls named by their data: a bound, not a leak
+                self._names[kind, name, model] = named
         return named
 
     def _start(
