@@ -19,7 +19,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
     InMemorySpanExporter,
 )
-from opentelemetry.trace import StatusCode
+from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
+from opentelemetry.trace import NoOpTracer, NoOpTracerProvider, StatusCode
 
 pytestmark = pytest.mark.conformance
 
@@ -377,8 +378,6 @@ def test_content_only_when_asked_and_never_a_secret(
 
 
 def test_a_no_op_tracer_provider_traces_nothing_and_stores_no_context(backend: Backend) -> None:
-    from opentelemetry.trace import NoOpTracerProvider
-
     app = tether.open(backend.url, tracing=tether.Tracing(NoOpTracerProvider()))
     try:
 
@@ -392,6 +391,93 @@ def test_a_no_op_tracer_provider_traces_nothing_and_stores_no_context(backend: B
         assert app.resume(handle.id).output == 1
     finally:
         app.close()
+
+
+class _Counting(NoOpTracer):
+    """The API's no-op tracer, listing the spans it is asked for."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def start_span(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        self.asked.append(name)
+        return super().start_span(name, *args, **kwargs)
+
+
+class _CountingProvider(NoOpTracerProvider):
+    def __init__(self) -> None:
+        self.tracer = _Counting()
+
+    def get_tracer(self, *args: Any, **kwargs: Any) -> Any:
+        return self.tracer
+
+
+def test_when_nothing_listens_only_the_run_span_is_asked_for(backend: Backend) -> None:
+    # a no-op tracer makes no span of its own (here: it hands back the caller's): the
+    # calls are not traced, and the agent's own spans still nest in the caller's
+    noop, spans = _CountingProvider(), InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    mine = provider.get_tracer("mine")
+    app = tether.open(backend.url, tracing=tether.Tracing(noop))
+
+    def nested() -> int:
+        with mine.start_as_current_span("mine"):
+            return 1
+
+    @app.agent
+    def quiet(run: tether.Run) -> int:
+        return int(run.step("a", nested)) + int(run.step("b", nested))
+
+    try:
+        with mine.start_as_current_span("caller") as caller:
+            assert app.run(quiet).output == 2
+    finally:
+        app.close()
+    assert noop.tracer.asked == ["invoke_agent quiet"]
+    got = _by_name(spans.get_finished_spans())
+    assert [s.parent.span_id for s in got["mine"] if s.parent] == [caller.context.span_id] * 2
+
+
+class _DropRuns(Sampler):
+    """Drops the runs' spans, samples every other."""
+
+    def should_sample(
+        self,
+        parent_context: Any,
+        trace_id: int,
+        name: str,
+        kind: Any = None,
+        attributes: Any = None,
+        links: Any = None,
+        trace_state: Any = None,
+    ) -> SamplingResult:
+        drop = name.startswith("invoke_agent")
+        return SamplingResult(Decision.DROP if drop else Decision.RECORD_AND_SAMPLE, attributes)
+
+    def get_description(self) -> str:
+        return "DropRuns"
+
+
+def test_a_sampler_is_asked_for_every_call_when_it_drops_the_run(backend: Backend) -> None:
+    spans = InMemorySpanExporter()
+    provider = TracerProvider(sampler=_DropRuns())
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    app = tether.open(backend.url, tracing=tether.Tracing(provider))
+
+    @app.agent
+    def sampled(run: tether.Run) -> int:
+        return int(run.step("a", lambda: 1)) + int(run.step("b", lambda: 2))
+
+    try:
+        handle = app.run(sampled)
+    finally:
+        app.close()
+    got = spans.get_finished_spans()
+    assert [s.name for s in got] == ["step a", "step b"]
+    assert got[0].context.trace_id == got[1].context.trace_id
+    assert got[0].parent is not None and got[0].parent == got[1].parent  # the dropped run's
+    assert (got[1].attributes or {})["tether.run.id"] == handle.id
 
 
 def test_tracing_is_refused_unless_true_false_or_a_tracing(backend: Backend) -> None:

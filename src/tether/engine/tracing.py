@@ -4,7 +4,9 @@
 ``tracing=tether.Tracing(provider, capture_content=True)`` with ``provider`` (and the
 prompts, arguments and results as span attributes). Nothing here imports OpenTelemetry
 until tracing is configured: with it off, the engine checks ``journal.trace`` once per
-call and pays nothing else.
+call and pays nothing else. When nothing listens (the tracer makes no span of its own
+for a run: the API's no-op, a disabled tracer) the run's calls are not traced either; a
+sampler that drops a run is still asked about each of its calls.
 
 One execution of a run is an ``invoke_agent {agent}`` span; each call is its child:
 ``chat {model}`` (``run.llm``), ``execute_tool {tool}`` (``run.tool``), ``step {name}``,
@@ -176,6 +178,12 @@ class RunTrace:
             f"invoke_agent {agent}", context=ctx, attributes=attrs, links=links
         )
         self.ctx = trace.set_span_in_context(self.root)
+        # nothing listens when the tracer made no span of its own (the API's no-op, a
+        # disabled tracer): it would make none for the calls either, so they are not
+        # traced. A span the sampler dropped is the tracer's own: the calls still ask it.
+        above = trace.get_current_span(ctx).get_span_context().span_id
+        self.live = self.root.is_recording() or self.root.get_span_context().span_id != above
+        self._names: dict[tuple[str, str, str | None], tuple[str, dict[str, Any], Any]] = {}
 
     def traceparent(self) -> str | None:
         """The root span's W3C traceparent; None when it is not a real span (a no-op
@@ -231,6 +239,8 @@ class RunTrace:
     def call(self, slot: Slot, core: Core, args: Sequence[Any], kwargs: dict[str, Any]) -> Core:
         """``core`` (a step's, tool's or sleep's) traced: a zero-length replayed span when
         the log answers its position, else a span around its attempts."""
+        if not self.live:
+            return core
         if slot.done:
             self._replayed(slot, kwargs)
             return core
@@ -240,6 +250,8 @@ class RunTrace:
         """An approval, a wait or a child (``fn`` asks or returns the answer), as a span:
         its request is a span that ends when the run starts waiting (``tether.waiting``).
         The span is current while ``fn`` runs: an inline child's run is a span under it."""
+        if not self.live:
+            return fn()
         if slot.done:
             self._replayed(slot, {})
             return fn()
@@ -252,8 +264,9 @@ class RunTrace:
         """:meth:`gate` of an async call: ``now()`` runs at once (an inline child takes its
         position and is created when called), ``later(now())`` when the coroutine is
         awaited; one span covers both, current in each."""
-        if slot.done:
-            self._replayed(slot, {})
+        if not self.live or slot.done:
+            if self.live:
+                self._replayed(slot, {})
             return later(now())  # type: ignore[return-value]
         span = self._start(slot, (), {})
         with self._gated(span, end=False):
@@ -284,27 +297,20 @@ class RunTrace:
             if end:
                 span.end()
 
-    def _name(self, slot: Slot, kwargs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    def _name(self, slot: Slot, kwargs: dict[str, Any]) -> tuple[str, dict[str, Any], Any]:
+        """A call's span name, its attributes but the position's, and its span kind: the
+        same for every call of one name (and model), so made once per execution."""
         kind, name = slot.kind, slot.name
-        attrs: dict[str, Any] = {
-            "tether.run.id": self.run_id,
-            "tether.position": slot.pos,
-            "tether.step.kind": kind,
-            "tether.step.name": name,
-        }
-        op = _NAMES.get(kind)
-        if op is not None:
-            attrs["gen_ai.operation.name"] = op
+        model = None
         if kind == "llm":
             model = kwargs.get("model")
             model = model if isinstance(model, str) and model else name
-            attrs["gen_ai.request.model"] = model
-            return f"chat {model}", attrs
-        if kind == "tool":
-            attrs["gen_ai.tool.name"] = name
-            attrs["gen_ai.tool.type"] = "function"
-            return f"execute_tool {name}", attrs
-        return f"{kind} {name}", attrs
+        named = self._names.get((kind, name, model))
+        if named is None:
+            named = _named(self._trace, self.run_id, kind, name, model)
+            if len(self._names) < 256:  # calls named by their data: a bound, not a leak
+                self._names[kind, name, model] = named
+        return named
 
     def _start(
         self,
@@ -315,22 +321,21 @@ class RunTrace:
         info: StepInfo | None = None,
     ) -> Any:
         """A call's span, begun at ``start`` (ns), with its first attempt's ``info``."""
-        span_name, attrs = self._name(slot, kwargs)
-        attrs["tether.replayed"] = False
+        span_name, base, kind = self._name(slot, kwargs)
+        attrs = {**base, "tether.position": slot.pos, "tether.replayed": False}
         if info is not None:
-            attrs.update(_attempt(slot, info))
+            _attempt(attrs, slot, info)
         if self.content:
             attrs[_CONTENT.get((slot.kind, "input"), "tether.input")] = _encoded(
                 kwargs.get("messages", [list(args), kwargs])
             )
-        kind = self._trace.SpanKind.CLIENT if slot.kind == "llm" else self._trace.SpanKind.INTERNAL
         return self.tracer.start_span(
             span_name, context=self.ctx, kind=kind, attributes=attrs, start_time=start
         )
 
     def _replayed(self, slot: Slot, kwargs: dict[str, Any]) -> None:
-        span_name, attrs = self._name(slot, kwargs)
-        attrs["tether.replayed"] = True
+        span_name, base, _kind = self._name(slot, kwargs)
+        attrs = {**base, "tether.position": slot.pos, "tether.replayed": True}
         rec = slot.recorded
         if rec is not None:
             attrs["tether.attempt"] = rec.attempts
@@ -354,7 +359,7 @@ class RunTrace:
                         span = self._start(slot, args, kwargs, t0, info)
                         current = self._trace.set_span_in_context(span)
                     elif info is not None:
-                        span.set_attributes(_attempt(slot, info))
+                        span.set_attributes(_attempt({}, slot, info))
                     token = context.attach(current)  # the function's own spans nest here
                 else:  # a retry's delay, or a sleep
                     if span is None:
@@ -376,7 +381,8 @@ class RunTrace:
                     cmd = core.send(value)
         except StopIteration as stop:
             span = span or self._start(slot, args, kwargs, t0)
-            _result(span, slot.kind, stop.value, self.content)
+            if slot.kind == "llm" or self.content:
+                _result(span, slot.kind, stop.value, self.content)
             span.end()
             return stop.value
         except Suspended as s:
@@ -395,6 +401,27 @@ class RunTrace:
             raise
 
 
+def _named(
+    trace: Any, run_id: str, kind: str, name: str, model: str | None
+) -> tuple[str, dict[str, Any], Any]:
+    attrs: dict[str, Any] = {
+        "tether.run.id": run_id,
+        "tether.step.kind": kind,
+        "tether.step.name": name,
+    }
+    op = _NAMES.get(kind)
+    if op is not None:
+        attrs["gen_ai.operation.name"] = op
+    if kind == "llm":
+        attrs["gen_ai.request.model"] = model
+        return f"chat {model}", attrs, trace.SpanKind.CLIENT
+    if kind == "tool":
+        attrs["gen_ai.tool.name"] = name
+        attrs["gen_ai.tool.type"] = "function"
+        return f"execute_tool {name}", attrs, trace.SpanKind.INTERNAL
+    return f"{kind} {name}", attrs, trace.SpanKind.INTERNAL
+
+
 def _traceparent(ctx: Any) -> str | None:
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -403,9 +430,10 @@ def _traceparent(ctx: Any) -> str | None:
     return carrier.get("traceparent")
 
 
-def _attempt(slot: Slot, info: StepInfo) -> dict[str, Any]:
-    key = info.idempotency_key
-    attrs: dict[str, Any] = {"tether.attempt": info.attempt, "tether.idempotency_key": key}
+def _attempt(attrs: dict[str, Any], slot: Slot, info: StepInfo) -> dict[str, Any]:
+    """``attrs`` with an attempt's number and idempotency key."""
+    key = attrs["tether.idempotency_key"] = info.idempotency_key
+    attrs["tether.attempt"] = info.attempt
     if slot.kind == "tool":
         attrs["gen_ai.tool.call.id"] = key
     return attrs
@@ -415,8 +443,12 @@ def _result(span: Any, kind: str, value: Any, content: bool) -> None:
     if kind == "llm":
         usage = usage_of(value)
         if usage is not None:
-            span.set_attribute("gen_ai.usage.input_tokens", usage["input_tokens"])
-            span.set_attribute("gen_ai.usage.output_tokens", usage["output_tokens"])
+            span.set_attributes(
+                {
+                    "gen_ai.usage.input_tokens": usage["input_tokens"],
+                    "gen_ai.usage.output_tokens": usage["output_tokens"],
+                }
+            )
     if content:
         _content(span, kind, "output", value)
 
