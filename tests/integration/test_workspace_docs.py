@@ -26,7 +26,7 @@ def test_the_page_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         exec(compile(body, f"docs/workspace.md block {index}", "exec"), namespace)
     namespace["app"].close()  # type: ignore[attr-defined]
     (console,) = re.findall(r"```console\n(.*?)```", text, flags=re.S)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env = dict(os.environ)  # the tether this interpreter imports (installed, or PYTHONPATH)
     outputs = []
     for line in console.splitlines():
         command = line[2:].replace("RUN", str(namespace["run_id"]))
