@@ -39,7 +39,12 @@ PgBouncer in transaction mode in front of the same server, started for the run b
 ``.ci/pgbouncer`` (``TETHER_PGBOUNCER_URL`` points at one already running; its pool
 size: ``TETHER_PGBOUNCER_POOL_SIZE``, default 20). tether finds the pooler, so it sends
 no prepared statements and its waiting workers poll. The report prints tether's runs/s
-through PgBouncer ÷ direct, from the same run (the goal: ≥ 0.8×).
+through PgBouncer ÷ direct, from the same run (the goal: ≥ 0.8×), and where each run's
+CPU went: the workers, the PostgreSQL backends serving the benchmark's database and
+PgBouncer (read from /proc while the trial runs). ``--pgbouncer-prepared N`` starts the
+pooler with ``max_prepared_statements = N`` (PgBouncer 1.21+: ``TETHER_PGBOUNCER_BIN``
+names one, ``bench/pgbouncer_build.sh`` builds 1.24.1) and has tether prepare through it
+(``prepare=on``).
 
 **A step on PostgreSQL** (``pg_steps.py``): µs per step of one run of N sequential
 steps through ``app.run``, against the floor of one 1 KB INSERT + COMMIT; and round
@@ -62,6 +67,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import closing, contextmanager, nullcontext, suppress
@@ -185,6 +191,99 @@ def bench_database() -> Iterator[str]:
             )
 
 
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _cpu_of(pid: int) -> tuple[str, str, float] | None:
+    """(name, title, CPU seconds so far) of process ``pid``; None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            title = f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+    return comm, title, (int(fields[11]) + int(fields[12])) / _TICK  # utime + stime
+
+
+class CpuWatch:
+    """The CPU seconds that the processes serving database ``db`` spend during a trial:
+    PostgreSQL's backends connected to it (their title names the database) and
+    PgBouncer. Read from /proc (Linux) every 20 ms while the trial runs: a worker's
+    backend ends with the worker, so its last reading is kept (it misses at most the
+    backend's last 20 ms). Empty where /proc or the postmaster's pid file is not
+    readable."""
+
+    def __init__(self, db: str) -> None:
+        self.db = db
+        self.first: dict[int, tuple[str, float]] = {}
+        self.last: dict[int, tuple[str, float]] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.postmaster = _postmaster()
+        self.poolers = [int(p) for p in _pids() if (_cpu_of(int(p)) or ("",))[0] == "pgbouncer"]
+
+    def _sample(self) -> dict[int, tuple[str, float]]:
+        out: dict[int, tuple[str, float]] = {}
+        for pid, role in [
+            *((p, "server") for p in _children(self.postmaster)),
+            *((p, "pooler") for p in self.poolers),
+        ]:
+            seen = _cpu_of(pid)
+            if seen is not None and (role == "pooler" or f" {self.db} " in seen[1]):
+                out[pid] = (role, seen[2])
+        return out
+
+    def _loop(self) -> None:
+        while not self.stop.wait(0.02):
+            self.last.update(self._sample())
+
+    def __enter__(self) -> CpuWatch:
+        self.first = self._sample()
+        self.last = dict(self.first)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.last.update(self._sample())
+
+    def spent(self) -> dict[str, float]:
+        """CPU seconds per role (server, pooler) between enter and exit."""
+        out = {"server": 0.0, "pooler": 0.0}
+        for pid, (role, cpu) in self.last.items():
+            out[role] += cpu - self.first.get(pid, (role, 0.0))[1]
+        return out
+
+
+def _pids() -> list[str]:
+    return [p for p in os.listdir("/proc") if p.isdigit()] if os.path.isdir("/proc") else []
+
+
+def _postmaster() -> int | None:
+    """The PostgreSQL server's main process (its pid file in the data directory)."""
+    try:
+        with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
+            row = admin.execute("SHOW data_directory").fetchone()
+        with open(os.path.join(str(row[0]) if row else "", "postmaster.pid")) as f:
+            return int(f.readline())
+    except (OSError, ValueError, psycopg.Error):
+        return None
+
+
+def _children(pid: int | None) -> list[int]:
+    if pid is None:
+        return []
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except OSError:
+        return []
+
+
 def xact_commit(db: str, *, settled: bool = False) -> int:
     """The database's committed transactions so far. Backends report theirs at the latest
     when they exit: ``settled`` waits until no client is connected to ``db`` any more."""
@@ -232,7 +331,10 @@ class Location:
             return {"url": url, "schema": None}
         if self.system == "tether":
             via = pgbouncer_url if self.backend == "pgbouncer" else pg_url
-            return {"url": f"{via(self.db)}?schema={self.schema}", "schema": self.schema}
+            url = f"{via(self.db)}?schema={self.schema}"
+            if self.backend == "pgbouncer" and PGBOUNCER.get("prepared"):
+                url += "&prepare=on"  # the pooler keeps prepared statements (1.21+)
+            return {"url": url, "schema": self.schema}
         return {"url": pg_url(self.db), "schema": self.schema}
 
     def connect(self) -> Any:
@@ -412,9 +514,12 @@ def trial(system: str, backend: str, workers: int, plan: Plan, db: str, tmp: str
         shares = [plan.runs // workers + (i < plan.runs % workers) for i in range(workers)]
         each = [{**params, "share": n, **pinning(system, i, plan)} for i, n in enumerate(shares)]
         procs = start_workers(system, each, os.path.join(tmp, f"{name}.log"))
-        go = time.time()
-        tell(procs, "GO")
-        polls = wait_done(loc, procs, plan, go)
+        watch = CpuWatch(db) if backend in PG_BACKENDS else None
+        with watch or nullcontext():
+            go = time.time()
+            tell(procs, "GO")
+            polls = wait_done(loc, procs, plan, go)
+        spent = watch.spent() if watch is not None else None
         outs = [p.communicate()[0] if p.poll() is not None else "" for p in procs]
         stop_all(procs)
         results = [parse_result(o) for o in outs]
@@ -426,9 +531,13 @@ def trial(system: str, backend: str, workers: int, plan: Plan, db: str, tmp: str
         spans = [(r["first"], r["last"]) for r in results if r and "first" in r]
         if system == "floor" and spans:
             first, last = min(a for a, _ in spans), max(b for _, b in spans)
-        return summarize_trial(
+        summary = summarize_trial(
             plan, workers, enq, results, done, first, last, executed, go, commits
         )
+        if spent is not None and "error" not in summary:
+            summary["server_cpu_us_per_run"] = spent["server"] / done * 1e6
+            summary["pooler_cpu_us_per_run"] = spent["pooler"] / done * 1e6
+        return summary
     except (RuntimeError, subprocess.TimeoutExpired, psycopg.Error, sqlite3.Error) as e:
         return {"error": f"{type(e).__name__}: {e}"}
     finally:
@@ -516,7 +625,7 @@ def pool(trials: list[dict[str, Any]]) -> dict[str, Any]:
         return {"error": errors[0], "trials": trials}
     out: dict[str, Any] = {"trials": trials}
     keys = ("runs_per_s", "runs_per_s_from_go", "enqueue_per_s", "commits_per_run")
-    for key in (*keys, "worker_cpu_us_per_run"):
+    for key in (*keys, "worker_cpu_us_per_run", "server_cpu_us_per_run", "pooler_cpu_us_per_run"):
         vals = [t[key] for t in trials if t.get(key) is not None]
         if vals:
             out[key] = {"median": statistics.median(vals), "min": min(vals), "max": max(vals)}
@@ -674,7 +783,26 @@ def pooled_lines(results: dict[str, Any], plan: Plan) -> list[str]:
     if "pgbouncer" not in plan.backends or "postgres" not in plan.backends:
         return []
     each = ", ".join(f"{w} worker(s) {fmt_x(pooled_ratio(results, w))}" for w in plan.workers)
-    return [f"tether through PgBouncer (transaction mode) ÷ direct: {each}"]
+    lines = [f"tether through PgBouncer (transaction mode) ÷ direct: {each}"]
+    for w in plan.workers:  # where a run's CPU goes, directly and through the pooler
+        parts = []
+        for backend in ("postgres", "pgbouncer"):
+            cell = results["throughput"].get(backend, {}).get(str(w), {}).get("tether")
+            cpu = {k: med(cell, k) for k in _CPU}
+            if None in (cpu["worker_cpu_us_per_run"], cpu["server_cpu_us_per_run"]):
+                continue
+            said = " + ".join(f"{name} {(cpu[k] or 0) / 1000:.2f}" for k, name in _CPU.items())
+            parts.append(f"{LABEL[backend]} {said} ms")
+        if parts:
+            lines.append(f"  CPU per run, {w} worker(s): " + "; ".join(parts))
+    return lines
+
+
+_CPU = {
+    "worker_cpu_us_per_run": "workers",
+    "server_cpu_us_per_run": "server",
+    "pooler_cpu_us_per_run": "pooler",
+}
 
 
 def pooled_ratio(results: dict[str, Any], w: int) -> float | None:
@@ -789,8 +917,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-pin", action="store_true", help="leave worker processes free to use every CPU"
     )
+    parser.add_argument(
+        "--pgbouncer-prepared",
+        type=int,
+        default=0,
+        metavar="N",
+        help="start PgBouncer with max_prepared_statements=N (1.21+: TETHER_PGBOUNCER_BIN "
+        "names a build) and let tether prepare through it (prepare=on)",
+    )
     parser.add_argument("--out", default=str(HERE / "results" / "queue.json"))
     args = parser.parse_args(argv)
+    if args.pgbouncer_prepared:
+        PGBOUNCER["prepared"] = str(args.pgbouncer_prepared)
+        os.environ["TETHER_PGBOUNCER_PREPARED"] = str(args.pgbouncer_prepared)
     plan = QUICK if args.quick else FULL
     changes: dict[str, Any] = {
         "systems": tuple(args.only.split(",")),

@@ -62,7 +62,9 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str
             psycopg.connect(PGBOUNCER_URL, connect_timeout=5).close()
         except Exception as e:
             pytest.fail(f"PgBouncer at {PGBOUNCER_URL} cannot be reached ({e})")
-        yield f"{PGBOUNCER_URL}?schema={schema}", workers
+        keeps = os.environ.get("TETHER_PGBOUNCER_PREPARED", "0") not in ("", "0")
+        prepared = "&prepare=on" if keeps else ""  # a PgBouncer 1.21+ that keeps them
+        yield f"{PGBOUNCER_URL}?schema={schema}{prepared}", workers
     else:
         yield f"{PG_URL}?schema={schema}{cut}", workers
     with psycopg.connect(PG_URL, autocommit=True) as conn:

@@ -17,11 +17,20 @@ __all__ = ["PG_URL", "T0", "Backend", "claimed", "enqueue", "ev", "new_run", "ra
 __all__ += ["until", "with_schema"]
 
 PG_URL = os.environ.get("TETHER_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+PGBOUNCER_URL = os.environ.get("TETHER_PGBOUNCER_URL") or None  # .ci/run starts one
 
 
 def with_schema(url: str, schema: str) -> str:
     """``url`` naming a PostgreSQL schema for tether."""
     return f"{url}{'&' if '?' in url else '?'}schema={schema}"
+
+
+def pooled(url: str, schema: str) -> str:
+    """``url`` (a PgBouncer's) naming ``schema``; with ``prepare=on`` when the pooler keeps
+    prepared statements (``TETHER_PGBOUNCER_PREPARED``: PgBouncer 1.21+ started with
+    ``max_prepared_statements``, see .ci/pgbouncer), else tether prepares nothing there."""
+    keeps = os.environ.get("TETHER_PGBOUNCER_PREPARED", "0") not in ("", "0")
+    return with_schema(url, schema) + ("&prepare=on" if keeps else "")
 
 
 @dataclass

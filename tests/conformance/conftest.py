@@ -24,13 +24,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _conformance import PG_URL, Backend, with_schema
+from _conformance import PG_URL, PGBOUNCER_URL, Backend, pooled, with_schema
 
 import tether
 from tether.store import Store
 
 SKIP_PG = os.environ.get("TETHER_SKIP_PG") == "1"
-PGBOUNCER_URL = os.environ.get("TETHER_PGBOUNCER_URL") or None
 BACKENDS = ["sqlite", "postgres"] + (["pgbouncer"] if PGBOUNCER_URL else [])
 # the files whose tests also run through PgBouncer (the store's: the rest go through it)
 PGBOUNCER_FILES = ("test_store_",)
@@ -116,7 +115,7 @@ def _location(name: str, tmp_path: Path) -> Iterator[Backend]:
                 f"({why}); .ci/run starts one (see .ci/pgbouncer), or unset the variable.",
                 pytrace=False,
             )
-    b = Backend("postgres", with_schema(url, schema), schema)
+    b = Backend("postgres", (pooled if name == "pgbouncer" else with_schema)(url, schema), schema)
     try:
         yield b
     finally:

@@ -17,9 +17,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _conformance import PG_URL, Backend, claimed, enqueue, ev, new_run, until, with_schema
+from _conformance import (
+    PG_URL,
+    PGBOUNCER_URL,
+    Backend,
+    claimed,
+    enqueue,
+    ev,
+    new_run,
+    until,
+    with_schema,
+)
 
-from conftest import PGBOUNCER_URL
 from tether.store import QueueLimits, Transition
 from tether.store.postgres import PostgresStore
 from tether.store.postgres.pool import _Q, _rows_sql
@@ -37,7 +46,7 @@ needs_pgbouncer = pytest.mark.skipif(
 
 
 def _through(url: str, b: Backend) -> str:
-    return with_schema(url, b.schema or "")
+    return with_schema(url, b.schema or "")  # tether's own choice (prepare="auto")
 
 
 def _exercise(store: PostgresStore) -> None:
