@@ -52,14 +52,13 @@ class Active:
         ``owner``, or a worker's id)."""
         return any(j.lease.owner == owner for j in list(self.journals.values()))
 
-    def interrupt(self, run_id: str, exc: BaseException) -> bool:
+    def interrupt(self, run_id: str, exc: BaseException) -> None:
         """Stop a run executing in this process at its next position (``exc`` is raised
-        there: Stopping puts it back in the queue, Cancelling cancels it)."""
+        there: Stopping puts it back in the queue, Cancelling cancels it); nothing when
+        it does not execute here."""
         journal = self.journals.get(run_id)
-        if journal is None:
-            return False
-        journal.interrupt(exc)
-        return True
+        if journal is not None:
+            journal.interrupt(exc)
 
 
 class Leases:
