@@ -43,6 +43,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from tether.errors import InvalidInput
+
 T = TypeVar("T")
 log = logging.getLogger("tether.store")
 
@@ -88,11 +90,11 @@ class GroupCommit(Generic[T]):
         linger: float = 0.0,
     ) -> None:
         if not linger >= 0:
-            raise ValueError(f"linger must be >= 0 seconds, not {linger}")
+            raise InvalidInput(f"linger must be >= 0 seconds, not {linger}")
         if max_batch < 1:
-            raise ValueError(f"max_batch must be >= 1, not {max_batch}")
+            raise InvalidInput(f"max_batch must be >= 1, not {max_batch}")
         if lanes < 1:
-            raise ValueError(f"lanes must be >= 1, not {lanes}")
+            raise InvalidInput(f"lanes must be >= 1, not {lanes}")
         self._flush = flush
         self.max_batch = max_batch
         self.lanes = lanes  # at most; ``active`` of them are used (set_active)

@@ -29,6 +29,7 @@ except ImportError as e:  # pragma: no cover - depends on the install
 
 from tether.errors import (
     EncodeError,
+    InvalidInput,
     NotATetherDatabase,
     SchemaTooNew,
     StoreError,
@@ -79,7 +80,7 @@ def split_url(url: str) -> tuple[str, str | None]:
 
 def _check_schema(name: str) -> str:
     if not _SCHEMA_NAME.match(name):
-        raise ValueError(
+        raise InvalidInput(
             f"schema {name!r} is not a plain PostgreSQL name; use lowercase letters, digits "
             f"and _ (at most 63), e.g. ?schema=tether"
         )
@@ -103,7 +104,7 @@ _TIMED_OUT = {"57014": "statement_timeout", "55P03": "lock_timeout"}
 
 def _timeout_ms(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 2**31:
-        raise ValueError(f"{name} is in seconds, above 0, not {value!r}; e.g. {name}=30")
+        raise InvalidInput(f"{name} is in seconds, above 0, not {value!r}; e.g. {name}=30")
     return max(1, round(value * 1000))
 
 
@@ -111,7 +112,7 @@ def _conninfo_params(url: str) -> dict[str, Any]:
     try:
         return conninfo_to_dict(url)
     except psycopg.ProgrammingError as e:
-        raise ValueError(
+        raise InvalidInput(
             f"not a PostgreSQL URL ({redact(str(e))}): give postgresql://user@host/db"
         ) from None
 
@@ -201,7 +202,7 @@ class PgConnections(SqlStore):
         """Timeouts are startup settings: behind a transaction pooler there are none."""
         if self.pooled and self.timeouts:
             names = " and ".join(self.timeouts)
-            raise ValueError(
+            raise InvalidInput(
                 f"{names}: behind a transaction pooler ({self.where}) tether cannot set them "
                 f"per connection; set them on the role instead (ALTER ROLE … SET "
                 f"statement_timeout = '30s'), or give a direct URL"

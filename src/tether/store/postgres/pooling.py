@@ -27,6 +27,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import psycopg
 
+from tether.errors import InvalidInput
 from tether.store.queries import migrations
 from tether.store.urls import redact
 
@@ -80,7 +81,7 @@ def resolve_prepare(prepare: Any, pooled: bool) -> bool:
     if prepare is True or prepare is False:
         return prepare
     if prepare not in PREPARE_MODES:
-        raise ValueError(
+        raise InvalidInput(
             f"prepare must be one of {', '.join(PREPARE_MODES)} (auto: prepared statements on "
             f"a direct connection, none behind a transaction pooler), not {prepare!r}"
         )
@@ -99,7 +100,7 @@ def check_pooler(pooler: Any) -> bool | None:
         return True
     if text in ("0", "false", "off", "no"):
         return False
-    raise ValueError(f"pooler must be true, false or auto (detect), not {pooler!r}")
+    raise InvalidInput(f"pooler must be true, false or auto (detect), not {pooler!r}")
 
 
 def take_params(url: str, names: tuple[str, ...]) -> tuple[str, dict[str, str]]:

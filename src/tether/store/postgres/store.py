@@ -33,6 +33,7 @@ from psycopg.rows import dict_row
 
 from tether.errors import (
     Conflict,
+    InvalidInput,
     QueueFull,
     StoreError,
     StoreUnavailable,
@@ -92,7 +93,7 @@ log = logging.getLogger("tether.postgres")
 
 def _check_read_only(value: Any) -> bool:
     if not isinstance(value, bool):
-        raise ValueError(f"read_only is True or False, not {value!r}")
+        raise InvalidInput(f"read_only is True or False, not {value!r}")
     return value
 
 
@@ -153,12 +154,12 @@ class PostgresStore(PgNotifications, PgBatch, ContextRows, LogRewriteRows, Board
         self._auto_lanes = lanes is None
         lanes = AUTO_LANES if lanes is None else lanes
         if isinstance(lanes, bool) or not isinstance(lanes, int) or lanes < 1:
-            raise ValueError(
+            raise InvalidInput(
                 f"lanes (batches the group commit keeps in flight, one connection each) must "
                 f"be an int >= 1, not {lanes!r}; e.g. tether.open(url, lanes=2)"
             )
         if isinstance(linger, bool) or not isinstance(linger, int | float) or not linger >= 0:
-            raise ValueError(
+            raise InvalidInput(
                 f"linger (seconds a write waits for others to share its commit) must be a "
                 f"number >= 0, not {linger!r}; e.g. tether.open(url, linger=0.002), or 0"
             )

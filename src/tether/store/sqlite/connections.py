@@ -22,6 +22,7 @@ from typing import Any
 
 from tether.errors import (
     CorruptRecord,
+    InvalidInput,
     NotATetherDatabase,
     StoreError,
     StoreFull,
@@ -85,7 +86,7 @@ class SQLiteConnections(SqlStore):
         self, path: str, *, synchronous: str = "normal", busy_timeout: float = 10.0
     ) -> None:
         if synchronous.lower() not in ("normal", "full"):
-            raise ValueError(f"synchronous must be 'normal' or 'full', not {synchronous!r}")
+            raise InvalidInput(f"synchronous must be 'normal' or 'full', not {synchronous!r}")
         self.path = path
         self.where = path  # for messages (see tether.store.Maintenance)
         self.synchronous = synchronous.upper()
