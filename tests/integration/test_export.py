@@ -250,3 +250,17 @@ def test_export_lines_survive_any_line_splitter(app: tether.App, tmp_path: Path)
     with tether.open(str(tmp_path / "b.db")) as other:
         other.import_run(text.splitlines())
         assert [e.data for e in other.events(run_id)] == [e.data for e in app.events(run_id)]
+
+
+def test_a_stream_without_newlines_is_refused_without_reading_it_all(
+    app: tether.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file's own line iteration reads a line whole: /dev/zero (no newline, no end)
+    was read until memory ran out. Lines are read MAX_LINE characters at a time."""
+    monkeypatch.setattr("tether.services.export.MAX_LINE", 4096)
+    before = len(app.runs())
+    with open("/dev/zero") as endless, pytest.raises(ValueError, match="line 1: more than 4096"):
+        app.import_run(endless, source="/dev/zero")
+    with pytest.raises(ValueError, match="line 1: more than 4096"):
+        app.import_run(io.StringIO("x" * 10_000), source="<x>")
+    assert len(app.runs()) == before  # nothing written

@@ -120,7 +120,7 @@ def import_run(
     would otherwise choose which of this process's environment variables the run's
     code is given (the file is data; what it may read is the operator's choice).
     """
-    numbered = ((n, line) for n, line in enumerate(lines, 1) if line.strip())
+    numbered = ((n, line) for n, line in enumerate(_bounded(source, lines), 1) if line.strip())
     header = _header(source, next(numbered, (1, "")))
     now = deps.clock.now()
     raw = _raw_events(source, numbered, header["events"])
@@ -151,6 +151,25 @@ def _allowed_secret_env(
                     f"may read: `tether import --secret-env {var}` "
                     f"(app.import_run(..., secret_env=[{var!r}])); nothing was written"
                 )
+
+
+def _bounded(source: str, lines: Iterable[str]) -> Iterator[str]:
+    """``lines``, read from a file at most MAX_LINE characters at a time: a file's own
+    iteration reads a line whole, and a stream with no newline (``/dev/zero``, a binary
+    file) would be read until memory runs out."""
+    read = getattr(lines, "readline", None)
+    if read is None:  # lines already in memory: _json checks each one's length
+        yield from lines
+        return
+    n = 0
+    while line := read(MAX_LINE + 1):
+        n += 1
+        if len(line) > MAX_LINE:
+            raise ValueError(
+                f"{source} line {n}: more than {MAX_LINE} characters; a line holds {MAX_LINE} "
+                f"at most (is it a tether run export? `tether export` makes one)"
+            )
+        yield line
 
 
 def _env_references(value: Any) -> Iterator[str]:
