@@ -63,7 +63,8 @@ def _code(e: sqlite3.Error) -> int:
 
 
 _MAX_SEQ = 2**32 - 1  # events are keyed (run << 32) | seq
-IDLE_READERS = 8  # reading connections kept open between reads; more are closed after use
+IDLE_READERS = 32  # reading connections kept open between reads (a worker's or a server's
+# threads read at once: each keeps one); more are closed after use
 
 
 def _range(run_id: str, after: int, upto: int) -> dict[str, Any]:
