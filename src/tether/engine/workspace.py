@@ -309,10 +309,17 @@ class Checkpoints:
     files, and the checkpoint being taken (see the module docstring)."""
 
     def __init__(
-        self, journal: Journal, cfg: Workspace, root: str, blobs: Blobs, manifest: Manifest
+        self,
+        journal: Journal,
+        cfg: Workspace,
+        root: str,
+        blobs: Blobs,
+        manifest: Manifest,
+        owned: int = 0,
     ) -> None:
         self.journal, self.cfg, self.root, self.blobs = journal, cfg, root, blobs
         self.manifest = manifest
+        self.owned = owned  # the directories tether made for the run (see check_root)
         self.stats: Stats = {}
         self.pending: _Pending | None = None
         self.done: list[_Pending] = []  # taken, not appended yet (a fan-out's branches)
@@ -323,6 +330,7 @@ class Checkpoints:
         """Scan now; the ``workspace`` event of what changed since the last checkpoint
         (None: nothing did, unless it is the ``first``: a run's first is always kept, so
         that a resume knows the files it started with, even none)."""
+        check_root(self.root, self.owned, f"run {self.journal.run_id}")
         manifest, self.stats = scan(self.root, self.cfg, self.manifest, self.stats, self.blobs.put)
         self.blobs.flush()
         data = {**({"pos": pos} if pos else {}), **change(self.manifest, manifest)}
@@ -390,11 +398,13 @@ def attach(ws: Workspaces | None, d: AgentDef, state: RunState, journal: Journal
     if cfg is None or ws is None:
         return
     found = [e for e in journal.store.read_events(journal.run_id) if e.type in _READ]
-    root = recorded_root(found) or cfg.root_for(journal.run_id)
+    forked = recorded_root(found)
+    root = forked or cfg.root_for(journal.run_id)
     steps = [(e.seq, e.payload()) for e in found if e.type == ev.WORKSPACE]
     manifest = fold_manifest(steps, journal.run_id)
-    cp = Checkpoints(journal, cfg, root, ws.blobs(), manifest)
+    cp = Checkpoints(journal, cfg, root, ws.blobs(), manifest, _owned(cfg, forked))
     try:
+        check_root(root, cp.owned, f"run {journal.run_id}")
         if steps:
             restore(root, cfg, manifest, cp.blobs, f"run {journal.run_id}")
         else:
@@ -406,6 +416,35 @@ def attach(ws: Workspaces | None, d: AgentDef, state: RunState, journal: Journal
     if first is not None:
         journal.append([first])
     journal.workspace = cp
+
+
+def _owned(cfg: Workspace, forked: str | None) -> int:
+    """How many directories of a run's root, counted up from it, tether made itself: a
+    fork's directory (new and empty when forked), or the levels from the first one named
+    by ``{run_id}`` down; none for a fixed path, which is the operator's."""
+    if forked is not None:
+        return 1
+    parts = os.path.normpath(cfg.path).split(os.sep)
+    found = [i for i, part in enumerate(parts) if "{run_id}" in part]
+    return len(parts) - found[0] if found else 0
+
+
+def check_root(root: str, owned: int, where: str) -> None:
+    """Refuse a run directory that tether made when it, or one of the directories tether
+    made above it, is now a link: someone put it there, and a restore through it would
+    delete and write files outside the workspace (a scan would read them in). A fixed
+    workspace path may be a link: the operator chose it."""
+    path = root
+    for _ in range(owned):
+        if os.path.islink(path):
+            raise WorkspaceError(
+                f"{where}: its workspace directory {path} is now a link (to "
+                f"{os.readlink(path)!r}); tether made that directory for the run, so a link "
+                f"there was put by someone else, and going through it would change files "
+                f"outside the workspace. Nothing was written: remove the link (the run's "
+                f"files are restored into a new directory when it resumes)"
+            )
+        path = os.path.dirname(path)
 
 
 class Untouched(Checkpoints):
