@@ -36,6 +36,17 @@ def _outside(tmp_path: Path) -> Path:
     return outside
 
 
+def _linked_then_resumed(app: tether.App, run_id: str, root: Path, outside: Path) -> None:
+    """Replace the run's directory by a link to ``outside``; its resume is refused and
+    leaves ``outside`` as it was."""
+    shutil.rmtree(root)
+    os.symlink(outside, root)
+    app.signal(run_id, "go", 1)
+    with pytest.raises(tether.WorkspaceError, match="is now a link"):
+        app.resume(run_id)
+    _untouched(outside)
+
+
 def _untouched(outside: Path) -> None:
     assert sorted(p.name for p in outside.iterdir()) == ["precious.txt"]
     assert (outside / "precious.txt").read_text() == "keep me"
@@ -46,12 +57,7 @@ def test_a_per_run_directory_replaced_by_a_link_is_refused(tmp_path: Path) -> No
     app = tether.open(str(tmp_path / "t.db"), workspace=str(tmp_path / "work" / "{run_id}"))
     run_id = app.run(_agent(app)).id
     root = tmp_path / "work" / run_id
-    shutil.rmtree(root)
-    os.symlink(outside, root)
-    app.signal(run_id, "go", 1)
-    with pytest.raises(tether.WorkspaceError, match="is now a link"):
-        app.resume(run_id)
-    _untouched(outside)
+    _linked_then_resumed(app, run_id, root, outside)
     assert app.get(run_id).status == "waiting"  # resumable: nothing recorded
     os.unlink(root)  # as the error says: the files come back in a new directory
     assert app.resume(run_id).output == "done"
@@ -83,12 +89,7 @@ def test_a_fork_directory_replaced_by_a_link_is_refused(tmp_path: Path) -> None:
     run_id = app.run(_agent(app)).id
     fork_dir = tmp_path / "fork"
     fork_id = app.fork(run_id, step="make#1", workspace=str(fork_dir))
-    shutil.rmtree(fork_dir)
-    os.symlink(outside, fork_dir)
-    app.signal(fork_id, "go", 1)
-    with pytest.raises(tether.WorkspaceError, match="is now a link"):
-        app.resume(fork_id)
-    _untouched(outside)
+    _linked_then_resumed(app, fork_id, fork_dir, outside)
     app.close()
 
 
