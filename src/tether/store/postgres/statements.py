@@ -103,6 +103,30 @@ def _append_statement(
     return _statement(run_id, query, params, _fenced_by_count)
 
 
+def _then_params(
+    run_id: str,
+    created: dict[str, Any],
+    seq: int,
+    now: float,
+    transition: Transition | None,
+    writes: Sequence[EffectWrite | SignalTake],
+) -> dict[str, Any]:
+    """append_events' parameters for a new run's transition and writes, no events (the
+    run's creation in the same transaction wrote them: see PostgresStore.create_run),
+    ``created``: the creation's parameters (its epoch)."""
+    return {
+        "run_id": run_id,
+        "epoch": created["epoch"],
+        "expected": seq,
+        "after": 0,
+        "now": now,
+        **_columns(()),
+        **_transition_params(transition),
+        **_snapshot_params(None),
+        **_writes_params(writes),
+    }
+
+
 def _statement(
     run_id: str, name: str, params: dict[str, Any], read: Callable[[PGresult], Any]
 ) -> _Statement:

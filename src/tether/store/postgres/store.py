@@ -64,6 +64,7 @@ from tether.store.postgres.statements import (
     _run_params,
     _Statement,
     _statement,
+    _then_params,
 )
 from tether.store.prefetch import Prefetched, as_claimed
 from tether.store.records import (
@@ -208,6 +209,8 @@ class PostgresStore(PgNotifications, PgBatch, ContextRows, LogRewriteRows, Board
         lease_owner: str | None,
         now: float,
         ttl: float,
+        transition: Transition | None = None,
+        writes: Sequence[EffectWrite | SignalTake] = (),
     ) -> Lease | None:
         params = {
             **_run_params(run, now, events),
@@ -215,15 +218,20 @@ class PostgresStore(PgNotifications, PgBatch, ContextRows, LogRewriteRows, Board
             "lease_owner": lease_owner,
             "lease_expires": now + ttl if lease_owner else None,
         }
-        with self._borrow() as conn:
+        then = transition is not None or bool(writes)  # one transaction, two statements
+        with self._transaction() if then else self._borrow() as conn:
             try:
                 created = _one(conn.execute(self._Q["create_run"], params))[0]
             except pg_errors.UniqueViolation as e:
                 if e.diag.constraint_name == "runs_dedup":
                     raise _dedup_conflict(run.queue, run.dedup_key) from None
                 created = 0  # events of that id exist: the id is taken all the same
-        if not created:
-            raise Conflict(f"a run with id {run.id!r} already exists")
+            if not created:  # raised inside: the transaction rolls back
+                raise Conflict(f"a run with id {run.id!r} already exists")
+            if then:
+                moved = _then_params(run.id, params, len(events), now, transition, writes)
+                if not _one(conn.execute(self._Q["append_events"], moved))[1]:
+                    raise Conflict(f"run {run.id}: a signal it takes was already taken")
         return Lease(run.id, lease_owner, 1, now + ttl) if lease_owner else None
 
     def load(self, run_id: str, *, upto: int | None = None) -> Loaded:

@@ -35,13 +35,16 @@ from tether.store.log_rewrite import LogRewriteRows
 from tether.store.queries import migrations
 from tether.store.records import (
     CLAIM_ALL,
+    EffectWrite,
     Lease,
     Loaded,
     NewRun,
     QueueLimits,
     RunRecord,
     Serving,
+    SignalTake,
     Snapshot,
+    Transition,
     pick_within_limits,
 )
 from tether.store.schedule_rows import ScheduleRows
@@ -123,9 +126,15 @@ class SQLiteStore(SQLiteWriter, ContextRows, LogRewriteRows, BoardRows, Schedule
         lease_owner: str | None,
         now: float,
         ttl: float,
+        transition: Transition | None = None,
+        writes: Sequence[EffectWrite | SignalTake] = (),
     ) -> Lease | None:
         with self._tx() as conn:
             self._insert_run(conn, run, events, lease_owner=lease_owner, now=now, ttl=ttl)
+            if transition is not None:
+                self._transition(conn, run.id, transition, now)
+            for w in writes:
+                self._side_write(conn, w, now)
         if lease_owner is None:
             return None
         return Lease(run.id, lease_owner, 1, now + ttl)
