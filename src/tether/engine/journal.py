@@ -109,6 +109,7 @@ class Journal:
     inline_child: Journal | None = None  # an inline child executing in this one's thread
     inline = False  # this run is an inline child executed by its parent: nobody to wake
     workspace: Checkpoints | None = None  # its files, checkpointed after steps (if any)
+    birth: Callable[..., int] | None = None  # its creation, due with its first append (births)
 
     def __init__(
         self,
@@ -190,6 +191,8 @@ class Journal:
             if recorded is not None and recorded.status == UNRECORDED:
                 recorded = None  # a branch in flight when a later one finished: runs again
             self._check(pos, kind, name, digest, recorded)
+            if self.birth is not None and kind != "step":  # its record or effect names the run
+                self._append([], None, (), True)
             slot = Slot(pos, kind, name, recorded)
             if slot.done:
                 self.reused.append((slot.pos, name))
@@ -368,16 +371,19 @@ class Journal:
             transition = transition or self._deferred_transition
             self._deferred, self._deferred_transition = [], None
         try:
-            self.seq = self.store.append(
-                self.run_id,
-                events,
-                expected_seq=self.seq,
-                epoch=self.lease.epoch,
-                transition=transition,
-                writes=writes,
-                now=self.clock.now(),
-                wait=wait or self.caller is not None,  # a child's end: committed before its wake
-            )
+            if self.birth is not None:  # the run is created with it (engine.births)
+                self.seq, self.birth = self.birth(events, transition, writes), None
+            else:
+                self.seq = self.store.append(
+                    self.run_id,
+                    events,
+                    expected_seq=self.seq,
+                    epoch=self.lease.epoch,
+                    transition=transition,
+                    writes=writes,
+                    now=self.clock.now(),
+                    wait=wait or self.caller is not None,  # a child's end: before its wake
+                )
         except (LeaseLost, StoreUnavailable) as e:  # fenced out; or the connection died under
             self.poisoned = e  # the write, which may or may not have committed: write no more
             if observe.OBSERVER is not None and isinstance(e, LeaseLost):
@@ -400,11 +406,15 @@ class Journal:
             self._deferred.extend(events)
             self._deferred_transition = transition or self._deferred_transition
 
-    def flush(self) -> None:
+    def flush(self, *, born: bool = False) -> None:
         """Append a step's deferred record now (see :meth:`record_success`): before a call
-        runs (``attempts``), before the run's log is read, before a failure or a cancel."""
+        runs (``attempts``), before the run's log is read, before a failure or a cancel;
+        ``born``: and the run's creation when it is still due (engine.births)."""
         with self.lock:
-            if any(e.type == ev.STEP_COMPLETED for e in self._deferred):  # not run.started
+            if (born and self.birth is not None) or any(
+                e.type == ev.STEP_COMPLETED
+                for e in self._deferred  # not run.started alone
+            ):
                 self._append([], None, (), True)
 
     def event(self, type_: str, data: dict[str, Any]) -> NewEvent:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from tether.engine.calls import Cancelling
 from tether.engine.deps import Deps
 from tether.engine.journal import Journal
-from tether.errors import ClockSkew, LeaseLost, StoreError
+from tether.errors import ClockSkew, LeaseLost, NotFound, StoreError
 from tether.model.clock import SystemClock, owner_is_dead_local
 from tether.store import Lease, RunRecord, Transition
 
@@ -111,8 +111,8 @@ class Leases:
                 except StoreError:
                     if attempt == 2:
                         raise
-        except LeaseLost:
-            pass  # another process holds it now
+        except (LeaseLost, NotFound):
+            pass  # another process holds it now; or it was never created (engine.births)
         except Exception as e:
             with self._letting_go_lock:
                 self._letting_go[run_id] = (epoch, transition)

@@ -1,0 +1,102 @@
+"""Creating runs: the input checked, and a creation that rides with the run's first append.
+
+``app.run`` creates its run in a transaction of its own before the agent starts. An inline
+child of a parent in its first execution (engine.inline) is created later: its row, its
+``run.created`` and ``run.started`` and its lease are written by its first append, in the
+same transaction (:class:`Birth`, ``Store.create_run`` with the append's events, transition
+and writes), so a child of one step costs one transaction, its creation and its end
+together, as a step costs one.
+
+Until then nothing of the child exists outside this process, and nothing needs to: its
+parent executes here under its lease, and what the child did meanwhile is pure steps (any
+other call, whose record or side effect may name the run, writes the creation first:
+``Journal.slot``), whose results a crash loses as it loses a step's not yet recorded.
+The journal writes it before its log is read (``Journal.flush``: a failure, a cancel).
+
+A creation refused because the id exists (another execution of the parent created the
+child: this one is a zombie, or an earlier one crashed after the creation's commit) is a
+lost lease for the child: nothing of this execution is written, and the parent goes on as
+for a child that exists (engine.inline).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tether.engine.registry import AgentDef
+from tether.errors import Conflict, EncodeError, InvalidInput, LeaseLost
+from tether.model import codec, secrets
+from tether.model.clock import Clock
+from tether.model.events import NewEvent
+from tether.store import EffectWrite, NewRun, SignalTake, Store, Transition
+
+
+class Birth:
+    """The creation of a run not written yet: ``journal.birth(events, transition, writes)``
+    creates it with its first events and those of the append, in one transaction, and
+    returns the seq of its last event."""
+
+    __slots__ = ("clock", "first", "owner", "run", "store", "ttl")
+
+    def __init__(
+        self, store: Store, clock: Clock, run: NewRun, first: list[NewEvent], owner: str, ttl: float
+    ) -> None:
+        self.store, self.clock, self.run, self.first = store, clock, run, first
+        self.owner, self.ttl = owner, ttl
+
+    def __call__(
+        self,
+        events: Sequence[NewEvent],
+        transition: Transition | None,
+        writes: Sequence[EffectWrite | SignalTake],
+    ) -> int:
+        logged = [*self.first, *events]
+        try:
+            self.store.create_run(
+                self.run,
+                logged,
+                lease_owner=self.owner,
+                now=self.clock.now(),
+                ttl=self.ttl,
+                transition=transition,
+                writes=writes,
+            )
+        except LeaseLost:
+            raise
+        except Conflict:
+            raise LeaseLost(
+                f"run {self.run.id} was created by another execution of its parent meanwhile; "
+                f"this one writes nothing of it"
+            ) from None
+        return len(logged)
+
+
+def checked_input(d: AgentDef, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The input of a run of ``d`` as stored (``{"args", "kwargs"}``); EncodeError or
+    InvalidInput, saying where, when it cannot be stored, or holds a literal Secret."""
+    payload = {"args": list(args), "kwargs": kwargs}
+    try:
+        codec.encode(payload)
+    except EncodeError as e:
+        where = e.path.replace("$.args", "args", 1).replace("$.kwargs", "kwargs", 1)
+        why = f"{e.type_name} at {where}"
+        if e.type_name in (codec.CYCLE, codec.TOO_DEEP):  # the codec's words say which
+            why = str(e).split(": ", 1)[-1].split(". ")[0].replace("$.", "")
+        raise EncodeError(
+            f"agent {d.name!r}: its input cannot be stored: {why}; "
+            f"pass plain data to agents. No run was created.",
+            path=e.path,
+            type_name=e.type_name,
+        ) from None
+    # after the codec's check: a value too deep or with a cycle is refused there
+    literal = secrets.literal_at(payload)
+    if literal is not None:  # a resume elsewhere re-reads the input: the value is not there
+        where = literal.replace("$.args", "args", 1).replace("$.kwargs", "kwargs", 1)
+        raise InvalidInput(
+            f"agent {d.name!r}: its input holds a tether.Secret at {where}, whose value "
+            f"is never stored, so a resume (in another process, or after a crash) could "
+            f"not read it back. Pass Secret.env('VAR') (a reference to an environment "
+            f"variable, read where the run executes) instead. No run was created."
+        )
+    return payload
