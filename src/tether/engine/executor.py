@@ -45,8 +45,7 @@ from tether.model import codec
 from tether.model import events as ev
 from tether.model.budgets import Limits, Price, check_limits
 from tether.model.clock import new_run_id
-from tether.model.events import Event
-from tether.model.state import RunState, fold
+from tether.model.state import RunState
 from tether.model.status import RunStatus
 from tether.store import Lease, NewRun, RunRecord, Transition
 
@@ -125,9 +124,10 @@ class Executor:
         names (a worker would resume it from), else none; ``caller``: an inline child's;
         ``later``: written with its first append (engine.births), when it has no workspace."""
         self.leases.check_clock()
+        self.policy.check_tools(self.registry.tools)  # a rule naming no tool: no run is made
         now = self.deps.clock.now()
         run_id = run_id or new_run_id(now)
-        payload = self.check_input(d, args, kwargs)
+        payload = {"args": list(args), "kwargs": kwargs}  # checked as it is encoded, below
         data = {"agent": d.name, "version": d.version, "input": payload, "code": d.code}
         data |= {"queue": queue} if queue is not None else {}
         data |= {"caller": caller} if caller is not None else {}
@@ -138,12 +138,13 @@ class Executor:
             data["limits"] = limits.data()
         trace = None
         if self.tracing is not None:  # the run's first execution: its span's context stored
+            births.checked_input(d, args, kwargs)  # before the span: a refusal opens none
             sid = session.id if session is not None else None
             trace = traces.start_run(self.tracing, d.name, run_id, session=sid, version=d.version)
             traceparent = trace.traceparent()
             if traceparent is not None:
                 data["trace"] = traceparent
-        created = ev.new(ev.RUN_CREATED, data, now)
+        created = births.created(d, args, kwargs, data, now)
         started = ev.new(ev.RUN_STARTED, {"by": self.deps.owner, "epoch": 1}, now, self.deps.owner)
         sid, owner = (session.id, session.owner) if session is not None else (None, tenant)
         new = NewRun(
@@ -171,8 +172,7 @@ class Executor:
                 trace.refused(exc)
             raise
         assert lease is not None
-        first = enumerate([created, started], 1)
-        state = fold([Event(run_id, i, e.type, e.data, e.at, e.actor) for i, e in first])
+        state = births.first_state(run_id, data, now)
         birth = births.Birth(self.deps.store, self.deps.clock, new, [created, started], holder, ttl)
         journal, run = self._journal(d, state, lease, birth=birth if later else None)
         journal.trace = trace

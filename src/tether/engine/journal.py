@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether.engine import children, observe
+from tether.engine.births import Birth
 from tether.engine.calls import Slot, Suspended, current_task
 from tether.engine.children import Spawner
 from tether.engine.limits import Meter
@@ -109,7 +110,7 @@ class Journal:
     inline_child: Journal | None = None  # an inline child executing in this one's thread
     inline = False  # this run is an inline child executed by its parent: nobody to wake
     workspace: Checkpoints | None = None  # its files, checkpointed after steps (if any)
-    birth: Callable[..., int] | None = None  # its creation, due with its first append (births)
+    birth: Birth | None = None  # its creation, due with its first append (engine.births)
 
     def __init__(
         self,
@@ -411,10 +412,8 @@ class Journal:
         runs (``attempts``), before the run's log is read, before a failure or a cancel;
         ``born``: and the run's creation when it is still due (engine.births)."""
         with self.lock:
-            if (born and self.birth is not None) or any(
-                e.type == ev.STEP_COMPLETED
-                for e in self._deferred  # not run.started alone
-            ):
+            due = born and self.birth is not None
+            if due or any(e.type == ev.STEP_COMPLETED for e in self._deferred):  # not run.started
                 self._append([], None, (), True)
 
     def event(self, type_: str, data: dict[str, Any]) -> NewEvent:
