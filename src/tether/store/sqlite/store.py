@@ -130,9 +130,9 @@ class SQLiteStore(SQLiteWriter, ContextRows, LogRewriteRows, BoardRows, Schedule
         writes: Sequence[EffectWrite | SignalTake] = (),
     ) -> Lease | None:
         with self._tx() as conn:
-            self._insert_run(conn, run, events, lease_owner=lease_owner, now=now, ttl=ttl)
-            if transition is not None:
-                self._transition(conn, run.id, transition, now)
+            self._insert_run(
+                conn, run, events, lease_owner=lease_owner, now=now, ttl=ttl, moved=transition
+            )
             for w in writes:
                 self._side_write(conn, w, now)
         if lease_owner is None:
@@ -148,7 +148,11 @@ class SQLiteStore(SQLiteWriter, ContextRows, LogRewriteRows, BoardRows, Schedule
         lease_owner: str | None,
         now: float,
         ttl: float,
+        moved: Transition | None = None,
     ) -> None:
+        """The run's row, as ``moved`` (its first append's transition) leaves it, and its
+        events. (One INSERT: an UPDATE after it would write the pages of the indexes that
+        name a running run's lease, for nothing.)"""
         params = {
             "id": run.id,
             "agent": run.agent,
@@ -168,7 +172,13 @@ class SQLiteStore(SQLiteWriter, ContextRows, LogRewriteRows, BoardRows, Schedule
             "available_at": run.available_at,
             "dedup_key": run.dedup_key,
             "concurrency_key": run.concurrency_key,
+            "waiting_for": None,
         }
+        if moved is not None:
+            params.update(status=moved.status, available_at=moved.available_at)
+            params["waiting_for"] = moved.waiting_for
+            if moved.release:
+                params.update(lease_owner=None, lease_expires=None)
         try:
             conn.execute(_Q["insert_run"], params)
         except sqlite3.IntegrityError:
