@@ -178,7 +178,7 @@ class Executor:
         journal.trace = trace
         if session is not None:
             run.bind_session(session)
-        run.created(owner)
+        run._created(owner)  # known here: no read of a row that may not exist yet
         return d, journal, run, args, kwargs
 
     def check_input(self, d: AgentDef, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

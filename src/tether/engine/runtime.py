@@ -135,7 +135,7 @@ class _RunBase:
         """Make ``session`` this run's conversation (``app.run_in``: known before it starts)."""
         self._session = session.bound(self.id, self)
 
-    def created(self, tenant: str | None) -> None:
+    def _created(self, tenant: str | None) -> None:
         """A run created by this execution: its tenant and its session (none unless bound)
         are known without reading its row (not written yet for a child: engine.births)."""
         self._tenant = tenant
