@@ -60,6 +60,7 @@ from tether.store.postgres.statements import (
     _claimed,
     _loaded,
     _lost,
+    _moved_params,
     _refusal_raises,
     _run_params,
     _Statement,
@@ -217,9 +218,9 @@ class PostgresStore(PgNotifications, PgBatch, ContextRows, LogRewriteRows, Board
             "epoch": 1 if lease_owner else 0,
             "lease_owner": lease_owner,
             "lease_expires": now + ttl if lease_owner else None,
+            **_moved_params(transition),  # the row as the transition leaves it
         }
-        then = transition is not None or bool(writes)  # one transaction, two statements
-        with self._transaction() if then else self._borrow() as conn:
+        with self._transaction() if writes else self._borrow() as conn:  # writes: 2 statements
             try:
                 created = _one(conn.execute(self._Q["create_run"], params))[0]
             except pg_errors.UniqueViolation as e:
@@ -228,10 +229,9 @@ class PostgresStore(PgNotifications, PgBatch, ContextRows, LogRewriteRows, Board
                 created = 0  # events of that id exist: the id is taken all the same
             if not created:  # raised inside: the transaction rolls back
                 raise Conflict(f"a run with id {run.id!r} already exists")
-            if then:
-                moved = _then_params(run.id, params, len(events), now, transition, writes)
-                if not _one(conn.execute(self._Q["append_events"], moved))[1]:
-                    raise Conflict(f"run {run.id}: a signal it takes was already taken")
+            taken = writes and _then_params(run.id, params, len(events), now, writes)
+            if taken and not _one(conn.execute(self._Q["append_events"], taken))[1]:
+                raise Conflict(f"run {run.id}: a signal it takes was already taken")
         return Lease(run.id, lease_owner, 1, now + ttl) if lease_owner else None
 
     def load(self, run_id: str, *, upto: int | None = None) -> Loaded:
