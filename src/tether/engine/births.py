@@ -10,7 +10,8 @@ together, as a step costs one.
 Until then nothing of the child exists outside this process, and nothing needs to: its
 parent executes here under its lease, and what the child did meanwhile is pure steps (any
 other call, whose record or side effect may name the run, writes the creation first:
-``Journal.slot``), whose results a crash loses as it loses a step's not yet recorded.
+``Journal.slot``; a board's write too, which names the run in the board's history),
+whose results a crash loses as it loses a step's not yet recorded.
 The journal writes it before its log is read (``Journal.flush``: a failure, a cancel),
 and the lease keeper's thread writes it once the child has executed for
 :data:`VISIBLE_WITHIN` seconds, so that ``tether show`` and ``runs --tree`` list a child

@@ -192,8 +192,8 @@ class Journal:
             if recorded is not None and recorded.status == UNRECORDED:
                 recorded = None  # a branch in flight when a later one finished: runs again
             self._check(pos, kind, name, digest, recorded)
-            if self.birth is not None and kind != "step":  # its record or effect names the run
-                self._append([], None, (), True)
+            if self.birth is not None and (kind != "step" or name.startswith("board ")):
+                self._append([], None, (), True)  # a row elsewhere names the run: see births
             slot = Slot(pos, kind, name, recorded)
             if slot.done:
                 self.reused.append((slot.pos, name))
