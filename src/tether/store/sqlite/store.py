@@ -180,23 +180,12 @@ class SQLiteStore(SQLiteWriter, ContextRows, LogRewriteRows, BoardRows, Schedule
             if moved.release:
                 params.update(lease_owner=None, lease_expires=None)
         try:
-            conn.execute(_Q["insert_run"], params)
+            rk = conn.execute(_Q["insert_run"], params).lastrowid  # runs.rk: the rowid
         except sqlite3.IntegrityError:
             raise Conflict(f"a run with id {run.id!r} already exists") from None
-        conn.executemany(
-            _Q["insert_event"],
-            [
-                {
-                    "id": run.id,
-                    "seq": i,
-                    "type": e.type,
-                    "data": e.data,
-                    "at": e.at,
-                    "actor": e.actor,
-                }
-                for i, e in enumerate(events, 1)
-            ],
-        )
+        assert rk is not None
+        rows = [((rk << 32) | i, e.type, e.data, e.at, e.actor) for i, e in enumerate(events, 1)]
+        conn.executemany(_Q["insert_run_event"], rows)
 
     # -- the log ----------------------------------------------------------
 

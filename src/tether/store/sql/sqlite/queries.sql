@@ -38,6 +38,10 @@ SELECT (rk << 32) | :seq, :type, :data, :at, :actor FROM runs
 WHERE id = :id AND epoch = :epoch
   AND (:seq = 1 OR EXISTS (SELECT 1 FROM events WHERE key = (runs.rk << 32) | (:seq - 1)));
 
+-- name: insert_run_event
+-- The first events of a run just inserted, its key known (the run's rk, shifted, with seq).
+INSERT INTO events (key, type, data, at, actor) VALUES (?, ?, ?, ?, ?);
+
 -- name: insert_event
 -- Append one event without a fencing check (run creation, holder-free writes).
 INSERT INTO events (key, type, data, at, actor)
