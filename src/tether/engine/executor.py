@@ -173,8 +173,13 @@ class Executor:
             raise
         assert lease is not None
         state = births.first_state(run_id, data, now)
-        birth = births.Birth(self.deps.store, self.deps.clock, new, [created, started], holder, ttl)
-        journal, run = self._journal(d, state, lease, birth=birth if later else None)
+        first = [created, started]
+        birth = (
+            births.Birth(self.deps.store, self.deps.clock, new, first, holder, ttl)
+            if later
+            else None
+        )
+        journal, run = self._journal(d, state, lease, birth=birth)
         journal.trace = trace
         if session is not None:
             run.bind_session(session)
