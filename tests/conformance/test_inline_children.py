@@ -365,7 +365,8 @@ def test_a_fresh_parents_inline_child_is_created_with_its_first_append(app: teth
         assert types[:2] == ["run.created", "run.started"] and types.count("run.created") == 1
 
 
-def test_an_inline_child_created_meanwhile_is_taken_as_it_is(app: tether.App) -> None:
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_an_inline_child_created_meanwhile_is_taken_as_it_is(app: tether.App, kind: str) -> None:
     """A child that exists when the parent's first execution reaches it (another
     execution created it): the creation riding with its first append is refused, nothing
     of that execution is written, and the parent executes the existing child from its log."""
@@ -379,7 +380,11 @@ def test_an_inline_child_created_meanwhile_is_taken_as_it_is(app: tether.App) ->
     def parent(run: tether.Run) -> str:
         return str(run.child(kid, "mine", inline=True))
 
-    rid = app.start(parent, run_id="p-31")
+    @app.agent(name="parent_async")
+    async def aparent(run: tether.AsyncRun) -> str:
+        return str(await run.child(kid, "mine", inline=True))
+
+    rid = app.start(parent if kind == "sync" else aparent, run_id="p-31")
     app.start(kid, "theirs", run_id=child_id(rid, 1))  # queued, not executed yet
     drain(app)  # the parent's first claim (epoch 1) executes the child inline
     assert (app.get(rid).status, app.get(rid).output) == ("completed", "THEIRS")
