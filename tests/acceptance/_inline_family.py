@@ -6,6 +6,8 @@ $TETHER_TEST_DB is the database URL; $TETHER_TEST_DIR a directory for the side l
 it finished); $TETHER_TEST_STEP the seconds a step body takes; $TETHER_TEST_KILL where
 the process kills itself, once (a ``killed`` file marks it done):
 
+- ``first``: inside the first child's first step, before anything of the child is
+  written (its creation rides with its first append: engine.births);
 - ``mid``: inside the first child's second step (its first step recorded, the child
   unfinished);
 - ``after``: in the parent, right after the first child returned (the child's end is
@@ -50,8 +52,8 @@ def _kill_once(point: str) -> None:
 def work(run_id: str, name: str) -> str:
     token = secrets.token_hex(4)
     _append(f"{run_id} started:{name} {token}")
-    if name == "more" and run_id.endswith("~1"):
-        _kill_once("mid")
+    if run_id.endswith("~1"):
+        _kill_once({"work": "first", "more": "mid"}.get(name, ""))
     time.sleep(STEP)
     _append(f"{run_id} {name} {token}")
     return token

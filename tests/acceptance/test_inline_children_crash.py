@@ -70,11 +70,16 @@ def _check_tree(app: tether.App, rid: str, tmp_path: Path) -> None:
     assert counts[(rid, "total")] == 1
 
 
-@pytest.mark.parametrize("kill", ["mid", "after"])
+@pytest.mark.parametrize(
+    ("kill", "step"), [("first", "0.05"), ("first", "0"), ("mid", "0.05"), ("after", "0")]
+)
 def test_a_process_killed_in_or_after_an_inline_child_resumes_it_once(
-    url: str, tmp_path: Path, kill: str
+    url: str, tmp_path: Path, kill: str, step: str
 ) -> None:
-    env = _env(url, tmp_path, kill)
+    """``step``: the seconds a step takes; "0": the child's steps are fast, so its creation,
+    its steps and its end are one transaction (engine.births), which the kill precedes
+    (``first``) or follows (``after``)."""
+    env = {**_env(url, tmp_path, kill), "TETHER_TEST_STEP": step}
     first = _family(env, "run", "3")
     assert first.returncode == -signal.SIGKILL, first.stderr
     app = tether.open(url, lease_ttl=2.0)
@@ -82,7 +87,10 @@ def test_a_process_killed_in_or_after_an_inline_child_resumes_it_once(
         (rid,) = [r.id for r in app.runs() if r.agent == "parent"]
         kid = child_id(rid, 1)
         assert app.get(rid).steps == ()  # the parent's record of the child is not committed
-        if kill == "mid":  # the child's first step is in its log, its second is not
+        if kill == "first":  # nothing of the child was written: its creation rides later
+            with pytest.raises(tether.NotFound):
+                app.store.get_run(kid)
+        elif kill == "mid":  # the child's first step is in its log, its second is not
             assert app.store.get_run(kid).status == "running"
             assert [s.name for s in app.get(kid).steps] == ["work"]
         else:
@@ -93,8 +101,9 @@ def test_a_process_killed_in_or_after_an_inline_child_resumes_it_once(
         _check_tree(app, rid, tmp_path)
         started = [e.type for e in app.events(kid)].count("run.started")
         assert started == (2 if kill == "mid" else 1)  # an ended child is not executed again
-        if kill == "mid":  # entered twice: the body the kill cut, then once more
-            assert _ledger(tmp_path)[(kid, "started:more")] == 2
+        if kill != "after":  # entered twice: the body the kill cut, then once more
+            cut = "more" if kill == "mid" else "work"
+            assert _ledger(tmp_path)[(kid, f"started:{cut}")] == 2
     finally:
         app.close()
 

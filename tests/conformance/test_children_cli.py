@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -115,7 +116,8 @@ def test_an_inline_child_executing_now_is_in_the_tree_and_in_show(
     app: tether.App, backend: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The parent's log records an inline child once it ended: while it executes, the
-    views find it by its id (``{parent}~{position}``)."""
+    views find it by its id (``{parent}~{position}``), once it is created: with its first
+    write, or after births.VISIBLE_WITHIN seconds of execution (the lease keeper's thread)."""
     inside, release = threading.Event(), threading.Event()
 
     @app.agent
@@ -133,6 +135,9 @@ def test_an_inline_child_executing_now_is_in_the_tree_and_in_show(
     try:
         assert inside.wait(10)
         kid = child_id(rid, 1)
+        deadline = time.monotonic() + 10
+        while not app.runs(agent="slow") and time.monotonic() < deadline:
+            time.sleep(0.05)  # created within VISIBLE_WITHIN (1 s) and a heartbeat's tick
         assert main(["--db", backend.url, "runs", "--tree", "--json"]) == 0
         rows = json.loads(capsys.readouterr().out)
         # (the parent's status is its log's: its start is recorded with its first commit)

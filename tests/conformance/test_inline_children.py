@@ -322,3 +322,90 @@ def test_an_inline_child_belongs_to_its_parents_tenant(app: tether.App) -> None:
     app.worker(queues=["parents"]).run(until_idle=True, install_signals=False)
     assert app.get(rid).output == "acme"
     assert app.store.get_run(child_id(rid, 1)).owner == "acme"
+
+
+def test_a_fresh_parents_inline_child_is_created_with_its_first_append(app: tether.App) -> None:
+    """In the parent's first execution, nothing of the child is written while its pure
+    steps run: its creation rides with its first append (engine.births), here its end, or
+    the intent of a write tool, which is written before the tool runs."""
+    seen: list[str] = []
+
+    def look(rid: str) -> str:
+        try:
+            seen.append(app.store.get_run(rid).status)
+        except tether.NotFound:
+            seen.append("absent")
+        return rid
+
+    @app.tool(risk="write")
+    def send(rid: str, *, idempotency_key: str) -> str:
+        effect = app.store.get_effect(idempotency_key)
+        return look(rid) + ("" if effect is None else f":{effect.status}")
+
+    @app.agent
+    def pure(run: tether.Run) -> str:
+        return str(run.step("look", look, run.id))
+
+    @app.agent
+    def writes(run: tether.Run) -> str:
+        run.step("look", look, run.id)
+        return str(run.tool(send, run.id))
+
+    @app.agent
+    def parent(run: tether.Run) -> list[str]:
+        return [run.child(pure, inline=True), run.child(writes, inline=True)]
+
+    handle = app.run(parent)
+    one, two = child_id(handle.id, 1), child_id(handle.id, 2)
+    assert (handle.status, handle.output) == ("completed", [one, f"{two}:intent"])
+    assert seen == ["absent", "absent", "running"]  # the tool's: created with its intent
+    for k in (one, two):
+        assert app.get(k).status == "completed"
+        types = [e.type for e in app.events(k)]
+        assert types[:2] == ["run.created", "run.started"] and types.count("run.created") == 1
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_an_inline_child_created_meanwhile_is_taken_as_it_is(app: tether.App, kind: str) -> None:
+    """A child that exists when the parent's first execution reaches it (another
+    execution created it): the creation riding with its first append is refused, nothing
+    of that execution is written, and the parent executes the existing child from its log."""
+    calls = Calls()
+
+    @app.agent
+    def kid(run: tether.Run, word: str) -> str:
+        return str(run.step("shout", calls, f"kid:{word}", word.upper()))
+
+    @app.agent
+    def parent(run: tether.Run) -> str:
+        return str(run.child(kid, "mine", inline=True))
+
+    @app.agent(name="parent_async")
+    async def aparent(run: tether.AsyncRun) -> str:
+        return str(await run.child(kid, "mine", inline=True))
+
+    rid = app.start(parent if kind == "sync" else aparent, run_id="p-31")
+    app.start(kid, "theirs", run_id=child_id(rid, 1))  # queued, not executed yet
+    drain(app)  # the parent's first claim (epoch 1) executes the child inline
+    assert (app.get(rid).status, app.get(rid).output) == ("completed", "THEIRS")
+    assert calls.n == {"kid:mine": 1, "kid:theirs": 1}  # the refused execution's step ran
+    types = [e.type for e in app.events(child_id(rid, 1))]
+    assert types.count("run.created") == 1 and types.count("step.completed") == 1
+
+
+def test_an_inline_child_that_fails_at_once_is_created_failed(app: tether.App) -> None:
+    @app.agent
+    def kid(run: tether.Run) -> None:
+        raise ValueError("no")
+
+    @app.agent
+    def parent(run: tether.Run) -> str:
+        try:
+            run.child(kid, inline=True)
+        except tether.ChildFailed as e:
+            return str(e.error.get("type"))
+        return "no error"
+
+    handle = app.run(parent)
+    assert handle.output == "ValueError"
+    assert app.get(child_id(handle.id, 1)).status == "failed"

@@ -14,6 +14,7 @@ from tether.store.queries import load_queries
 SQLITE_ONLY = {
     "insert_run": "the run row of create_run and enqueue (PostgreSQL: create_run, enqueue)",
     "insert_event": "the first events of a new run (PostgreSQL: create_run, enqueue)",
+    "insert_run_event": "insert_event, the run's key known (PostgreSQL: create_run, enqueue)",
     "latest_snapshot": "load's snapshot, read before its events (PostgreSQL: load_run)",
     "put_effect": "an append's effects write (PostgreSQL: the append_* statements)",
     "take_signal": "an append's signal take (PostgreSQL: append_events)",

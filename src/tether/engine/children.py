@@ -52,10 +52,11 @@ class Spawner:
     resolve: Callable[[Any], AgentDef]
     start: Callable[..., str]
     # inline children (engine.inline): ``inline(d, args, kwargs, queue, run_id, caller,
-    # tenant)`` creates the child, or claims it when it exists unfinished and free, and
-    # returns it prepared to execute here (else None); ``execute(prepared)`` executes it in
-    # this thread, ``aexecute(prepared)`` in the running event loop (both return when it
-    # ends, waits or is blocked: its outcome when it ended completed or failed, else None)
+    # tenant, later)`` creates the child (``later``: with its first append, engine.births),
+    # or claims it when it exists unfinished and free, and returns it prepared to execute
+    # here (else None); ``execute(prepared)`` executes it in this thread, ``aexecute(
+    # prepared)`` in the running event loop (both return when it ends, waits or is
+    # blocked: its outcome when it ended completed or failed, else None)
     inline: Callable[..., Any] | None = None
     execute: Callable[[Any], dict[str, Any] | None] | None = None
     aexecute: Callable[[Any], Awaitable[dict[str, Any] | None]] | None = None

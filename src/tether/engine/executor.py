@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from tether.context.conversation import Session
-from tether.engine import compensation, gates, workspace
+from tether.engine import births, compensation, gates, workspace
 from tether.engine import tracing as traces
 from tether.engine.calls import Cancelling, Core, Stopping, Suspended, agent_body
 from tether.engine.children import Spawner
@@ -34,7 +34,6 @@ from tether.engine.tracing import Tracing
 from tether.engine.workspace import Workspaces
 from tether.errors import (
     EncodeError,
-    InvalidInput,
     InvalidState,
     LeaseLost,
     NondeterminismError,
@@ -42,12 +41,11 @@ from tether.errors import (
     StoreUnavailable,
     TetherError,
 )
-from tether.model import codec, secrets
+from tether.model import codec
 from tether.model import events as ev
 from tether.model.budgets import Limits, Price, check_limits
 from tether.model.clock import new_run_id
-from tether.model.events import Event
-from tether.model.state import RunState, fold
+from tether.model.state import RunState
 from tether.model.status import RunStatus
 from tether.store import Lease, NewRun, RunRecord, Transition
 
@@ -117,16 +115,19 @@ class Executor:
         run_id: str | None = None,
         queue: str | None = None,
         caller: dict[str, Any] | None = None,
+        later: bool = False,
     ) -> Prepared:
         """Create a run of ``d`` (in ``session``, when given) under this process's lease,
         ready to execute here: nothing runs yet (see :meth:`continue_run`). Its owner (its
         tenant) is the session's, else ``tenant``. ``run_id``: its id (checked by the
         caller; Conflict when it exists), else a new one; ``queue``: the queue its row
-        names (a worker would resume it from), else none; ``caller``: an inline child's."""
+        names (a worker would resume it from), else none; ``caller``: an inline child's;
+        ``later``: written with its first append (engine.births), when it has no workspace."""
         self.leases.check_clock()
+        self.policy.check_tools(self.registry.tools)  # a rule naming no tool: no run is made
         now = self.deps.clock.now()
         run_id = run_id or new_run_id(now)
-        payload = self.check_input(d, args, kwargs)
+        payload = {"args": list(args), "kwargs": kwargs}  # checked as it is encoded, below
         data = {"agent": d.name, "version": d.version, "input": payload, "code": d.code}
         data |= {"queue": queue} if queue is not None else {}
         data |= {"caller": caller} if caller is not None else {}
@@ -137,12 +138,13 @@ class Executor:
             data["limits"] = limits.data()
         trace = None
         if self.tracing is not None:  # the run's first execution: its span's context stored
+            births.checked_input(d, args, kwargs)  # before the span: a refusal opens none
             sid = session.id if session is not None else None
             trace = traces.start_run(self.tracing, d.name, run_id, session=sid, version=d.version)
             traceparent = trace.traceparent()
             if traceparent is not None:
                 data["trace"] = traceparent
-        created = ev.new(ev.RUN_CREATED, data, now)
+        created = births.created(d, args, kwargs, data, now)
         started = ev.new(ev.RUN_STARTED, {"by": self.deps.owner, "epoch": 1}, now, self.deps.owner)
         sid, owner = (session.id, session.owner) if session is not None else (None, tenant)
         new = NewRun(
@@ -155,62 +157,53 @@ class Executor:
             owner=owner,
             queue=queue,
         )
+        holder, ttl = self.deps.owner, self.deps.lease_ttl
+        later = later and not workspace.configured(self.workspaces, d)
         try:
-            lease = self.deps.store.create_run(
-                new,
-                [created, started],
-                lease_owner=self.deps.owner,
-                now=now,
-                ttl=self.deps.lease_ttl,
+            lease = (
+                Lease(run_id, holder, 1, now + ttl)
+                if later
+                else self.deps.store.create_run(
+                    new, [created, started], lease_owner=holder, now=now, ttl=ttl
+                )
             )
         except BaseException as exc:  # no run (its id taken, the database gone): no span open
             if trace is not None:
                 trace.refused(exc)
             raise
         assert lease is not None
-        first = enumerate([created, started], 1)
-        state = fold([Event(run_id, i, e.type, e.data, e.at, e.actor) for i, e in first])
-        journal, run = self._journal(d, state, lease)
+        state = births.first_state(run_id, data, now)
+        first = [created, started]
+        birth = (
+            births.Birth(self.deps.store, self.deps.clock, new, first, holder, ttl)
+            if later
+            else None
+        )
+        journal, run = self._journal(d, state, lease, birth=birth)
         journal.trace = trace
         if session is not None:
             run.bind_session(session)
+        run._created(owner)  # known here: no read of a row that may not exist yet
         return d, journal, run, args, kwargs
 
     def check_input(self, d: AgentDef, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The run's input as stored (see births.checked_input), the policy checked first."""
         self.policy.check_tools(self.registry.tools)  # a rule naming no tool: no run is made
-        payload = {"args": list(args), "kwargs": kwargs}
-        try:
-            codec.encode(payload)
-        except EncodeError as e:
-            where = e.path.replace("$.args", "args", 1).replace("$.kwargs", "kwargs", 1)
-            why = f"{e.type_name} at {where}"
-            if e.type_name in (codec.CYCLE, codec.TOO_DEEP):  # the codec's words say which
-                why = str(e).split(": ", 1)[-1].split(". ")[0].replace("$.", "")
-            raise EncodeError(
-                f"agent {d.name!r}: its input cannot be stored: {why}; "
-                f"pass plain data to agents. No run was created.",
-                path=e.path,
-                type_name=e.type_name,
-            ) from None
-        # after the codec's check: a value too deep or with a cycle is refused there
-        literal = secrets.literal_at(payload)
-        if literal is not None:  # a resume elsewhere re-reads the input: the value is not there
-            where = literal.replace("$.args", "args", 1).replace("$.kwargs", "kwargs", 1)
-            raise InvalidInput(
-                f"agent {d.name!r}: its input holds a tether.Secret at {where}, whose value "
-                f"is never stored, so a resume (in another process, or after a crash) could "
-                f"not read it back. Pass Secret.env('VAR') (a reference to an environment "
-                f"variable, read where the run executes) instead. No run was created."
-            )
-        return payload
+        return births.checked_input(d, args, kwargs)
 
     def _journal(
-        self, d: AgentDef, state: RunState, lease: Lease, *, detached_end: bool = False
+        self,
+        d: AgentDef,
+        state: RunState,
+        lease: Lease,
+        *,
+        detached_end: bool = False,
+        birth: births.Birth | None = None,
     ) -> tuple[Journal, Run | AsyncRun]:
         self.leases.keep()
         deps = self.deps
         journal = Journal(deps.store, deps.clock, state, lease, actor=lease.owner)
-        journal.detached_end = detached_end
+        journal.detached_end, journal.birth = detached_end, birth
         journal.meter = meter(d.limits, self.prices, state, self.deps.clock.now())
         journal.spawner = self.spawner
         cls = AsyncRun if d.is_async else Run
@@ -409,7 +402,7 @@ class Executor:
             return self._waiting(journal, exc)
         fault = journal.fault(exc)
         with suppress(LeaseLost, StoreUnavailable):  # poisons the journal: a pause below
-            journal.flush()  # the step before the exception: its record, before the log is read
+            journal.flush(born=True)  # the step before the exception: before the log is read
         if isinstance(exc, Cancelling):
             return self._cancel_inside(journal, exc)
         core = self._stopped(journal, exc, fault)

@@ -35,7 +35,7 @@ from tether.engine import children
 from tether.engine.calls import Slot
 from tether.engine.journal import Journal
 from tether.engine.states import States
-from tether.errors import ChildFailed, InvalidInput
+from tether.errors import ChildFailed, InvalidInput, LeaseLost
 from tether.model import events as ev
 from tether.model.status import FINISHED
 
@@ -49,12 +49,18 @@ def child(j: Journal, call: ChildCall, inline: Any = True) -> Any:
     taken = take(j, call, inline)
     slot = taken[1]
 
-    def executed() -> Any:
-        began, slot, rid, job = prepare(j, call, taken)
+    def executed(later: bool = j.lease.epoch == 1) -> Any:
+        began, slot, rid, job = prepare(j, call, taken, later)
         if job is None:
             return end(j, slot, rid, began, None)
         assert j.spawner is not None and j.spawner.execute is not None
-        return end(j, slot, rid, began, j.spawner.execute(job))
+        try:
+            ended = j.spawner.execute(job)
+        except LeaseLost:
+            if job[1].birth is None:
+                raise
+            return executed(False)  # created meanwhile by another execution: see births
+        return end(j, slot, rid, began, ended)
 
     return j.trace.gate(slot, executed) if j.trace is not None else executed()
 
@@ -65,14 +71,20 @@ def achild(j: Journal, call: ChildCall, inline: Any = True) -> Coroutine[Any, An
     taken = take(j, call, inline)
 
     def now() -> tuple[float, Slot, str, Any]:
-        return prepare(j, call, taken)
+        return prepare(j, call, taken, j.lease.epoch == 1)
 
     async def later(prepared: tuple[float, Slot, str, Any]) -> Any:
         began, slot, rid, job = prepared
         if job is None:
             return end(j, slot, rid, began, None)
         assert j.spawner is not None and j.spawner.aexecute is not None
-        return end(j, slot, rid, began, await j.spawner.aexecute(job))
+        try:
+            ended = await j.spawner.aexecute(job)
+        except LeaseLost:
+            if job[1].birth is None:
+                raise
+            return await later(prepare(j, call, taken, False))  # see child
+        return end(j, slot, rid, began, ended)
 
     if j.trace is not None:
         return j.trace.agate(taken[1], now, later)
@@ -89,11 +101,13 @@ def take(j: Journal, call: ChildCall, inline: Any) -> tuple[float, Slot, Any]:
 
 
 def prepare(
-    j: Journal, call: ChildCall, taken: tuple[float, Slot, Any]
+    j: Journal, call: ChildCall, taken: tuple[float, Slot, Any], later: bool
 ) -> tuple[float, Slot, str, Any]:
     """The child's id and what to execute: the child prepared under this process's
     lease, or None (the position is recorded, or the child is finished, waits, or
-    executes elsewhere: :func:`end` says which)."""
+    executes elsewhere: :func:`end` says which). ``later``: the parent's first
+    execution, which created no child at this position yet (its first lease: epoch 1),
+    creates it with its first append (engine.births) instead of at once."""
     began, slot, d = taken
     _, args, kwargs, queue, tenant = call
     rid = children.child_id(j.run_id, slot.pos)
@@ -101,7 +115,7 @@ def prepare(
         return began, slot, rid, None
     caller = {"run": j.run_id, "pos": slot.pos}
     assert j.spawner is not None and j.spawner.inline is not None
-    job = j.spawner.inline(d, args, kwargs, queue, rid, caller, tenant())
+    job = j.spawner.inline(d, args, kwargs, queue, rid, caller, tenant(), later)
     if job is not None:
         j.inline_child = job[1]  # a cancel of the parent reaches the child (Journal.interrupt)
     return began, slot, rid, job

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether.engine import children, observe
+from tether.engine.births import Birth
 from tether.engine.calls import Slot, Suspended, current_task
 from tether.engine.children import Spawner
 from tether.engine.limits import Meter
@@ -109,6 +110,7 @@ class Journal:
     inline_child: Journal | None = None  # an inline child executing in this one's thread
     inline = False  # this run is an inline child executed by its parent: nobody to wake
     workspace: Checkpoints | None = None  # its files, checkpointed after steps (if any)
+    birth: Birth | None = None  # its creation, due with its first append (engine.births)
 
     def __init__(
         self,
@@ -190,6 +192,8 @@ class Journal:
             if recorded is not None and recorded.status == UNRECORDED:
                 recorded = None  # a branch in flight when a later one finished: runs again
             self._check(pos, kind, name, digest, recorded)
+            if self.birth is not None and (kind != "step" or name.startswith("board ")):
+                self._append([], None, (), True)  # a row elsewhere names the run: see births
             slot = Slot(pos, kind, name, recorded)
             if slot.done:
                 self.reused.append((slot.pos, name))
@@ -368,16 +372,19 @@ class Journal:
             transition = transition or self._deferred_transition
             self._deferred, self._deferred_transition = [], None
         try:
-            self.seq = self.store.append(
-                self.run_id,
-                events,
-                expected_seq=self.seq,
-                epoch=self.lease.epoch,
-                transition=transition,
-                writes=writes,
-                now=self.clock.now(),
-                wait=wait or self.caller is not None,  # a child's end: committed before its wake
-            )
+            if self.birth is not None:  # the run is created with it (engine.births)
+                self.seq, self.birth = self.birth(events, transition, writes), None
+            else:
+                self.seq = self.store.append(
+                    self.run_id,
+                    events,
+                    expected_seq=self.seq,
+                    epoch=self.lease.epoch,
+                    transition=transition,
+                    writes=writes,
+                    now=self.clock.now(),
+                    wait=wait or self.caller is not None,  # a child's end: before its wake
+                )
         except (LeaseLost, StoreUnavailable) as e:  # fenced out; or the connection died under
             self.poisoned = e  # the write, which may or may not have committed: write no more
             if observe.OBSERVER is not None and isinstance(e, LeaseLost):
@@ -400,11 +407,13 @@ class Journal:
             self._deferred.extend(events)
             self._deferred_transition = transition or self._deferred_transition
 
-    def flush(self) -> None:
+    def flush(self, *, born: bool = False) -> None:
         """Append a step's deferred record now (see :meth:`record_success`): before a call
-        runs (``attempts``), before the run's log is read, before a failure or a cancel."""
+        runs (``attempts``), before the run's log is read, before a failure or a cancel;
+        ``born``: and the run's creation when it is still due (engine.births)."""
         with self.lock:
-            if any(e.type == ev.STEP_COMPLETED for e in self._deferred):  # not run.started
+            due = born and self.birth is not None
+            if due or any(e.type == ev.STEP_COMPLETED for e in self._deferred):  # not run.started
                 self._append([], None, (), True)
 
     def event(self, type_: str, data: dict[str, Any]) -> NewEvent:

@@ -15,11 +15,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from contextlib import suppress
 
 from tether.engine.calls import Cancelling
 from tether.engine.deps import Deps
 from tether.engine.journal import Journal
-from tether.errors import ClockSkew, LeaseLost, StoreError
+from tether.errors import ClockSkew, LeaseLost, NotFound, StoreError, TetherError
 from tether.model.clock import SystemClock, owner_is_dead_local
 from tether.store import Lease, RunRecord, Transition
 
@@ -51,6 +52,16 @@ class Active:
         """Whether this process executes a run under a lease of ``owner`` (an App's
         ``owner``, or a worker's id)."""
         return any(j.lease.owner == owner for j in list(self.journals.values()))
+
+    def create_overdue(self) -> None:
+        """Create the runs executing here whose creation has waited for their first append
+        longer than births.VISIBLE_WITHIN (a refusal poisons the journal: its execution
+        stops at its next call, as for a lost lease)."""
+        for journal in list(self.journals.values()):
+            birth = journal.birth
+            if birth is not None and birth.overdue():
+                with suppress(TetherError):
+                    journal.flush(born=True)
 
     def interrupt(self, run_id: str, exc: BaseException) -> None:
         """Stop a run executing in this process at its next position (``exc`` is raised
@@ -110,8 +121,8 @@ class Leases:
                 except StoreError:
                     if attempt == 2:
                         raise
-        except LeaseLost:
-            pass  # another process holds it now
+        except (LeaseLost, NotFound):
+            pass  # another process holds it now; or it was never created (engine.births)
         except Exception as e:
             with self._letting_go_lock:
                 self._letting_go[run_id] = (epoch, transition)
@@ -209,6 +220,7 @@ def heartbeat(
     while not stopping.wait(tick):
         try:
             leases.retry_let_go()  # leases not given back yet (before any are extended)
+            active.create_overdue()  # children executing longer than a second: listed
             if time.monotonic() >= beat_at - tick / 2:
                 beat_at = time.monotonic() + interval
                 cancels = beat()

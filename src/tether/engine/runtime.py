@@ -135,6 +135,13 @@ class _RunBase:
         """Make ``session`` this run's conversation (``app.run_in``: known before it starts)."""
         self._session = session.bound(self.id, self)
 
+    def _created(self, tenant: str | None) -> None:
+        """A run created by this execution: its tenant and its session (none unless bound)
+        are known without reading its row (not written yet for a child: engine.births)."""
+        self._tenant = tenant
+        if self._session is _UNSET:
+            self._session = None
+
     def _prompt(self, messages: Any) -> dict[str, Any]:
         """A model call's prompt as references to the session's messages (none outside one)."""
         session = self.session

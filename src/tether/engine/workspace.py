@@ -390,13 +390,19 @@ def _place(
     deferred.insert(0, event)
 
 
+def configured(ws: Workspaces | None, d: AgentDef) -> bool:
+    """Whether runs of ``d`` work in a workspace (the agent's, or the App's default)."""
+    return ws is not None and (d.workspace or ws.default) is not None
+
+
 def attach(ws: Workspaces | None, d: AgentDef, state: RunState, journal: Journal) -> None:
     """Give ``journal`` the Checkpoints of its run when its agent (or the App) has a
     workspace: restore the directory to the last checkpoint in the log, or take and
     commit the first one (pos 0) before anything runs."""
-    cfg = d.workspace or (ws.default if ws is not None else None)
-    if cfg is None or ws is None:
+    if ws is None or not configured(ws, d):
         return
+    cfg = d.workspace or ws.default
+    assert cfg is not None
     found = [e for e in journal.store.read_events(journal.run_id) if e.type in _READ]
     forked = recorded_root(found)
     root = forked or cfg.root_for(journal.run_id)

@@ -152,16 +152,25 @@ class Queues:
         run_id: str,
         caller: dict[str, Any],
         tenant: str | None,
+        later: bool = False,
     ) -> Prepared | None:
         """An inline child (engine.inline), ready to execute here under this process's
         lease: created (in ``queue``, where a worker takes it over should this process die
-        under it), or claimed when it exists unfinished and its lease is free (a dead
-        local holder's is taken over). None when it is finished, waits, is blocked, or
-        executes elsewhere: the parent records it, or waits for it."""
+        under it; ``later``: with its first append, engine.births), or claimed when it
+        exists unfinished and its lease is free (a dead local holder's is taken over).
+        None when it is finished, waits, is blocked, or executes elsewhere: the parent
+        records it, or waits for it."""
         ex, store = self.executor, self.deps.store
         try:  # most often the first time: no read first
             prepared = ex.create(
-                d, args, kwargs, tenant=tenant, run_id=run_id, queue=queue, caller=caller
+                d,
+                args,
+                kwargs,
+                tenant=tenant,
+                run_id=run_id,
+                queue=queue,
+                caller=caller,
+                later=later,
             )
         except Conflict:  # it exists: a resumed parent (or a zombie one created it)
             record = store.get_run(run_id)

@@ -64,11 +64,16 @@ class RunLog(Protocol):
         lease_owner: str | None,
         now: float,
         ttl: float,
+        transition: Transition | None = None,
+        writes: Sequence[EffectWrite | SignalTake] = (),
     ) -> Lease | None:
         """Insert the run row and its first events (seq 1..n) atomically.
 
         With ``lease_owner`` the creator also holds the lease (epoch 1) and gets it
-        back. Raises Conflict if the id exists.
+        back. ``transition`` and ``writes``, when given, are applied in the same
+        transaction after the events, as :meth:`append` applies them (a run created
+        with its first execution's writes, even its end: an inline child's). Raises
+        Conflict if the id exists, or if a signal to take is taken: nothing is written.
         """
         ...
 

@@ -7,8 +7,11 @@ import pytest
 from tether.errors import Conflict, LeaseLost, NotFound
 from tether.model.events import NewEvent
 from tether.store import (
+    EffectWrite,
     Lease,
     NewRun,
+    SignalTake,
+    Transition,
 )
 from tether.testing.base import T0, StoreTest, ev, new_run, seqs
 
@@ -39,6 +42,61 @@ class RunsSuite(StoreTest):
         assert lease == Lease("r", "w1", 1, T0 + 30)
         rec = store.get_run("r")
         assert (rec.epoch, rec.lease_owner, rec.lease_expires) == (1, "w1", T0 + 30)
+
+    def test_create_run_with_its_end_is_one_transaction(self) -> None:
+        """An inline child's creation with its execution's writes: its events, its end
+        (the lease given back) and its effects, together."""
+        store = self.store
+        intent = EffectWrite("r:1:t:x", "r", 1, "t", "intent")
+        lease = store.create_run(
+            NewRun("r", "a", None, "running"),
+            [ev(1), ev(2), ev(3, type_="run.completed")],
+            lease_owner="w1",
+            now=T0,
+            ttl=30,
+            transition=Transition("completed", release=True),
+            writes=[intent],
+        )
+        assert lease == Lease("r", "w1", 1, T0 + 30)
+        rec = store.get_run("r")
+        assert (rec.status, rec.epoch, rec.lease_owner, rec.lease_expires) == (
+            "completed",
+            1,
+            None,
+            None,
+        )
+        assert [e.seq for e in store.read_events("r")] == [1, 2, 3]
+        effect = store.get_effect("r:1:t:x")
+        assert effect is not None and effect.status == "intent"
+
+    def test_create_run_with_its_end_writes_nothing_when_refused(self) -> None:
+        store = self.store
+        new_run(store, "r", events=1)
+        done = Transition("completed", release=True)
+        with pytest.raises(Conflict):  # the id is taken: the existing run is left as it is
+            store.create_run(
+                NewRun("r", "a", None, "running"),
+                [ev(1), ev(2)],
+                lease_owner="w2",
+                now=T0 + 1,
+                ttl=30,
+                transition=done,
+            )
+        rec = store.get_run("r")
+        assert (rec.status, rec.lease_owner, len(store.read_events("r"))) == ("running", "w1", 1)
+        with pytest.raises(Conflict):  # a signal it takes does not exist: no run either
+            store.create_run(
+                NewRun("s", "a", None, "running"),
+                [ev(1)],
+                lease_owner="w1",
+                now=T0,
+                ttl=30,
+                transition=done,
+                writes=[SignalTake(12345, 1)],
+            )
+        with pytest.raises(NotFound):
+            store.get_run("s")
+        assert store.read_events("s") == []
 
     def test_create_run_without_a_lease_is_free(self) -> None:
         store = self.store

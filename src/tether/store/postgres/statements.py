@@ -103,6 +103,34 @@ def _append_statement(
     return _statement(run_id, query, params, _fenced_by_count)
 
 
+def _moved_params(t: Transition | None) -> dict[str, Any]:
+    """create_run's columns that a transition riding with the creation sets (none: as the
+    new run gives them)."""
+    if t is None:
+        return {"waiting_for": None}
+    moved = {"status": t.status, "available_at": t.available_at, "waiting_for": t.waiting_for}
+    return moved | ({"lease_owner": None, "lease_expires": None} if t.release else {})
+
+
+def _then_params(
+    run_id: str, created: dict[str, Any], seq: int, now: float, writes: Sequence[Any]
+) -> dict[str, Any]:
+    """append_events' parameters for a new run's effects writes and signal takes, no
+    events (the run's creation in the same transaction wrote them: see
+    PostgresStore.create_run), ``created``: the creation's parameters (its epoch)."""
+    return {
+        "run_id": run_id,
+        "epoch": created["epoch"],
+        "expected": seq,
+        "after": 0,
+        "now": now,
+        **_columns(()),
+        **_transition_params(None),
+        **_snapshot_params(None),
+        **_writes_params(writes),
+    }
+
+
 def _statement(
     run_id: str, name: str, params: dict[str, Any], read: Callable[[PGresult], Any]
 ) -> _Statement:

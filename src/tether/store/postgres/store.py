@@ -61,10 +61,12 @@ from tether.store.postgres.statements import (
     _claimed,
     _loaded,
     _lost,
+    _moved_params,
     _refusal_raises,
     _run_params,
     _Statement,
     _statement,
+    _then_params,
 )
 from tether.store.prefetch import Prefetched, as_claimed
 from tether.store.records import (
@@ -209,22 +211,28 @@ class PostgresStore(PgNotifications, PgBatch, ContextRows, LogRewriteRows, Board
         lease_owner: str | None,
         now: float,
         ttl: float,
+        transition: Transition | None = None,
+        writes: Sequence[EffectWrite | SignalTake] = (),
     ) -> Lease | None:
         params = {
             **_run_params(run, now, events),
             "epoch": 1 if lease_owner else 0,
             "lease_owner": lease_owner,
             "lease_expires": now + ttl if lease_owner else None,
+            **_moved_params(transition),  # the row as the transition leaves it
         }
-        with self._borrow() as conn:
+        with self._transaction() if writes else self._borrow() as conn:  # writes: 2 statements
             try:
                 created = _one(conn.execute(self._Q["create_run"], params))[0]
             except pg_errors.UniqueViolation as e:
                 if e.diag.constraint_name == "runs_dedup":
                     raise _dedup_conflict(run.queue, run.dedup_key) from None
                 created = 0  # events of that id exist: the id is taken all the same
-        if not created:
-            raise Conflict(f"a run with id {run.id!r} already exists")
+            if not created:  # raised inside: the transaction rolls back
+                raise Conflict(f"a run with id {run.id!r} already exists")
+            taken = writes and _then_params(run.id, params, len(events), now, writes)
+            if taken and not _one(conn.execute(self._Q["append_events"], taken))[1]:
+                raise Conflict(f"run {run.id}: a signal it takes was already taken")
         return Lease(run.id, lease_owner, 1, now + ttl) if lease_owner else None
 
     def load(self, run_id: str, *, upto: int | None = None) -> Loaded:

@@ -35,13 +35,16 @@ from tether.store.log_rewrite import LogRewriteRows
 from tether.store.queries import migrations
 from tether.store.records import (
     CLAIM_ALL,
+    EffectWrite,
     Lease,
     Loaded,
     NewRun,
     QueueLimits,
     RunRecord,
     Serving,
+    SignalTake,
     Snapshot,
+    Transition,
     pick_within_limits,
 )
 from tether.store.schedule_rows import ScheduleRows
@@ -123,9 +126,15 @@ class SQLiteStore(SQLiteWriter, ContextRows, LogRewriteRows, BoardRows, Schedule
         lease_owner: str | None,
         now: float,
         ttl: float,
+        transition: Transition | None = None,
+        writes: Sequence[EffectWrite | SignalTake] = (),
     ) -> Lease | None:
         with self._tx() as conn:
-            self._insert_run(conn, run, events, lease_owner=lease_owner, now=now, ttl=ttl)
+            self._insert_run(
+                conn, run, events, lease_owner=lease_owner, now=now, ttl=ttl, moved=transition
+            )
+            for w in writes:
+                self._side_write(conn, w, now)
         if lease_owner is None:
             return None
         return Lease(run.id, lease_owner, 1, now + ttl)
@@ -139,7 +148,11 @@ class SQLiteStore(SQLiteWriter, ContextRows, LogRewriteRows, BoardRows, Schedule
         lease_owner: str | None,
         now: float,
         ttl: float,
+        moved: Transition | None = None,
     ) -> None:
+        """The run's row, as ``moved`` (its first append's transition) leaves it, and its
+        events. (One INSERT: an UPDATE after it would write the pages of the indexes that
+        name a running run's lease, for nothing.)"""
         params = {
             "id": run.id,
             "agent": run.agent,
@@ -159,25 +172,20 @@ class SQLiteStore(SQLiteWriter, ContextRows, LogRewriteRows, BoardRows, Schedule
             "available_at": run.available_at,
             "dedup_key": run.dedup_key,
             "concurrency_key": run.concurrency_key,
+            "waiting_for": None,
         }
+        if moved is not None:
+            params.update(status=moved.status, available_at=moved.available_at)
+            params["waiting_for"] = moved.waiting_for
+            if moved.release:
+                params.update(lease_owner=None, lease_expires=None)
         try:
-            conn.execute(_Q["insert_run"], params)
+            rk = conn.execute(_Q["insert_run"], params).lastrowid  # runs.rk: the rowid
         except sqlite3.IntegrityError:
             raise Conflict(f"a run with id {run.id!r} already exists") from None
-        conn.executemany(
-            _Q["insert_event"],
-            [
-                {
-                    "id": run.id,
-                    "seq": i,
-                    "type": e.type,
-                    "data": e.data,
-                    "at": e.at,
-                    "actor": e.actor,
-                }
-                for i, e in enumerate(events, 1)
-            ],
-        )
+        assert rk is not None
+        rows = [((rk << 32) | i, e.type, e.data, e.at, e.actor) for i, e in enumerate(events, 1)]
+        conn.executemany(_Q["insert_run_event"], rows)
 
     # -- the log ----------------------------------------------------------
 

@@ -25,17 +25,21 @@ ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 
 -- name: create_run
 -- Create a run row and its first events (seq 1..n) in one statement; no row inserted: the id
--- exists. (A dedup key held by another active run fails on runs_dedup.)
+-- exists. (A dedup key held by another active run fails on runs_dedup.) The row is as the
+-- transition of the run's first append leaves it, when it rides along (waiting_for, a lease
+-- given back: epoch 1 without an owner).
 WITH run AS (
     INSERT INTO runs (id, agent, version, status, code, created_at, updated_at, epoch,
                       lease_owner, lease_expires, parent_id, fork_seq, session_id, owner,
-                      queue, priority, available_at, dedup_key, concurrency_key, claimed_at)
+                      queue, priority, available_at, dedup_key, concurrency_key, claimed_at,
+                      waiting_for)
     VALUES (%(id)s::text, %(agent)s::text, %(version)s::text, %(status)s::text, %(code)s::text,
             %(now)s::float8, %(now)s::float8, %(epoch)s::bigint, %(lease_owner)s::text,
             %(lease_expires)s::float8, %(parent_id)s::text, %(fork_seq)s::bigint,
             %(session_id)s::text, %(owner)s::text, %(queue)s::text, %(priority)s::bigint,
             %(available_at)s::float8, %(dedup_key)s::text, %(concurrency_key)s::text,
-            CASE WHEN %(lease_owner)s::text IS NULL THEN NULL ELSE %(now)s::float8 END)
+            CASE WHEN %(epoch)s::bigint = 0 THEN NULL ELSE %(now)s::float8 END,
+            %(waiting_for)s::text)
     ON CONFLICT (id) DO NOTHING
     RETURNING id
 ), logged AS (

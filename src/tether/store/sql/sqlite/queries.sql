@@ -15,14 +15,16 @@ INSERT INTO tether_meta (key, value) VALUES ('schema_version', ?)
 ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 
 -- name: insert_run
--- Create a run row (the caller appends its first events in the same transaction).
+-- Create a run row (the caller appends its first events in the same transaction), as it is
+-- after the transition of its first append when it has one (waiting_for, a lease given back).
 INSERT INTO runs (id, agent, version, status, code, created_at, updated_at, epoch,
                   lease_owner, lease_expires, parent_id, fork_seq, session_id, owner,
-                  queue, priority, available_at, dedup_key, concurrency_key, claimed_at)
+                  queue, priority, available_at, dedup_key, concurrency_key, claimed_at,
+                  waiting_for)
 VALUES (:id, :agent, :version, :status, :code, :now, :now, :epoch,
         :lease_owner, :lease_expires, :parent_id, :fork_seq, :session_id, :owner,
         :queue, :priority, :available_at, :dedup_key, :concurrency_key,
-        CASE WHEN :lease_owner IS NULL THEN NULL ELSE :now END);
+        CASE WHEN :epoch = 0 THEN NULL ELSE :now END, :waiting_for);
 
 -- name: get_run
 -- One run row by id.
@@ -35,6 +37,10 @@ INSERT INTO events (key, type, data, at, actor)
 SELECT (rk << 32) | :seq, :type, :data, :at, :actor FROM runs
 WHERE id = :id AND epoch = :epoch
   AND (:seq = 1 OR EXISTS (SELECT 1 FROM events WHERE key = (runs.rk << 32) | (:seq - 1)));
+
+-- name: insert_run_event
+-- The first events of a run just inserted, its key known (the run's rk, shifted, with seq).
+INSERT INTO events (key, type, data, at, actor) VALUES (?, ?, ?, ?, ?);
 
 -- name: insert_event
 -- Append one event without a fencing check (run creation, holder-free writes).
