@@ -47,13 +47,7 @@ from tether.store.log_rewrite import LogRewriteRows
 from tether.store.pgwire import WireConnection
 from tether.store.postgres.batch import PgBatch
 from tether.store.postgres.notify import PgNotifications
-from tether.store.postgres.pool import (
-    _NO_LIMIT,
-    Conn,
-    _first_line,
-    _lock_key,
-    _record,
-)
+from tether.store.postgres.pool import _NO_LIMIT, Conn, _first_line, _lock_key, _record
 from tether.store.postgres.pooling import resolve_prepare
 from tether.store.postgres.statements import (
     _answer,
