@@ -207,22 +207,23 @@ def heartbeat(
     stopping: threading.Event,
     interval: float,
     beat: Callable[[], dict[str, int]],
+    clock: Callable[[], float] = time.monotonic,
 ) -> None:
-    """Until ``stopping`` is set: ``beat()`` every ``interval`` seconds (it extends
+    """Until ``stopping`` is set: ``beat()`` every ``interval`` seconds of ``clock`` (it extends
     ``owner``'s leases and returns its runs asked to cancel) and, between beats while
     ``owner`` executes runs in this process, read those requests every CANCEL_POLL
     seconds, so that `tether cancel` stops a run at its next step within about a second,
     not a third of the lease's ttl. Every CANCEL_POLL seconds too, give back the leases
     Leases.let_go could not. A failure is logged; the next call retries."""
     tick = min(interval, CANCEL_POLL)
-    beat_at = time.monotonic() + interval
+    beat_at = clock() + interval
     active, store = leases.active, leases.deps.store
     while not stopping.wait(tick):
         try:
             leases.retry_let_go()  # leases not given back yet (before any are extended)
             active.create_overdue()  # children executing longer than a second: listed
-            if time.monotonic() >= beat_at - tick / 2:
-                beat_at = time.monotonic() + interval
+            if clock() >= beat_at - tick / 2:
+                beat_at = clock() + interval
                 cancels = beat()
             elif active.executing(owner):
                 cancels = store.cancel_requests(owner)

@@ -1,0 +1,69 @@
+"""The heartbeat loop on an injected clock: when it beats, and what it does between beats.
+No wall clock: the stopping event's ``wait`` moves the fake clock by the tick it waits."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, cast
+
+from tether.engine.leases import CANCEL_POLL, heartbeat
+
+
+class Ticks:
+    """A stopping event whose ``wait(t)`` moves ``now`` by ``t``; set after ``n`` waits."""
+
+    def __init__(self, n: int) -> None:
+        self.now, self.left, self.waits = 0.0, n, 0
+
+    def wait(self, timeout: float) -> bool:
+        self.now += timeout
+        self.waits += 1
+        return self.waits > self.left
+
+
+def _loop(
+    interval: float, waits: int, *, executing: bool = False
+) -> tuple[list[float], list[float], list[tuple[str, Any]]]:
+    """Run the loop for ``waits`` ticks; (beats, cancel reads, interrupts), by fake time."""
+    ticks = Ticks(waits)
+    beats: list[float] = []
+    reads: list[float] = []
+    interrupts: list[tuple[str, Any]] = []
+    active = SimpleNamespace(
+        create_overdue=lambda: None,
+        executing=lambda owner: executing,
+        interrupt=lambda run_id, exc: interrupts.append((run_id, exc)),
+    )
+    store = SimpleNamespace(cancel_requests=lambda owner: reads.append(ticks.now) or {"r1": 2})
+    leases = SimpleNamespace(
+        active=active, deps=SimpleNamespace(store=store), retry_let_go=lambda: None
+    )
+
+    def beat() -> dict[str, int]:
+        beats.append(ticks.now)
+        return {}
+
+    heartbeat(cast(Any, leases), "w", cast(Any, ticks), interval, beat, clock=lambda: ticks.now)
+    return beats, reads, interrupts
+
+
+def test_the_first_beat_comes_after_one_interval_then_every_interval() -> None:
+    assert CANCEL_POLL == 1.0  # the tick when the interval is longer
+    beats, reads, _ = _loop(3.0, 10)
+    assert beats == [3.0, 6.0, 9.0]  # not at once: the claim just set the lease
+    assert reads == []  # nothing executes here: no cancel to read between beats
+
+
+def test_a_beat_due_within_half_a_tick_is_taken_at_that_tick() -> None:
+    # due at 2.5; the tick at 2.0 is within half a tick (1.0 / 2) of it: it beats then,
+    # not a whole tick late (at 3.0)
+    beats, _, _ = _loop(2.5, 5)
+    assert beats == [2.0, 4.0]
+
+
+def test_between_beats_an_executing_owner_reads_its_cancel_requests_every_tick() -> None:
+    beats, reads, interrupts = _loop(3.0, 4, executing=True)
+    assert beats == [3.0]
+    assert reads == [1.0, 2.0, 4.0]  # every tick but the beat's (the beat returns them)
+    assert [run_id for run_id, _ in interrupts] == ["r1"] * 3
+    assert all(exc.compensate for _, exc in interrupts)  # flag 2: cancel with compensation
