@@ -49,9 +49,11 @@ if __name__ == "__main__":
 
 
 def _appears(path: Path, child: subprocess.Popen[bytes]) -> bool:
-    """Whether ``path`` appears while ``child`` lives (bounded: 60 s, a loaded machine)."""
+    """Whether ``path`` holds a whole line while ``child`` lives (bounded: 60 s, a loaded
+    machine). Not its mere existence: the child creates the file, then writes the line,
+    and a loaded machine can run the test's read in between (it read an empty file)."""
     deadline = time.monotonic() + 60
-    while not path.exists():
+    while not (path.exists() and path.read_text().endswith("\n")):
         if child.poll() is not None or time.monotonic() > deadline:
             return False
         time.sleep(0.01)
