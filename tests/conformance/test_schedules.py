@@ -135,6 +135,26 @@ def test_two_apps_firing_one_tick_start_one_run(
     other.close()
 
 
+def test_a_pause_between_a_tick_and_its_advance_keeps_the_tick_recorded(
+    app: tether.App, clock: FakeClock
+) -> None:
+    """A worker fired a tick (its run exists), then a pause landed before the worker moved
+    the schedule on: the schedule still says that tick was its last (it stays paused)."""
+    app.schedule("report", "tick", every=10, name="ten")
+    clock.advance(10)
+    due = app.schedules()[0]  # what the firing worker read
+    assert app.pause_schedule("ten")  # lands between the tick's run and the advance
+    tick = due.next_at
+    assert app.store.advance_schedule(
+        "ten", from_at=tick, to_at=tick + 10, tick=tick, now=clock.now()
+    )
+    (after,) = app.schedules()
+    assert after.paused and after.last_tick == tick
+    assert app.resume_schedule("ten")
+    clock.advance(10)
+    assert _fire(app) == [f"ten@{int(T0 + 20) * 1000}"]  # the next tick, once
+
+
 def test_a_process_without_the_agent_leaves_the_tick(
     app: tether.App, backend: Backend, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:

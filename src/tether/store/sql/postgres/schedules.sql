@@ -31,9 +31,11 @@ SELECT {{_columns}} FROM schedules WHERE name = %(name)s;
 SELECT {{_columns}} FROM schedules ORDER BY name;
 
 -- name: advance_schedule
--- Move a schedule's next tick on, if no one did first (it is still at :from_at).
+-- Move a schedule's next tick on, if no one did first (it is still at :from_at); also when
+-- a pause came after its ticks fired (their runs exist: last_tick says so; a resume sets
+-- next_at again).
 UPDATE schedules SET next_at = %(to_at)s, last_tick = %(tick)s, updated_at = %(now)s
-WHERE name = %(name)s AND next_at = %(from_at)s AND paused = 0;
+WHERE name = %(name)s AND next_at = %(from_at)s;
 
 -- name: pause_schedule
 -- Pause a schedule (its ticks are not fired while it is).
