@@ -14,6 +14,12 @@ child   a parent that starts N children (each one step, the same body) and joins
         parent, and its share of the parent's replays up to the join.
 inline  a parent run through ``app.run`` that calls ``run.child(kid, i, inline=True)`` N
         times (each child executed at once in the parent's thread): µs per child.
+mixed   a parent through ``app.run`` that alternates an inline child and a step, N of
+        each: µs per child beyond the step it alternates with (the round's mixed time
+        minus its step time, over N). An inline child of one fast step is written with its
+        parent's next append (engine.births): in ``inline`` that is the parent's last, one
+        commit for all N; here it is each next step's, so this is its cost in a flow where
+        a commit follows it anyway.
 queued  N runs of the same one-step agent started with ``app.start`` and drained by the
         same worker: µs per run. What a child costs beyond a queued run is its link.
 
@@ -69,15 +75,20 @@ def build(path: str) -> tuple[tether.App, object, object, object]:
         return sum(run.child(kid, i, inline=True) for i in range(n))
 
     @app.agent
+    def mixed_parent(run: tether.Run, n: int) -> int:
+        return sum(run.child(kid, i, inline=True) + run.step("s", body, i)["i"] for i in range(n))
+
+    @app.agent
     def batch_parent(run: tether.Run, n: int) -> int:
         return sum(run.join(run.children(kid, range(n))))
 
-    INLINE[app], BATCH[app] = inline_parent, batch_parent
+    INLINE[app], BATCH[app], MIXED[app] = inline_parent, batch_parent, mixed_parent
     return app, steps, parent, kid
 
 
 INLINE: dict[tether.App, object] = {}  # the inline parent of each app built
 BATCH: dict[tether.App, object] = {}  # the parent that starts its children in one batch
+MIXED: dict[tether.App, object] = {}  # the parent that alternates inline children and steps
 
 
 def per_step(app: tether.App, steps: object, n: int) -> float:
@@ -102,6 +113,14 @@ def per_inline(app: tether.App, n: int) -> float:
     handle = app.run(INLINE[app], n)  # type: ignore[arg-type]
     assert handle.status == "completed", handle.status
     return (time.perf_counter() - began) / n * 1e6
+
+
+def per_mixed(app: tether.App, steps: object, n: int) -> float:
+    """µs per inline child beyond the step it alternates with (see the module)."""
+    began = time.perf_counter()
+    handle = app.run(MIXED[app], n)  # type: ignore[arg-type]
+    assert handle.status == "completed", handle.status
+    return (time.perf_counter() - began) / n * 1e6 - per_step(app, steps, n)
 
 
 def per_queued(app: tether.App, kid: object, n: int) -> float:
@@ -192,10 +211,13 @@ def main() -> None:
         per_child(app, parent, 10)
         per_queued(app, kid, 10)
         per_inline(app, 10)
+        per_mixed(app, steps, 10)
         step_us, child_us, queued_us, inline_us, executions = [], [], [], [], []
+        mixed_us: list[float] = []
         for _ in range(rounds):
             step_us.append(per_step(app, steps, n))
             inline_us.append(per_inline(app, n))
+            mixed_us.append(per_mixed(app, steps, n))
             queued_us.append(per_queued(app, kid, n))
             us, execs = per_child(app, parent, n)
             child_us.append(us)
@@ -207,10 +229,13 @@ def main() -> None:
     print(f"step   {s:9.1f} µs  (rounds: {', '.join(f'{x:.0f}' for x in step_us)})")
     print(f"child  {c:9.1f} µs  (rounds: {', '.join(f'{x:.0f}' for x in child_us)})")
     print(f"inline {i:9.1f} µs  (rounds: {', '.join(f'{x:.0f}' for x in inline_us)})")
+    m = statistics.median(mixed_us)
+    print(f"mixed  {m:9.1f} µs  (rounds: {', '.join(f'{x:.0f}' for x in mixed_us)})")
     print(f"queued {q:9.1f} µs  (rounds: {', '.join(f'{x:.0f}' for x in queued_us)})")
     print(f"parent executions per round (wake-ups + 1): {executions}")
     print(f"child / step = {c / s:.2f}  (goal: <= 3); child / queued run = {c / q:.2f}")
     print(f"inline child / step = {i / s:.2f}  (goal: <= 3); inline / queued child = {i / c:.2f}")
+    print(f"mixed: inline child beyond its step / step = {m / s:.2f}")
 
 
 if os.environ.get("BENCH_CHILDREN_URL"):  # a worker process: `tether worker --app`

@@ -12,6 +12,9 @@ the process kills itself, once (a ``killed`` file marks it done):
   unfinished);
 - ``after``: in the parent, right after the first child returned (the child's end is
   committed; the parent's record of it is not: it rides with the parent's next append);
+- ``single``: ``main`` runs ``single`` instead, whose children are one fast step each
+  (each one transaction: engine.births), and is killed in the parent right after its
+  first child returned;
 - ``batch``: ``main`` runs ``batch`` instead, which starts its children with
   ``run.children`` and is killed right after (the children created, their records not).
 
@@ -77,6 +80,22 @@ def parent(run: tether.Run, n: int) -> int:
 
 
 @app.agent
+def kid1(run: tether.Run, i: int) -> int:
+    run.step("work", work, run.id, "work")
+    return i * i
+
+
+@app.agent
+def single(run: tether.Run, n: int) -> int:
+    total = 0
+    for i in range(n):
+        total += run.child(kid1, i, inline=True)
+        _kill_once("single")
+    run.step("total", work, run.id, "total")
+    return total
+
+
+@app.agent
 def batch(run: tether.Run, n: int) -> int:
     kids = run.children(kid, range(n))  # one transaction; the records ride with the next
     _kill_once("batch")
@@ -85,7 +104,7 @@ def batch(run: tether.Run, n: int) -> int:
 
 def main(argv: list[str]) -> None:
     """Imported, not run as ``__main__``: the runs record this module as their code."""
-    agent = batch if KILL == "batch" else parent
+    agent = {"batch": batch, "single": single}.get(KILL, parent)
     handle = app.run(agent, int(argv[1])) if argv[0] == "run" else app.resume(argv[1])
     if handle.status == "completed":
         print(f"DONE {handle.id} {handle.output}")

@@ -108,6 +108,38 @@ def test_a_process_killed_in_or_after_an_inline_child_resumes_it_once(
         app.close()
 
 
+def test_a_one_step_child_killed_before_its_parent_wrote_is_not_executed_again(
+    url: str, tmp_path: Path
+) -> None:
+    """A child of one fast step is one transaction: its creation, step and end
+    (engine.births). Killed right after it, before the parent's record of it was
+    written: the child is committed (its step is durable before the parent's next call
+    runs), so the resumed parent records it and executes nothing of it again."""
+    env = {**_env(url, tmp_path, "single"), "TETHER_TEST_STEP": "0"}
+    first = _family(env, "run", "3")
+    assert first.returncode == -signal.SIGKILL, first.stderr
+    app = tether.open(url, lease_ttl=2.0)
+    try:
+        (rid,) = [r.id for r in app.runs() if r.agent == "single"]
+        assert app.get(rid).steps == ()  # the parent's record of the child is not committed
+        assert app.store.get_run(child_id(rid, 1)).status == "completed"
+        second = _family(env, "resume", rid)
+        assert second.returncode == 0, second.stderr
+        assert second.stdout.split() == ["DONE", rid, str(OUTPUT)]
+        state = app.get(rid)
+        kids = [child_id(rid, p) for p in (1, 2, 3)]
+        assert [s.output for s in state.steps if s.kind == "child"] == kids
+        for k in kids:
+            types = [e.type for e in app.events(k)]
+            assert types == ["run.created", "run.started", "step.completed", "run.completed"]
+        counts = _ledger(tmp_path)
+        assert [counts[(k, "work")] for k in kids] == [1, 1, 1], counts
+        assert counts[(rid, "total")] == 1
+        assert [e.type for e in app.events(rid)].count("run.completed") == 1
+    finally:
+        app.close()
+
+
 def test_a_worker_killed_inside_an_inline_child_is_taken_over(url: str, tmp_path: Path) -> None:
     env = _env(url, tmp_path, "mid")
     sys.path.insert(0, str(Path(FAMILY).parent))

@@ -11,6 +11,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from _conformance import Backend
 
 import tether
 from tether.engine.calls import Cancelling
@@ -409,3 +410,41 @@ def test_an_inline_child_that_fails_at_once_is_created_failed(app: tether.App) -
     handle = app.run(parent)
     assert handle.output == "ValueError"
     assert app.get(child_id(handle.id, 1)).status == "failed"
+
+
+def test_an_inline_childs_steps_are_durable_before_the_next_call_runs(
+    backend: Backend,
+) -> None:
+    """What the parent's steps promise holds across its children: a step is durable before
+    the next call runs (anywhere in the tree), so a crash in that call runs no completed
+    step again. Each step here looks, through a connection of its own, at what is
+    committed: the previous child, created, stepped and ended (one fast step each, the
+    case where its whole life is one write), is there; the parent's record of it may
+    still ride with the parent's next append."""
+    app = tether.open(backend.url)
+    outside = backend.open()
+    seen: list[str | None] = []
+
+    def look(rid: str) -> str | None:
+        try:
+            return outside.get_run(rid).status
+        except tether.NotFound:
+            return None
+
+    @app.agent
+    def kid(run: tether.Run, before: str) -> str:
+        return str(run.step("look", lambda: look(before) or "none"))
+
+    @app.agent
+    def parent(run: tether.Run) -> list[str]:
+        first = run.child(kid, "nothing", inline=True)
+        second = run.child(kid, child_id(run.id, 1), inline=True)
+        seen.append(run.step("after", look, child_id(run.id, 2)))
+        return [first, second]
+
+    try:
+        handle = app.run(parent)
+        assert handle.output == ["none", "completed"]  # child 1 committed before child 2's step
+        assert seen == ["completed"]  # child 2 committed before the parent's next step
+    finally:
+        app.close()
