@@ -28,7 +28,7 @@ from tether.engine.limits import meter
 from tether.engine.policy import Policy
 from tether.engine.registry import AgentDef, Registry
 from tether.engine.retry import Retry
-from tether.engine.runtime import AsyncRun, Run, adrive, drive
+from tether.engine.runtime import AsyncRun, Run, adrive, close_unawaited, drive
 from tether.engine.states import States
 from tether.engine.tracing import Tracing
 from tether.engine.workspace import Workspaces
@@ -385,6 +385,8 @@ class Executor:
                     output = await result if inspect.isawaitable(result) else result
                 journal.raise_poison()
             except BaseException as exc:
+                if isinstance(run, AsyncRun):  # its calls left unawaited by the exception
+                    close_unawaited(run)
                 ended = self._ended(journal, exc)
                 if isinstance(ended, RunHandle):
                     return ended

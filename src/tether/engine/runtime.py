@@ -439,9 +439,23 @@ class AsyncRun(_RunBase):
     """
 
     awaited = True
+    _made: list[Coroutine[Any, Any, Any]] | None = None  # see close_unawaited (below)
 
     def _start(self, core: Core) -> Coroutine[Any, Any, Any]:
-        return self._drive(core, self._j.begin())
+        return self._ready(None, self._drive(core, self._j.begin()))
+
+    def _ready(
+        self, value: Any, coro: Coroutine[Any, Any, Any] | None = None
+    ) -> Coroutine[Any, Any, Any]:
+        """The awaitable a call returns (of ``value``, known when the call was made), held
+        until it starts, so that :func:`close_unawaited` finds it (an expression's
+        temporary, dropped by an exception, would be reported at once)."""
+        coro = coro or _ready(value)
+        made = self._made = self._made or []
+        if len(made) >= 64 and len(made) & (len(made) - 1) == 0:  # at each power of two
+            made[:] = [c for c in made if inspect.getcoroutinestate(c) == inspect.CORO_CREATED]
+        made.append(coro)
+        return coro
 
     async def _drive(self, core: Core, task: object | None) -> Any:
         try:
@@ -475,7 +489,7 @@ class AsyncRun(_RunBase):
         self, name: str, choice: Any, why: str = "", **details: Any
     ) -> Coroutine[Any, Any, Any]:
         """Record a choice and its rationale; on replay return the recorded choice."""
-        return _ready(self._decide(name, choice, why, details))
+        return self._ready(self._decide(name, choice, why, details))
 
     def tool(self, tool: Callable[..., Any], *args: Any, **kwargs: Any) -> Coroutine[Any, Any, Any]:
         """Call a registered tool effectively once (awaited when it is async)."""
@@ -515,7 +529,7 @@ class AsyncRun(_RunBase):
         timeout: str | float | None = None,
     ) -> Coroutine[Any, Any, Any]:
         """Ask a human; see :meth:`Run.approve`."""
-        return _ready(approve_core(self._j, name, payload, approvers, timeout, self._groups))
+        return self._ready(approve_core(self._j, name, payload, approvers, timeout, self._groups))
 
     def sleep(self, duration: str | float, name: str = "sleep") -> Coroutine[Any, Any, None]:
         """A durable sleep; see :meth:`Run.sleep`."""
@@ -523,7 +537,7 @@ class AsyncRun(_RunBase):
 
     def wait(self, name: str, timeout: str | float | None = None) -> Coroutine[Any, Any, Any]:
         """Wait for a signal; see :meth:`Run.wait`."""
-        return _ready(wait_core(self._j, name, timeout))
+        return self._ready(wait_core(self._j, name, timeout))
 
     def child(
         self,
@@ -536,18 +550,20 @@ class AsyncRun(_RunBase):
         """Start a child run (its position taken now); see :meth:`Run.child`."""
         if inline is not False:
             return inlined.achild(self._j, (agent, args, kwargs, queue, self._tenant_of), inline)
-        return _ready(children.start_core(self._j, agent, args, kwargs, queue, self._tenant_of))
+        return self._ready(
+            children.start_core(self._j, agent, args, kwargs, queue, self._tenant_of)
+        )
 
     def children(
         self, agent: Callable[..., Any] | str, items: Iterable[Any], *, queue: str = "default"
     ) -> Coroutine[Any, Any, list[str]]:
         """Start a child run per item in one transaction; see :meth:`Run.children`."""
-        return _ready(children.start_many_core(self._j, agent, items, queue, self._tenant_of))
+        return self._ready(children.start_many_core(self._j, agent, items, queue, self._tenant_of))
 
     def join(self, runs: str | Iterable[str], name: str = "join") -> Coroutine[Any, Any, Any]:
         """Wait for child runs; see :meth:`Run.join` (each join takes its position when it
         is called, so ``asyncio.gather(run.join(a), run.join(b))`` numbers them in order)."""
-        return _ready(children.join_core(self._j, runs, name))
+        return self._ready(children.join_core(self._j, runs, name))
 
     def handoff(
         self,
@@ -560,7 +576,7 @@ class AsyncRun(_RunBase):
         **kwargs: Any,
     ) -> Coroutine[Any, Any, Any]:
         """Hand off to a new run of ``agent``; see :meth:`Run.handoff`."""
-        return _ready(
+        return self._ready(
             self._handoff(
                 agent, args, kwargs, names=vars, conversation=conversation, queue=queue, wait=wait
             )
@@ -570,3 +586,13 @@ class AsyncRun(_RunBase):
 async def _ready(value: Any) -> Any:
     """An awaitable of a value already known (a call that finished when it was made)."""
     return value
+
+
+def close_unawaited(run: AsyncRun) -> None:
+    """The agent raised while calls it made were never awaited (another awaitable of the
+    same ``asyncio.gather`` raised, or made the run wait, when it was called): close them,
+    which Python would otherwise report as never awaited (see ``AsyncRun._ready``)."""
+    made, run._made = run._made or [], None
+    for coro in made:
+        if inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
+            coro.close()
