@@ -13,19 +13,40 @@
 # which counts the mutants tools/mutation_equivalent.toml records as equivalent apart.
 # Each mutant runs the in-process tests that call the mutated function, on SQLite (the core
 # modules are the same code on both backends); the SQL runs on SQLite and PostgreSQL.
+#
+# The whole run takes more than a session's machine time, so its verdicts are kept in the
+# repository (tools/mutation_state/: mutmut's .meta files, one per mutated module, and its
+# map of tests by function, mutmut-stats.json) and restored into a new mutants/ before a
+# run: mutmut keeps a verdict while its function's source is unchanged, and re-checks the
+# rest. After the run they are saved back. A second argument narrows the run to a glob
+# (tools/mutation.sh python 'tether.engine.journal.*'); MUTMUT_CHILDREN sets the
+# parallelism (default 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=.venv/bin/python
+state=tools/mutation_state
 "$py" -c 'import mutmut' 2>/dev/null || .venv/bin/pip install -q 'mutmut==3.8.1'
 what="${1:-all}"
 if [ "$what" = all ] || [ "$what" = python ]; then
+  if [ -d "$state" ] && [ ! -e mutants/mutmut-stats.json ]; then
+    (cd "$state" && find . -type f) | while read -r f; do
+      mkdir -p "mutants/$(dirname "$f")" && cp "$state/$f" "mutants/$f"
+    done
+  fi
   # TETHER_NO_SHRINK: a property test that fails under a mutant reports at once
   # PYTHONPATH: the tests' child processes import this checkout's source (mutmut's own
   # process imports the mutated copy in mutants/src)
-  PYTHONPATH="$PWD/src" TETHER_SKIP_PG=1 TETHER_NO_SHRINK=1 nice .venv/bin/mutmut run --max-children 2 >/dev/null || true
+  PYTHONPATH="$PWD/src" TETHER_SKIP_PG=1 TETHER_NO_SHRINK=1 nice -n 19 .venv/bin/mutmut run \
+    --max-children "${MUTMUT_CHILDREN:-2}" ${2:+"$2"} >/dev/null || true
+  mkdir -p "$state"
+  cp mutants/mutmut-stats.json "$state/" 2>/dev/null || true
+  (cd mutants && find src -name '*.meta') | while read -r f; do
+    mkdir -p "$state/$(dirname "$f")" && cp "mutants/$f" "$state/$f"
+  done
 fi
 if [ "$what" = all ] || [ "$what" = sql ]; then
   nice "$py" tools/sql_mutation.py --jobs 2 --report mutants/sql_survivors.md | tail -3
 fi
-"$py" tools/mutation_report.py > tools/mutation_report.md
-tail -n +1 tools/mutation_report.md | head -20
+# the generated part of tools/mutation_report.md (whose narrative is written by hand)
+"$py" tools/mutation_report.py > mutants/mutation_report.md
+head -20 mutants/mutation_report.md

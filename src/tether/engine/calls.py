@@ -16,8 +16,32 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tether.errors import LeaseLost, StoreUnavailable
 from tether.model.status import StepStatus
 from tether.model.steps import StepState
+
+
+def unwrapped(exc: BaseException) -> BaseException:
+    """What an agent's exception means for its run: ``exc``, or, for an exception group
+    (``asyncio.TaskGroup`` wraps what its body or its tasks raised) holding tether's own
+    exceptions, the one that decides: a lost lease or database, else a wait, a cancel, a
+    stop. A group of the agent's own errors is its failure, as it is."""
+    if not isinstance(exc, BaseExceptionGroup):
+        return exc
+    leaves = list(_leaves(exc))
+    for kind in ((LeaseLost, StoreUnavailable), Suspended, Cancelling, Stopping):
+        for leaf in leaves:
+            if isinstance(leaf, kind):
+                return leaf
+    return exc
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
+    for e in group.exceptions:
+        if isinstance(e, BaseExceptionGroup):
+            yield from _leaves(e)
+        else:
+            yield e
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 from tether.context.conversation import Session
 from tether.engine import births, compensation, gates, workspace
 from tether.engine import tracing as traces
-from tether.engine.calls import Cancelling, Core, Stopping, Suspended, agent_body
+from tether.engine.calls import Cancelling, Core, Stopping, Suspended, agent_body, unwrapped
 from tether.engine.children import Spawner
 from tether.engine.deps import Deps
 from tether.engine.journal import SECRET_TYPE, Journal, no_literal_secret
@@ -400,6 +400,7 @@ class Executor:
         code no longer matches its log: recorded, then NondeterminismError raised), or the
         core that records its failure (the caller drives it, sync or async). Re-raises
         ``exc`` for a pause (a crash-like exit, a lost lease, the database gone)."""
+        exc = unwrapped(exc)  # tether's own, inside an asyncio.TaskGroup's group
         if isinstance(exc, Suspended):
             return self._waiting(journal, exc)
         fault = journal.fault(exc)
