@@ -314,7 +314,8 @@ class ChildFailed(TetherError):
         where = f" in step {error.get('step')!r}" if error.get("step") is not None else ""
         super().__init__(
             f"run {run_id}: child run {child_id} {error.get('status', 'failed')}{where}: "
-            f"{error.get('type')}: {error.get('message')}. See `tether show {child_id}`."
+            f"{error.get('type')}: {str(error.get('message')).rstrip('.')}. "
+            f"See `tether show {child_id}`."
         )
         self.run_id = run_id
         self.child_id = child_id
@@ -329,8 +330,8 @@ class RunFailed(TetherError):
         if error.get("step") is None:
             where = ""
         super().__init__(
-            f"run {run_id} failed{where}: {error.get('type')}: {error.get('message')}. "
-            f"See `tether show {run_id}`."
+            f"run {run_id} failed{where}: {error.get('type')}: "
+            f"{str(error.get('message')).rstrip('.')}. See `tether show {run_id}`."
         )
         self.run_id = run_id
         self.error = error

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import sqlite3
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -88,6 +91,58 @@ def test_unregistered_agent(app: tether.App) -> None:
 def test_agent_without_run_parameter_is_refused(app: tether.App) -> None:
     with pytest.raises(TypeError, match="first parameter"):
         app.agent(lambda: None)
+
+
+class _Agents:
+    def method(self, run: tether.Run) -> int:
+        return 1
+
+
+def _base(run: tether.Run, x: int, y: int) -> int:
+    return x + y
+
+
+def _gen(run: tether.Run) -> Iterator[int]:
+    yield 1
+
+
+async def _agen(run: tether.AsyncRun) -> AsyncIterator[int]:
+    yield 1
+
+
+@pytest.mark.parametrize(
+    ("fn", "words"),
+    [
+        (_Agents().method, "not <bound method"),
+        (functools.partial(_base, y=2), "not functools.partial"),
+        (len, "not <built-in function len>"),
+        (_gen, "'_gen' is a generator"),
+        (_agen, "'_agen' is a generator"),
+    ],
+)
+def test_an_agent_that_is_not_a_plain_function_is_refused_saying_why(
+    app: tether.App, fn: Any, words: str
+) -> None:
+    """A bound method or a partial has no module and name a resume could find it by (it
+    raised AttributeError); a generator's result cannot be stored (its run failed later)."""
+    with pytest.raises(TypeError, match=r"def my_agent|Return the items") as info:
+        app.agent(fn, name="odd")
+    assert words in str(info.value)
+    assert "odd" not in app.agents()
+
+
+def test_a_step_or_agent_returning_an_unawaited_coroutine_says_so(app: tether.App) -> None:
+    async def fetch() -> int:
+        return 1
+
+    @app.agent
+    def sync_agent(run: tether.Run) -> object:
+        return run.step("f", fetch)
+
+    with pytest.raises(tether.RunFailed, match="an async function's call, not awaited") as info:
+        app.run(sync_agent)
+    assert ".. See" not in str(info.value)  # the message's own period, not two
+    assert "not awaited" in str(app.get(info.value.run_id).error)
 
 
 def test_not_a_database(tmp_path: Path) -> None:

@@ -436,7 +436,8 @@ class Executor:
                 if e.type_name == SECRET_TYPE
                 else EncodeError(
                     f"run {journal.run_id}: the agent's return value cannot be "
-                    f"stored: {e.type_name} at {e.path.replace('$.output', '$', 1)}",
+                    f"stored: {e.type_name} at {e.path.replace('$.output', '$', 1)}. "
+                    f"{codec.plain_hint(e.type_name)}",
                     path=e.path,
                     type_name=e.type_name,
                 )

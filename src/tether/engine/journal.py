@@ -499,9 +499,8 @@ class Journal:
             return e
         err = EncodeError(
             f"run {self.run_id}: {slot.kind} {slot.name!r} (position {slot.pos}) returned a "
-            f"value that cannot be stored: {e.type_name} at {path}. Return plain data "
-            f"(dict, list, str, int, float, bool, None, tuple, set, bytes, datetime, "
-            f"Decimal, UUID), or convert that part first.",
+            f"value that cannot be stored: {e.type_name} at {path}. "
+            f"{codec.plain_hint(e.type_name)}",
             path=path,
             type_name=e.type_name,
         )

@@ -407,8 +407,18 @@ def _define(
     version: Version,
     limits: Limits | None = None,
 ) -> AgentDef:
-    if not callable(fn):
-        raise TypeError(f"@app.agent decorates a function, not {fn!r}")
+    if not inspect.isfunction(fn):  # a bound method, a partial, a callable object, a builtin
+        raise TypeError(
+            f"@app.agent decorates a function (def name(run, ...)), not {fn!r}: a run records "
+            f"its agent's module and name, and a resume (in another process too) finds it "
+            f"by them. Wrap it: def my_agent(run, *args): return obj.method(run, *args)"
+        )
+    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        raise TypeError(
+            f"agent {fn.__qualname__!r} is a generator (it yields): a run's result is what "
+            f"its agent returns, stored and replayed. Return the items (a list), or record "
+            f"each with run.step as it is made"
+        )
     params = list(inspect.signature(fn).parameters)
     if not params:
         raise TypeError(

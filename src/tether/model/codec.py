@@ -292,11 +292,23 @@ def to_json_value(value: Any, *, what: str = "value") -> Any:
         path = "$" + "".join(reversed(e.parts))
         raise EncodeError(
             f"cannot store {what}: {e.type_name} at {path} is not storable data. "
-            f"Return plain data (dict, list, str, int, float, bool, None, tuple, set, "
-            f"bytes, datetime, Decimal, UUID) from steps, or convert that part first.",
+            f"{plain_hint(e.type_name, 'from steps')}",
             path=path,
             type_name=e.type_name,
         ) from None
+
+
+def plain_hint(type_name: str, where: str = "") -> str:
+    """What to do about a value of ``type_name`` that cannot be stored (a sentence)."""
+    if type_name == "builtins.coroutine":  # an async function called and not awaited
+        return (
+            "It is an async function's call, not awaited: call async functions from an "
+            "async def agent (await run.step(...)), or pass a function that returns the value."
+        )
+    return (
+        f"Return plain data (dict, list, str, int, float, bool, None, tuple, set, bytes, "
+        f"datetime, Decimal, UUID){' ' + where if where else ''}, or convert that part first."
+    )
 
 
 CYCLE = "cycle"  # EncodeError.type_name of a value that contains itself
