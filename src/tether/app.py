@@ -20,7 +20,7 @@ from tether.context.boards import Board
 from tether.context.conversation import Session, Summarizer
 from tether.context.memory import Memory
 from tether.decisions import Decisions
-from tether.engine import gates
+from tether.engine import births, gates
 from tether.engine.deps import Deps
 from tether.engine.executor import Executor, RunHandle
 from tether.engine.leases import Active, Leases
@@ -239,6 +239,7 @@ class App(Registration, Tenancy, Settings, Decisions, TimeTravel, Scheduling):
         """Create a run (with ``limits``) and execute it inline, durably; RunFailed if it fails."""
         ex = self._executor
         d = self._registry.resolve(agent)
+        births.outside_loop(d)  # an async agent in a running loop: refused before creation
         return ex.continue_run(ex.create(d, args, kwargs, limits=limits))
 
     def run_in(
@@ -256,6 +257,7 @@ class App(Registration, Tenancy, Settings, Decisions, TimeTravel, Scheduling):
         s = sessions.of(self._deps, session)
         ex = self._executor
         d = self._registry.resolve(agent)
+        births.outside_loop(d)
         return ex.continue_run(ex.create(d, args, kwargs, s, limits=limits))
 
     def session(

@@ -28,6 +28,7 @@ from tether.context.conversation import Session
 from tether.context.memory import Memory
 from tether.context.tenant_artifacts import TenantArtifacts
 from tether.context.tenant_memory import TenantMemory
+from tether.engine import births
 from tether.engine.executor import RunHandle
 from tether.engine.revert import Reverted
 from tether.errors import Conflict, Forbidden, InvalidInput, NotFound
@@ -519,4 +520,5 @@ class ScopedApp:
         self._require("start")
         ex = self.app._executor
         d = self.app._registry.resolve(agent)
+        births.outside_loop(d)
         return ex.continue_run(ex.create(d, args, kwargs, tenant=self.tenant, limits=limits))

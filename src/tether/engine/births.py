@@ -29,7 +29,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tether.errors import Conflict, EncodeError, InvalidInput, LeaseLost
+from tether.errors import Conflict, EncodeError, InvalidInput, InvalidState, LeaseLost
 from tether.model import codec, secrets
 from tether.model import events as ev
 from tether.model.clock import Clock
@@ -157,4 +157,31 @@ def first_state(run_id: str, data: dict[str, Any], at: float) -> RunState:
         executions=1,
         budget={"limits": limits, "added": {}} if limits else None,
         caller=dict(caller) if caller else None,
+    )
+
+
+def outside_loop(d: AgentDef, run_id: str | None = None) -> None:
+    """Refuse to execute ``async def`` agent ``d`` from sync code (``app.run``,
+    ``app.resume``) in a thread that runs an event loop: they start a loop of their own,
+    which Python refuses inside another, after the run was created or claimed.
+    ``run_id``: the run claimed (its lease is given back by the caller), else none was
+    created yet."""
+    if not d.is_async:
+        return
+    import asyncio  # only for async agents: keeps `import tether` fast
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    done = (
+        "No run was created."
+        if run_id is None
+        else f"Run {run_id} was not executed (its lease is given back): "
+        f"`await app.aresume({run_id!r})` executes it."
+    )
+    raise InvalidState(
+        f"agent {d.name!r} is async and this thread runs an event loop: from async code, "
+        f"call `await app.arun(...)` and `await app.aresume(...)`; app.run and app.resume "
+        f"start an event loop of their own, which Python refuses inside another. {done}"
     )

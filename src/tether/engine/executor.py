@@ -286,6 +286,8 @@ class Executor:
         if not isinstance(prepared, RunHandle) and prepared[0].is_async:
             import asyncio  # only for async agents: keeps `import tether` fast
 
+            with self._outage(prepared[1], InvalidState):  # refused in a running loop
+                births.outside_loop(prepared[0], prepared[1].run_id)
             return asyncio.run(self.acontinue_run(prepared))
         trace = None if isinstance(prepared, RunHandle) else prepared[1].trace
         if trace is not None:
@@ -414,15 +416,18 @@ class Executor:
         return core
 
     @contextmanager
-    def _outage(self, journal: Journal) -> Iterator[None]:
+    def _outage(
+        self, journal: Journal, caught: type[BaseException] = StoreUnavailable
+    ) -> Iterator[None]:
         """The database went away under the execution (StoreUnavailable, raised on): a
         pause, not the agent's failure. A worker puts the run back in its queue; executed
         here, its lease is given back, so that `tether resume` goes on from its log once
-        the database is back, from any process (the heartbeat would extend it)."""
+        the database is back, from any process (the heartbeat would extend it). ``caught``."""
         try:
             yield
-        except StoreUnavailable:
+        except caught:
             if not journal.detached_end:
+                self.active.remove(journal)
                 self.leases.let_go(journal.run_id, journal.lease.epoch)
             raise
 
