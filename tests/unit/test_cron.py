@@ -95,3 +95,30 @@ def test_next_after_is_the_first_minute_a_scan_finds(
 ) -> None:
     line = f"{minute} {hour} {dom} {month} {dow}"
     assert parse(line).next_after(after) == _scan(line, after), line
+
+
+@pytest.mark.parametrize(
+    ("macro", "line"),
+    [
+        ("@yearly", "0 0 1 1 *"),
+        ("@annually", "0 0 1 1 *"),
+        ("@monthly", "0 0 1 * *"),
+        ("@weekly", "0 0 * * 0"),
+        ("@daily", "0 0 * * *"),
+        ("@midnight", "0 0 * * *"),
+        ("@HOURLY", "0 * * * *"),
+    ],
+)
+def test_a_macro_ticks_as_its_five_fields(macro: str, line: str) -> None:
+    """Vixie cron's macros: the same ticks as the line each stands for (and its text kept)."""
+    cron, plain = parse(macro), parse(line)
+    assert cron.text == macro
+    t = _t("2026-02-27T13:41:00")
+    for _ in range(6):
+        assert cron.next_after(t) == plain.next_after(t)
+        t = cron.next_after(t)
+
+
+def test_an_unknown_macro_is_refused_naming_the_known_ones() -> None:
+    with pytest.raises(ValueError, match=r"'@every5m' has 1 fields.*'@daily'.*@hourly are known"):
+        parse("@every5m")

@@ -4,7 +4,9 @@
 range ``a-b``, a step ``*/n`` or ``a-b/n`` (``a/n``: from a to the end), or a list of
 those separated by commas; months and days may be named (``jan``…``dec``,
 ``sun``…``sat``; 0 and 7 are both Sunday). As in Vixie cron, when both day fields are
-restricted a day matches either one (``0 0 1 * mon``: the 1st and every Monday).
+restricted a day matches either one (``0 0 1 * mon``: the 1st and every Monday), and a
+line may be one of its macros: ``@yearly`` (``@annually``), ``@monthly``, ``@weekly``,
+``@daily`` (``@midnight``), ``@hourly``.
 
 :func:`parse` checks a line and returns a :class:`Cron`; ``cron.next_after(t)`` is the
 first tick strictly after ``t`` (seconds since the epoch).
@@ -28,6 +30,15 @@ _FIELDS = (
     ("day of week", 0, 7, _DAYS, 0),
 )
 _YEARS = 8  # a line no date matches within this many years (Feb 30th) is refused
+_MACROS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,11 +89,12 @@ def parse(text: str) -> Cron:
     """A cron line as a :class:`Cron`; ValueError naming the field and what is wrong."""
     if not isinstance(text, str):
         raise ValueError(f"a cron line is a str such as '*/5 * * * *', not {text!r}")
-    parts = text.split()
+    parts = _MACROS.get(text.strip().lower(), text).split()
     if len(parts) != 5:
+        known = f" ({', '.join(_MACROS)} are known)" if text.strip().startswith("@") else ""
         raise ValueError(
             f"cron {text!r} has {len(parts)} fields; it needs 5: minute hour day-of-month "
-            f"month day-of-week, e.g. '*/5 * * * *'"
+            f"month day-of-week, e.g. '*/5 * * * *', or a macro such as '@daily'{known}"
         )
     sets = [_field(p, *spec, text) for p, spec in zip(parts, _FIELDS, strict=True)]
     weekdays = frozenset(d % 7 for d in sets[4])
