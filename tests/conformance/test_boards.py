@@ -6,6 +6,7 @@ replay never applies twice."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -196,3 +197,83 @@ def test_an_async_run_awaits_its_board_steps(app: tether.App, agents: dict[str, 
     app.signal(handle.id, "go", None)
     assert asyncio.run(app.aresume(handle.id)).output == 2
     assert len(app.board("counter").history("n")) == 2
+
+
+def test_update_reads_modifies_and_writes_again_when_another_came_first(
+    backend: Backend,
+) -> None:
+    """``board.update(key, fn)``: compare-and-set of ``fn(value)``, again from a fresh
+    read after a conflict. Eight threads, each with its own App on the database, add 1
+    fifty times: 400, versions 1..400 without a gap, every write one change."""
+    apps = [tether.open(backend.url) for _ in range(8)]
+    try:
+        results: list[int] = []
+
+        def add(app: tether.App) -> None:
+            board = app.board("shared")
+            for _ in range(50):
+                results.append(board.update("n", lambda v: (v or 0) + 1).value)
+
+        threads = [threading.Thread(target=add, args=(a,)) for a in apps]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        board = apps[0].board("shared")
+        assert tuple(board.get("n")) == (400, 400)
+        assert sorted(results) == list(range(1, 401))  # each value returned once
+        assert [e.version for e in board.history("n")] == list(range(1, 401))
+    finally:
+        for a in apps:
+            a.close()
+
+
+def test_update_writes_nothing_when_fn_raises_and_refuses_a_non_function(
+    app: tether.App,
+) -> None:
+    board = app.board("b")
+    board.set("k", 1)
+
+    def boom(v: Any) -> Any:
+        raise ValueError("no")
+
+    with pytest.raises(ValueError, match="no"):
+        board.update("k", boom)
+    with pytest.raises(tether.InvalidInput, match="a function of the value"):
+        board.update("k", 5)  # type: ignore[arg-type]
+    assert tuple(board.get("k")) == (1, 1)
+    assert tuple(board.update("fresh", lambda v: [v])) == ([None], 1)
+
+
+def test_a_runs_update_is_steps_that_a_replay_does_not_apply_again(app: tether.App) -> None:
+    """In a run, update is a get step and a set step, again after a conflict (each a step
+    of its own); fn runs on the value the log recorded, so a replay computes the same
+    writes and applies none of them again."""
+    rival = app.board("tally")
+    moved: list[int] = []
+
+    def add_one(v: Any) -> Any:
+        if not moved:  # another writer comes between the read and the write, once
+            moved.append(rival.set("n", 100))
+        return (v or 0) + 1
+
+    @app.agent
+    def bump(run: tether.Run) -> Any:
+        entry = run.board("tally").update("n", add_one)
+        run.wait("go")
+        return tuple(entry)
+
+    handle = app.run(bump)
+    assert handle.status == "waiting"
+    assert [(e.version, e.value) for e in rival.history("n")] == [(1, 100), (2, 101)]
+    names = [s.name for s in app.get(handle.id).steps]
+    assert names[:4] == ["board tally get n", "board tally set n"] * 2  # the conflict, again
+    app.signal(handle.id, "go", None)
+    assert app.resume(handle.id).output == (101, 2)
+    assert len(rival.history("n")) == 2  # the replay wrote nothing
+
+    @app.agent
+    async def abump(run: tether.AsyncRun) -> Any:
+        return tuple(await run.board("tally").update("n", lambda v: v * 2))
+
+    assert asyncio.run(app.arun(abump)).output == (202, 3)

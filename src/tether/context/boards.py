@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from tether.errors import VersionConflict
+from tether.errors import InvalidInput, VersionConflict
 from tether.model import codec, inputs
 from tether.model.clock import Clock
 from tether.store.board_rows import BoardData, BoardOutcome, BoardRow, BoardWrite
@@ -136,6 +136,23 @@ class Board:
         data = codec.encode(value, what=f"board {self.name!r} key {key!r}")
         outcome = self.write(key, data, expected_version, by=by)
         return outcome.version
+
+    def update(self, key: str, fn: Callable[[Any], Any], *, by: str | None = None) -> BoardEntry:
+        """Read-modify-write: store ``fn(value)`` (``value``: None when the key holds none)
+        with compare-and-set, reading again and calling ``fn`` again whenever another
+        writer came first; returns what was written (``value, version``). Each try is
+        a change only when it succeeds. ``fn`` raising writes nothing."""
+        if not callable(fn):
+            raise InvalidInput(
+                f"board {self.name!r}: update needs a function of the value, not {fn!r}"
+            )
+        while True:
+            value, version = self.get(key)
+            new = fn(value)
+            try:
+                return BoardEntry(key, new, self.set(key, new, expected_version=version, by=by))
+            except VersionConflict:
+                continue
 
     def delete(
         self, key: str, *, expected_version: int | None = None, by: str | None = None

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from tether.context.boards import Board, BoardEntry
 from tether.engine.calls import current_step
-from tether.errors import VersionConflict
+from tether.errors import InvalidInput, VersionConflict
 from tether.model import codec, inputs
 
 
@@ -80,6 +80,34 @@ class RunBoard:
         data = codec.encode(value, what=f"board {self.name!r} key {key!r}")
         name = _step_name(self.name, "set", key)
         return self._call(name, self._write, (key, data, expected_version), self._outcome)
+
+    def update(self, key: str, fn: Callable[[Any], Any]) -> Any:
+        """Read-modify-write (see :meth:`Board.update`): a ``get`` step, then a ``set`` step
+        with compare-and-set of ``fn(value)``, again from the read when another writer came
+        first. ``fn`` runs outside the steps, on the value the log recorded: keep it a pure
+        function of the value, so that a replay computes what the first execution wrote."""
+        if not callable(fn):
+            raise InvalidInput(
+                f"board {self.name!r}: update needs a function of the value, not {fn!r}"
+            )
+        if self._run.awaited:
+            return self._aupdate(key, fn)
+        while True:
+            value, version = self.get(key)
+            new = fn(value)
+            try:
+                return BoardEntry(key, new, self.set(key, new, expected_version=version))
+            except VersionConflict:
+                continue
+
+    async def _aupdate(self, key: str, fn: Callable[[Any], Any]) -> BoardEntry:
+        while True:
+            value, version = await self.get(key)
+            new = fn(value)
+            try:
+                return BoardEntry(key, new, await self.set(key, new, expected_version=version))
+            except VersionConflict:
+                continue
 
     def delete(self, key: str, *, expected_version: int | None = None) -> Any:
         """Delete ``key``'s value as a step; returns the new version (None: it held none)."""
