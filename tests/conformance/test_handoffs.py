@@ -218,6 +218,8 @@ def test_bad_input_is_refused_and_starts_nothing(app: tether.App) -> None:
         "no session": lambda run: run.handoff(other, conversation=True),
         "bad conversation": lambda run: run.handoff(other, conversation="hi"),
         "bad name": lambda run: run.handoff(other, vars=[3]),
+        "not names": lambda run: run.handoff(other, vars=5),  # was TypeError: not iterable
+        "values": lambda run: run.handoff(other, vars={"x": 1}),  # names, not values
     }
 
     @app.agent
@@ -230,6 +232,11 @@ def test_bad_input_is_refused_and_starts_nothing(app: tether.App) -> None:
         "no session": (tether.InvalidInput, "belongs to none"),
         "bad conversation": (tether.InvalidInput, "conversation= takes True"),
         "bad name": (tether.InvalidInput, "vars= takes task variable names"),
+        "not names": (
+            tether.InvalidInput,
+            "vars= takes task variable names (non-empty str), not 5",
+        ),
+        "values": (tether.InvalidInput, "not {'x': 1}"),
     }
     for case, (error, words) in expected.items():
         with pytest.raises(tether.RunFailed) as failed:

@@ -87,7 +87,8 @@ def handoff_core(
 
 
 def _names(run_id: str, agent: str, names: Iterable[str] | str) -> list[str]:
-    keys = [names] if isinstance(names, str) else list(names)
+    one = isinstance(names, str | bytes | dict) or not hasattr(names, "__iter__")
+    keys: list[Any] = [names] if one else list(names)  # not a name (below): refused
     bad = [k for k in keys if not isinstance(k, str) or not k]
     if bad:
         raise InvalidInput(
