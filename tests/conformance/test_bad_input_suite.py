@@ -469,6 +469,35 @@ CASES: list[Case] = [
         VALUES,
         lambda w, g: _in_agent(lambda run: _set_var(run, "k", g))(w),
     ),
+    # not an iterable where one is taken ("'int' object is not iterable" said neither what
+    # nor where), not a Retry where one is taken
+    *cases_for(
+        "run.map items",
+        "run.map",
+        [5, None],
+        lambda w, g: _in_agent(lambda run: run.map("m", str, g))(w),
+    ),
+    *cases_for(
+        "run.children items",
+        "run.children",
+        [5, None],
+        lambda w, g: _in_agent(lambda run: run.children("garbage_inside", g))(w),
+    ),
+    *cases_for(
+        "run.join", "run.join", [5, None, [5]], lambda w, g: _in_agent(lambda run: run.join(g))(w)
+    ),
+    *cases_for(
+        "run.step retry",
+        "retry",
+        [3, "3", {"max_attempts": 3}],
+        lambda w, g: _in_agent(lambda run: run.step("s", len, "x", retry=g))(w),
+    ),
+    *cases_for(
+        "run.handoff vars",
+        "vars",
+        [5, {"x": 1}, [3]],
+        lambda w, g: _in_agent(lambda run: run.handoff("garbage_inside", vars=g))(w),
+    ),
 ]
 
 

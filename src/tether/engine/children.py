@@ -120,7 +120,7 @@ def start_many_core(
     """``run.children``: a child run of ``agent`` per item (``agent(run, item)``), their
     positions taken now in item order, created in one transaction; on replay the
     recorded ids (the ones not recorded yet are found by their ids, not started again)."""
-    items = list(items)
+    items = inputs.items(items, f"run {j.run_id}: run.children")
     if not items:
         return []
     spawner, d, first = take(j, agent, queue)
@@ -151,7 +151,8 @@ def join_core(j: Journal, children: str | Iterable[str], name: str) -> Any:
 
 
 def _ids(run_id: str, children: str | Iterable[str]) -> list[str]:
-    ids = [children] if isinstance(children, str) else list(children)
+    one = isinstance(children, str) or not hasattr(children, "__iter__")
+    ids: list[Any] = [children] if one else list(children)  # not ids (below): refused
     if not ids or not all(isinstance(c, str) and c for c in ids):
         raise InvalidInput(
             f"run {run_id}: run.join takes a child run's id (what run.child returned) or a "

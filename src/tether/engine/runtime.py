@@ -241,7 +241,7 @@ class _RunBase:
         call = wrap(fn) if wrap is not None else fn
         return [
             self._core("step", f"{name}[{i}]", call, (item,), {}, retry)
-            for i, item in enumerate(items)
+            for i, item in enumerate(inputs.items(items, f"run {self.id}: run.map {name!r}"))
         ]
 
     def _tool(

@@ -15,7 +15,7 @@ from typing import Any
 from tether.engine.calls import _CURRENT, Call, Core, Sleep, Slot, StepInfo, step_key
 from tether.engine.journal import Journal
 from tether.engine.retry import Retry
-from tether.errors import LeaseLost
+from tether.errors import InvalidInput, LeaseLost
 from tether.model import codec
 from tether.model.secrets import reveal_all
 from tether.store import EffectWrite
@@ -39,6 +39,11 @@ def step_core(
     """
     if not callable(fn):
         raise TypeError(f"run {j.run_id}: {kind} {name!r} needs a callable, got {fn!r}")
+    if not isinstance(policy, Retry):
+        raise InvalidInput(
+            f"run {j.run_id}: {kind} {name!r}: retry= takes a tether.Retry "
+            f"(e.g. tether.Retry(max_attempts=3)), not {policy!r}"
+        )
     slot = j.slot(kind, name)
     if slot.done:
         assert slot.recorded is not None

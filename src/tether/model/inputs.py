@@ -152,3 +152,12 @@ def text(value: Any, what: str, *, optional: bool = True) -> str | None:
     if "\x00" in value or _surrogate(value):
         raise InvalidInput(f"{what} contains a NUL character or an unpaired surrogate")
     return value
+
+
+def items(value: Any, what: str) -> list[Any]:
+    """``value``, an iterable (a list, a tuple, a generator…), as a list; InvalidInput
+    naming ``what`` and what it got instead (``'int' object is not iterable`` said
+    neither)."""
+    if isinstance(value, str | bytes) or not hasattr(value, "__iter__"):
+        raise InvalidInput(f"{what} takes a list (or another iterable) of items, not {show(value)}")
+    return list(value)
