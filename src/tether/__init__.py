@@ -208,6 +208,7 @@ def open(
     """
     from tether.store import Store
     from tether.store.sqlite import SQLiteStore, sqlite_path
+    from tether.store.urls import is_postgres, postgres_url
 
     _check_open(url, durability, lease_ttl, inline_sleep_max, snapshot_every)
     _check_config(clock, retry, policy, approver_groups)
@@ -219,11 +220,11 @@ def open(
     if rules is not None and rules != _redact.active():
         _one_rule_set(url)
     store: Store
-    if url.startswith(("postgres://", "postgresql://")):
+    if is_postgres(url):
         from tether.store.postgres import PostgresStore
 
         _check_options(PostgresStore, "PostgreSQL", options)
-        store = PostgresStore(url, **options)
+        store = PostgresStore(postgres_url(url), **options)
     else:
         _check_options(SQLiteStore, "SQLite", options, set_here=frozenset({"synchronous"}))
         store = SQLiteStore(sqlite_path(url), synchronous=durability, **options)

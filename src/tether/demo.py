@@ -38,6 +38,7 @@ from typing import Any
 
 import tether
 from tether.model.status import RunStatus, StepStatus
+from tether.store.urls import is_postgres, sqlite_path
 
 AGENT = "investigate"
 AGENT_MODULE = "tether.demo"  # its module, whatever name this file runs under
@@ -268,9 +269,9 @@ def _approve_elsewhere(db: str, run_id: str) -> None:
 
 def fresh_database(db: str) -> None:
     """Remove ``db`` (and its -wal/-shm/-lock files) if it is absent or holds only demo runs."""
-    if db.startswith(("postgres://", "postgresql://")):
+    if is_postgres(db):
         raise tether.InvalidState("the demo overwrites its database: give it a SQLite file")
-    path = db.removeprefix("sqlite:///")  # sqlite:///rel.db and sqlite:////abs.db
+    path = sqlite_path(db)  # sqlite:///rel.db, sqlite:////abs.db, ~/a.db
     if os.path.exists(path):
         with tether.open(db) as app:  # refuses a file that is not a tether database
             others = {r.agent for r in app.runs(limit=1000)} - {AGENT}

@@ -19,6 +19,12 @@ BAD = [
     (f"{PG}?schema=bad%20name", "is not a plain PostgreSQL name"),
     (f"{PG}?listen_url=zzz", "not a PostgreSQL URL"),
     ("postgresql://127.0.0.1:5432/test?nonsense=1", "not a PostgreSQL URL"),
+    # a scheme tether has no store for was opened as a SQLite file of that name
+    ("mysql://root@127.0.0.1/test", "mysql:// is not a database tether stores on"),
+    ("redis://127.0.0.1:6379", "redis:// is not a database tether stores on"),
+    # sqlite3 opens "" as a temporary database, lost at close
+    ("sqlite://", "'sqlite://' names no file"),
+    ("sqlite+pysqlite://", "names no file"),
 ]
 
 
@@ -57,3 +63,24 @@ def test_a_bad_sqlite_durability_writes_nothing(tmp_path: Path) -> None:
     with pytest.raises(tether.InvalidInput):
         tether.open(str(db), durability="maybe")
     assert not db.exists()
+
+
+def test_urls_written_for_sqlalchemy_and_the_home_directory_name_the_same_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``postgresql+psycopg://`` (a SQLAlchemy URL, as many settings hold it) is the
+    PostgreSQL URL without its driver; ``sqlite+pysqlite:///``, ``file:///`` and a path
+    under ``~`` are SQLite files where they say (none of them a file of that name here)."""
+    with tether.open(PG.replace("postgresql://", "postgresql+psycopg://")) as app:
+        assert type(app.store).__name__ == "PostgresStore"
+        app.runs()
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    for url in ["~/home.db", f"sqlite+pysqlite:///{tmp_path}/a.db", f"file://{tmp_path}/b.db"]:
+        with tether.open(url) as app:
+            app.runs()
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert [n for n in names if n.endswith(".db")] == ["a.db", "b.db", "home.db"], names
+    assert not [n for n in names if n.startswith(("~", "sqlite", "file", "-"))], names
+    assert main(["--db", "~/home.db", "runs"]) == 0
+    assert "no runs yet" in capsys.readouterr().out

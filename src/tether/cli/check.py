@@ -16,6 +16,7 @@ from tether.cli.context import Command, Context
 from tether.engine.dry import CONTINUES, DIVERGES, FAILS, FINISHED, ReplayReport
 from tether.model import inputs
 from tether.services import replay
+from tether.store.urls import is_postgres
 
 _WOULD = {FINISHED: "finish", CONTINUES: "continue", DIVERGES: "BLOCK", FAILS: "FAIL"}
 
@@ -42,7 +43,7 @@ def _replays(
     app = ctx.require_admin(what)
     url = app.url or ""
     # PostgreSQL is read through a read-only session: a write would fail at once
-    store = ctx.reader(url).store if url.startswith(("postgres://", "postgresql://")) else None
+    store = ctx.reader(url).store if is_postgres(url) else None
     return list(app._replayer().check(store or app.store, runs, statuses))
 
 

@@ -33,7 +33,7 @@ from tether.engine.registry import CODE_ENV, parse_modules
 from tether.scoped import ScopedApp
 from tether.services.identity import Role
 from tether.store.sqlite import sqlite_path
-from tether.store.urls import redact
+from tether.store.urls import is_postgres, redact
 
 DEFAULT_DB = "tether.db"
 DB_ENV = "TETHER_DB"
@@ -135,7 +135,7 @@ class Context:
     def reader(self, url: str) -> tether.App:
         """The App on the read URL ``url``, read-only, opened once."""
         if self._reader is None:
-            if not url.startswith(("postgres://", "postgresql://")):
+            if not is_postgres(url):
                 raise CommandError(
                     f"--read-url (or ${READ_URL_ENV}) is a PostgreSQL replica's URL, not "
                     f"{redact(url)!r}: a SQLite database is one file, read where it is; drop "
@@ -302,7 +302,7 @@ def code_option(given: list[frozenset[str]] | None) -> frozenset[str]:
 
 
 def _require_database(db: str) -> None:
-    if db.startswith(("postgres://", "postgresql://")):
+    if is_postgres(db):
         return
     path = sqlite_path(db)
     if not os.path.exists(path):
@@ -336,7 +336,7 @@ def database_key(url: str) -> tuple[str, ...]:
     """What identifies a database: a SQLite file's real path (``a.db``, ``./a.db``,
     ``sqlite:///a.db`` and its absolute path are one), or a PostgreSQL server, database
     and schema (user, password and connection options do not matter)."""
-    if not url.startswith(("postgres://", "postgresql://")):
+    if not is_postgres(url):
         return ("sqlite", os.path.realpath(sqlite_path(url)))
     parts = urlsplit(url)
     query = parse_qs(parts.query)

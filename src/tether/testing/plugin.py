@@ -57,7 +57,9 @@ def tether_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if not base:
         yield str(tmp_path / "tether.db")
         return
-    if not base.startswith(("postgres://", "postgresql://")):
+    from tether.store.urls import is_postgres
+
+    if not is_postgres(base):
         raise pytest.UsageError(
             f"--tether-url / ${URL_ENV} is a PostgreSQL URL (postgresql://…), not {base!r}; "
             f"leave it out for a SQLite file per test"

@@ -10,7 +10,8 @@ processes, the WAL checkpoint thread). The cold-path methods are those of
 from __future__ import annotations
 
 from tether.store.sqlite.locks import CHECKPOINT_EVERY, WAL_AUTOCHECKPOINT, WAL_RESTART
-from tether.store.sqlite.store import SCHEMA_VERSION, SQLiteStore, sqlite_path
+from tether.store.sqlite.store import SCHEMA_VERSION, SQLiteStore
+from tether.store.urls import sqlite_path
 
 __all__ = [
     "CHECKPOINT_EVERY",

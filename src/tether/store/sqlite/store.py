@@ -12,7 +12,6 @@ Checkpointer). The cold-path methods are :class:`tether.store.sqlbase.SqlStore`'
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import threading
 import time
@@ -392,12 +391,3 @@ def _statements(sql: str) -> list[str]:
     ):
         raise StoreError(f"incomplete SQL statement at the end of a migration: {buf[:80]!r}")
     return out
-
-
-def sqlite_path(url: str) -> str:
-    """The file path of ``url``: a plain path, ``sqlite:///rel.db`` or ``sqlite:////abs.db``."""
-    if url.startswith("sqlite://"):
-        rest = url[len("sqlite://") :]
-        path = rest[1:] if rest.startswith("/") else rest
-        return path.split("?", 1)[0]
-    return os.fspath(url)
