@@ -3,6 +3,8 @@ way, recorded in the log so that replays agree. On both backends."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import tether
@@ -110,3 +112,42 @@ def test_a_replay_names_the_patches_a_run_relies_on(orders: Orders) -> None:
     assert replay(orders.app, queued).patches == {}  # at its frontier: no path taken yet
     orders.code = "v1"  # code without the patch: nothing relies on what it does not call
     assert replay(orders.app, old).patches == {}
+
+
+def test_a_patch_in_a_fan_out_branch_reads_the_branchs_own_position(app: tether.App) -> None:
+    """``run.patched`` looks at the position its call takes: in a ``run.parallel`` branch,
+    the one reserved for that branch, not the position after the fan-out (which a replay
+    has recorded: read there, the patch would take the old path and the replay diverge);
+    in an inline child executed in a branch, the child's own next position, not the
+    parent's reserved one."""
+
+    @app.agent
+    def kid(run: tether.Run) -> bool:
+        run.step("first", lambda: 1)
+        new = run.patched("kid-fix")
+        run.wait("kid-go")
+        return new
+
+    @app.agent
+    def fan(run: tether.Run) -> list[Any]:
+        got = run.parallel(
+            lambda: run.patched("fix"),
+            lambda: run.step("b", lambda: "b"),
+            lambda: run.child(kid, inline=True),
+        )
+        run.step("after", lambda: "after")
+        run.wait("go")
+        return got
+
+    handle = app.run(fan)
+    assert handle.status == "waiting"  # for its inline child
+    kid_id = f"{handle.id}~3"
+    app.signal(kid_id, "kid-go", None)
+    assert app.resume(handle.id).status == "waiting"  # the child replayed its patch
+    app.signal(handle.id, "go", None)
+    done = app.resume(handle.id)  # every position replayed from the log
+    assert done.output == [True, "b", True]
+    assert [(s.kind, s.name) for s in app.get(kid_id).steps][:2] == [
+        ("step", "first"),
+        ("decide", "patch:kid-fix"),
+    ]
