@@ -139,6 +139,31 @@ def test_an_agent_that_swallows_the_error_is_blocked_all_the_same(app: tether.Ap
     assert app.get(rid).status == "blocked" and app.get(rid).output is None
 
 
+def test_an_agent_that_raises_another_error_instead_is_blocked_all_the_same(
+    app: tether.App,
+) -> None:
+    """An agent that catches the code-change error and raises one of its own: the run is
+    blocked by what the journal found, not failed with the agent's error."""
+    version = {"v": 1}
+
+    @app.agent
+    def agent(run: tether.Run) -> str:
+        try:
+            run.step("b" if version["v"] == 2 else "a", lambda: 1)
+        except Exception as e:
+            raise RuntimeError("wrapped") from e
+        run.wait("go")
+        return "done"
+
+    rid = app.run(agent).id
+    version["v"] = 2
+    app.signal(rid, "go")
+    with pytest.raises(tether.NondeterminismError):
+        app.resume(rid)
+    state = app.get(rid)
+    assert state.status == "blocked" and "wrapped" not in str(state.failure), state.failure
+
+
 def test_cancel_with_compensation_stays_the_humans_choice(app: tether.App) -> None:
     shop = Shop(app)
     rid = shop.blocked_run()

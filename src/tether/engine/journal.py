@@ -551,10 +551,8 @@ class Journal:
         """The failure context of ``exc`` escaping the agent: its step if a step raised it."""
         if self.last_failure is not None and self.last_failure[0] is exc:
             return self.last_failure[1]
-        if isinstance(exc, NondeterminismError):
-            ctx = self.failure_context(exc, None, None, None)
-            ctx.update(position=exc.position, step=exc.found)
-            return ctx
+        # (a NondeterminismError never gets here: the journal is poisoned with it, so
+        # Executor._stopped blocks the run, raising, before it asks)
         return self.failure_context(exc, None, None, None)
 
 
