@@ -51,9 +51,10 @@ def compensable(state: RunState, find_tool: FindTool) -> list[StepState]:
             continue
         if not owns(state.run_id, s.key) or reverted(state, s.position):
             continue
-        if s.detail.get("risk") in (None, "read"):
-            continue
-        tool = find_tool(s.name, s.detail.get("code") or {})
+        code = s.detail.get("code") or {}
+        if s.detail.get("risk") in (None, "read") or code.get("undo") is False:
+            continue  # (a call recorded before "undo" was: its tool is looked up)
+        tool = find_tool(s.name, code)
         if tool is not None and tool.compensate is not None:
             out.append(s)
     return out

@@ -112,10 +112,12 @@ def define_tool(
         raise TypeError(f"tool {fn.__qualname__!r}: retry must be a tether.Retry, not {retry!r}")
     name = fn.__name__ if name is None else name
     inputs.name(name, "the tool's name")
-    code = {"module": fn.__module__, "qualname": fn.__qualname__}
+    code: dict[str, Any] = {"module": fn.__module__, "qualname": fn.__qualname__}
     source = inspect.getsourcefile(fn)
     if source:
         code["file"] = os.path.abspath(source)
+    if compensate is None:  # recorded with its calls: nothing to look up to undo them
+        code["undo"] = False
     takes_key = _takes_key(fn)
     secret_params, secret_at = _secret_params(fn, name, secret)
     return ToolDef(

@@ -239,12 +239,13 @@ class Reverter:
 
     def _tool(self, state: RunState, target: StepState) -> ToolDef:
         code = (target.detail or {}).get("code") or {}
-        try:
-            tool = self.find_tool(target.name, code)
+        try:  # a tool recorded with no compensation ("undo": False) is not looked up
+            tool = None if code.get("undo") is False else self.find_tool(target.name, code)
         except NotFound as e:
             raise RevertRefused(f"run {state.run_id}: step {target.position}: {e}") from None
         if tool is None or tool.compensate is None:
-            where = "is not known here (pass --app)" if tool is None else "has no compensation"
+            known = tool is not None or code.get("undo") is False
+            where = "has no compensation" if known else "is not known here (pass --app)"
             raise RevertRefused(
                 f"run {state.run_id}: step {target.position} is a call of tool "
                 f"{target.name!r}, which {where}: nothing can undo it. Register it with "
