@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tether.errors import Conflict, NotFound
+from tether.errors import Conflict, InvalidState, NotFound
 from tether.model import inputs
 
 if TYPE_CHECKING:
@@ -60,3 +60,20 @@ def _exists(app: App, run_id: str) -> bool:
     except NotFound:
         return False
     return True
+
+
+def outside_loop(runner: str) -> None:
+    """Refuse ``runner``'s ``run_sync`` in a thread that runs an event loop (a web handler,
+    a notebook): it starts a loop of its own, which Python refuses inside another. Checked
+    before anything is created."""
+    import asyncio
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise InvalidState(
+        f"{runner}.run_sync starts an event loop of its own, which Python refuses inside "
+        f"another (this thread runs one): from async code, await {runner}.run(...). "
+        f"Nothing was created."
+    )

@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tether.integrations import execute, missing
+from tether.integrations import execute, missing, outside_loop
 
 try:
     from agents import (
@@ -212,16 +212,9 @@ class TetherRunner:
         run_config: RunConfig | None = None,
     ) -> AgentRunResult:
         """:meth:`run` outside an event loop (in one of its own)."""
-        return asyncio.run(
-            self.run(
-                agent,
-                input,
-                run_id=run_id,
-                context=context,
-                max_turns=max_turns,
-                run_config=run_config,
-            )
-        )
+        outside_loop("TetherRunner")
+        kw: dict[str, Any] = {"run_id": run_id, "context": context, "max_turns": max_turns}
+        return asyncio.run(self.run(agent, input, run_config=run_config, **kw))
 
     def result(self, run_id: str) -> AgentRunResult:
         """The run's result as it stands (NotFound for an unknown run)."""

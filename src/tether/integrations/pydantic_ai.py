@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tether.integrations import execute, missing
+from tether.integrations import execute, missing, outside_loop
 
 try:
     from pydantic import BaseModel
@@ -278,6 +278,7 @@ class TetherAgentRunner:
         self, agent: Agent[Any, Any], prompt: str, *, run_id: str | None = None, deps: Any = None
     ) -> TetherRunResult:
         """:meth:`run` outside an event loop (in one of its own)."""
+        outside_loop("TetherAgentRunner")
         return asyncio.run(self.run(agent, prompt, run_id=run_id, deps=deps))
 
     def result(self, run_id: str) -> TetherRunResult:
