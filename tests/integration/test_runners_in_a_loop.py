@@ -53,3 +53,16 @@ def test_run_sync_in_a_running_loop_refuses_and_creates_nothing(app: tether.App)
         .final_output
         == "hi"
     )
+
+
+def test_an_empty_run_id_is_refused_not_taken_for_a_new_run(app: tether.App) -> None:
+    """``run_id=""`` (an unset variable) made a new run each call, so a resume never found
+    the one it meant; it is refused as app.start refuses it."""
+    sdk_agent = Agent(name="a", instructions="x", model=ScriptedModel([[assistant_message("hi")]]))
+    with pytest.raises(tether.InvalidInput, match="run_id must be a non-empty str"):
+        TetherRunner(app).run_sync(
+            sdk_agent, "go", run_id="", run_config=RunConfig(tracing_disabled=True)
+        )
+    with pytest.raises(tether.InvalidInput, match="run_id must be a non-empty str"):
+        TetherAgentRunner(app).run_sync(PydanticAgent(TestModel()), "go", run_id="")
+    assert app.runs() == []

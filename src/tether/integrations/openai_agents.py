@@ -170,7 +170,7 @@ class TetherRunner:
         reused. Returns when the run completes or waits (an approval); raises
         RunFailed when it fails. ``input`` must be JSON (a str, or input items as dicts).
         """
-        rid = run_id or new_run_id()
+        rid = new_run_id() if run_id is None else run_id  # "" is refused (execute)
         config = run_config or RunConfig()
         binding = _Binding(agent, context, config, self._durable(agent, config))
         with _LOCK:

@@ -260,7 +260,7 @@ class TetherAgentRunner:
         the run completes or waits (an approval); raises RunFailed when it fails."""
         history = ModelMessagesTypeAdapter.dump_python(list(message_history or []), mode="json")
         name = agent.name or "agent"
-        rid = run_id or new_run_id()
+        rid = new_run_id() if run_id is None else run_id  # "" is refused (execute)
         with _LOCK:
             _BOUND[rid] = (agent, deps)
         try:
