@@ -125,3 +125,32 @@ def test_every_case_ends_the_same_through_both_entry_points(app: tether.App, ent
     assert app.get(blocked).status == "blocked"
     version["v"] = 1
     assert go(app, blocked).output == "went"
+
+
+def test_a_retried_run_is_running_in_its_row_once_its_first_step_is_committed(
+    app: tether.App,
+) -> None:
+    """A run executed again here (a retry of a failed run) says ``running`` in its row
+    from the commit of its first step on: the move to running rides with the deferred
+    ``run.started`` (``Journal.defer``'s transition), which that commit carries."""
+    seen: list[str] = []
+    broken = {"yes": True}
+
+    def first() -> int:
+        if broken["yes"]:
+            raise ValueError("down")
+        return 1
+
+    @app.agent
+    def agent(run: tether.Run) -> int:
+        run.step("first", first, retry=tether.Retry(max_attempts=1))
+        run.step("look", lambda: seen.append(app.store.get_run(run.id).status))
+        return 2
+
+    with pytest.raises(tether.RunFailed):
+        app.run(agent)
+    rid = app.runs()[0].id
+    assert app.store.get_run(rid).status == "failed"
+    broken["yes"] = False
+    assert app.retry_run(rid, in_queue=False).output == 2
+    assert seen == ["running"]
