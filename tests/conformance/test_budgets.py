@@ -367,3 +367,23 @@ def test_calls_without_usage_count_the_same_in_every_process(
         assert other.resume(h.id).status == "waiting" and said == ["0", "1", "2"]
     finally:
         other.close()
+
+
+def test_a_call_whose_result_names_no_model_is_priced_by_its_model_keyword(
+    app: tether.App,
+) -> None:
+    """The result reports tokens but no model: the price is the ``model=`` the call was
+    given (docs/budgets.md), recorded with the step; an unpriced model costs 0."""
+
+    def client(messages: list[dict[str, str]], model: str) -> dict[str, object]:
+        return {"text": "ok", "usage": {"input_tokens": 1_000_000, "output_tokens": 500_000}}
+
+    @app.agent
+    def agent(run: tether.Run) -> None:
+        run.llm("priced", client, messages=[{"role": "user", "content": "hi"}], model="small-1")
+        run.llm("unpriced", client, messages=[{"role": "user", "content": "hi"}], model="other")
+
+    state = app.get(app.run(agent).id)
+    costs = [round(s.usage.cost, 6) for s in state.steps if s.usage is not None]
+    assert costs == [2.0, 0.0]  # 1M input at 1.0 + 0.5M output at 2.0
+    assert round(state.usage.cost, 6) == 2.0
