@@ -94,6 +94,10 @@ def test_each_step_is_checkpointed_and_a_fork_at_step_20_gets_the_step_20_tree(
     run_id = app.run("editor", 30, "a").id
     root = tmp_path / "ws" / run_id
     assert _tree(root) == expected(30, "a")
+    # each checkpoint names the step whose files it holds (the audit's "which step")
+    edits = [s.position for s in app.get(run_id).steps if s.name == "edit"]
+    marks = [e.payload().get("pos") for e in app.events(run_id) if e.type == "workspace"]
+    assert marks[1:] == edits  # the first: the files the run started with
     fork_dir = tmp_path / "fork20"
     fork_id = app.fork(run_id, step="edit#20", workspace=str(fork_dir))
     assert _tree(fork_dir) == expected(20, "a")
