@@ -8,6 +8,7 @@ the crashes, in real processes: tests/acceptance/test_inline_children_crash.py."
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -446,5 +447,34 @@ def test_an_inline_childs_steps_are_durable_before_the_next_call_runs(
         handle = app.run(parent)
         assert handle.output == ["none", "completed"]  # child 1 committed before child 2's step
         assert seen == ["completed"]  # child 2 committed before the parent's next step
+    finally:
+        app.close()
+
+
+def test_a_slow_inline_childs_record_rides_with_the_parents_next_append(
+    backend: Backend,
+) -> None:
+    """The parent's record of an inline child is deferred however long the child took (a
+    slow step's record is appended at once, a child's never: the child is found again by
+    its id, so the record costs no commit of its own)."""
+    app = tether.open(backend.url)
+    outside = backend.open()
+    seen: list[list[str]] = []
+
+    @app.agent
+    def kid(run: tether.Run) -> int:
+        return int(run.step("slow", lambda: time.sleep(0.08) or 1))
+
+    @app.agent
+    def parent(run: tether.Run) -> int:
+        out = int(run.child(kid, inline=True))
+        seen.append([e.type for e in outside.read_events(run.id)])
+        return out
+
+    try:
+        handle = app.run(parent)
+        assert handle.output == 1
+        assert "step.completed" not in seen[0]  # not yet: it rides with the run's end
+        assert [s.kind for s in app.get(handle.id).steps] == ["child"]
     finally:
         app.close()
