@@ -305,6 +305,9 @@ class WorkspaceLimit(WorkspaceError):
         self.limit = limit
 
 
+_CHILD_SAID = 400  # characters of a child's failure message a parent's error repeats
+
+
 class ChildFailed(TetherError):
     """Raised inside a parent by ``run.join`` when a child run failed or was cancelled:
     ``child_id`` names the child, ``error`` is its failure context (type, message, step,
@@ -312,10 +315,12 @@ class ChildFailed(TetherError):
 
     def __init__(self, run_id: str, child_id: str, error: dict[str, Any]) -> None:
         where = f" in step {error.get('step')!r}" if error.get("step") is not None else ""
+        said = str(error.get("message")).rstrip(".")
+        if len(said) > _CHILD_SAID:  # a grandchild's failure, and its own: the first words
+            said = said[:_CHILD_SAID] + "…"  # (whole, each level's record grew with depth)
         super().__init__(
             f"run {run_id}: child run {child_id} {error.get('status', 'failed')}{where}: "
-            f"{error.get('type')}: {str(error.get('message')).rstrip('.')}. "
-            f"See `tether show {child_id}`."
+            f"{error.get('type')}: {said}. See `tether show {child_id}`."
         )
         self.run_id = run_id
         self.child_id = child_id

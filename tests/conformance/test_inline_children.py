@@ -478,3 +478,21 @@ def test_a_slow_inline_childs_record_rides_with_the_parents_next_append(
         assert [s.kind for s in app.get(handle.id).steps] == ["child"]
     finally:
         app.close()
+
+
+def test_a_deep_failure_is_repeated_by_each_parent_in_a_bounded_message(app: tether.App) -> None:
+    """Each parent's ChildFailed repeats the first words of its child's failure, not the
+    whole of it: a failure at depth n made every level's record hold all the levels below
+    (a 200-deep chain of inline children stored 14 MB of events for one RecursionError)."""
+
+    @app.agent
+    def node(run: tether.Run, depth: int) -> int:
+        if depth == 0:
+            raise ValueError("x" * 5000)
+        return int(run.child(node, depth - 1, inline=True))
+
+    with pytest.raises(tether.RunFailed) as failed:
+        app.run(node, 12)
+    assert len(str(failed.value)) < 1500
+    sizes = [len(e.data) for r in app.runs(limit=100) for e in app.events(r.id)]
+    assert max(sizes) < 20_000, max(sizes)  # the deepest: its own 5,000 characters, twice
