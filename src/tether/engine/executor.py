@@ -419,10 +419,10 @@ class Executor:
     def _outage(
         self, journal: Journal, caught: type[BaseException] = StoreUnavailable
     ) -> Iterator[None]:
-        """The database went away under the execution (StoreUnavailable, raised on): a
-        pause, not the agent's failure. A worker puts the run back in its queue; executed
-        here, its lease is given back, so that `tether resume` goes on from its log once
-        the database is back, from any process (the heartbeat would extend it). ``caught``."""
+        """The database went away under the execution (``caught``; or an execution refused
+        before it began): a pause, not the agent's failure. A worker puts the run back in
+        its queue; executed here, its lease is given back, so that `tether resume` goes on
+        from its log later, from any process (the heartbeat would extend it)."""
         try:
             yield
         except caught:
