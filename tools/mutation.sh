@@ -16,7 +16,7 @@
 #
 # The whole run takes more than a session's machine time, so its verdicts are kept in the
 # repository (tools/mutation_state/: mutmut's .meta files, one per mutated module, and its
-# map of tests by function, mutmut-stats.json) and restored into a new mutants/ before a
+# map of tests by function, mutmut-stats.json, xz-compressed) and restored into a new mutants/ before a
 # run: mutmut keeps a verdict while its function's source is unchanged, and re-checks the
 # rest. After the run they are saved back. A second argument narrows the run to a glob
 # (tools/mutation.sh python 'tether.engine.journal.*'); MUTMUT_CHILDREN sets the
@@ -29,9 +29,11 @@ state=tools/mutation_state
 what="${1:-all}"
 if [ "$what" = all ] || [ "$what" = python ]; then
   if [ -d "$state" ] && [ ! -e mutants/mutmut-stats.json ]; then
-    (cd "$state" && find . -type f) | while read -r f; do
+    (cd "$state" && find . -name '*.meta') | while read -r f; do
       mkdir -p "mutants/$(dirname "$f")" && cp "$state/$f" "mutants/$f"
     done
+    "$py" -c 'import lzma, sys; open(sys.argv[2], "wb").write(lzma.open(sys.argv[1]).read())' \
+      "$state/mutmut-stats.json.xz" mutants/mutmut-stats.json
   fi
   # TETHER_NO_SHRINK: a property test that fails under a mutant reports at once
   # PYTHONPATH: the tests' child processes import this checkout's source (mutmut's own
@@ -39,7 +41,8 @@ if [ "$what" = all ] || [ "$what" = python ]; then
   PYTHONPATH="$PWD/src" TETHER_SKIP_PG=1 TETHER_NO_SHRINK=1 nice -n 19 .venv/bin/mutmut run \
     --max-children "${MUTMUT_CHILDREN:-2}" ${2:+"$2"} >/dev/null || true
   mkdir -p "$state"
-  cp mutants/mutmut-stats.json "$state/" 2>/dev/null || true
+  "$py" -c 'import lzma, sys; lzma.open(sys.argv[2], "wb", preset=9).write(open(sys.argv[1], "rb").read())' \
+    mutants/mutmut-stats.json "$state/mutmut-stats.json.xz"
   (cd mutants && find src -name '*.meta') | while read -r f; do
     mkdir -p "$state/$(dirname "$f")" && cp "mutants/$f" "$state/$f"
   done

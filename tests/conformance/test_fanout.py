@@ -6,6 +6,7 @@ on the log; calls whose position would depend on timing are refused when made.
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 from typing import Any
@@ -163,6 +164,7 @@ def test_a_second_call_of_a_concurrent_task_is_refused_when_made(app: tether.App
         app.run(fan)
     assert info.value.error["type"] == "tether.errors.InvalidState"
     assert "second journaled call of a concurrent asyncio task" in info.value.error["message"]
+    assert re.search(r"step 'parse[12]' is the second", info.value.error["message"])
     assert "run.parallel" in info.value.error["message"]
 
 
@@ -357,8 +359,8 @@ def test_a_call_from_a_thread_of_the_agent_is_refused_and_fails_the_run(app: tet
         t.join(BOUND)
         return "done"
 
-    with pytest.raises(tether.RunFailed, match="thread other than the agent's"):
-        app.run(racy)
+    with pytest.raises(tether.RunFailed, match="step 'side' was called from a thread other"):
+        app.run(racy)  # the message names the call: its kind and name
     assert isinstance(seen[0], tether.InvalidState) and "run.map" in str(seen[0])
     state = app.get(app.runs()[0].id)
     assert state.status == "failed" and state.steps == ()

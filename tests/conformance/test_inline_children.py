@@ -496,3 +496,38 @@ def test_a_deep_failure_is_repeated_by_each_parent_in_a_bounded_message(app: tet
     assert len(str(failed.value)) < 1500
     sizes = [len(e.data) for r in app.runs(limit=100) for e in app.events(r.id)]
     assert max(sizes) < 20_000, max(sizes)  # the deepest: its own 5,000 characters, twice
+
+
+def test_a_boards_change_by_an_unborn_child_finds_the_child_created(backend: Backend) -> None:
+    """An inline child's creation waits for its first write, unless a call's record names
+    it elsewhere first: a board's change names its run, so the child is created before the
+    change is (a crash after the change would otherwise leave a history naming a run that
+    never existed). Looked at through another connection right after the write returns."""
+    app = tether.open(backend.url)
+    outside = backend.open()
+    seen: list[bool] = []
+
+    def exists(rid: str) -> bool:
+        try:
+            outside.get_run(rid)
+        except tether.NotFound:
+            return False
+        return True
+
+    @app.agent
+    def kid(run: tether.Run) -> int:
+        seen.append(exists(run.id))  # nothing written yet: not created
+        run.board("shared").set("k", 1)
+        seen.append(exists(run.id))
+        return 1
+
+    @app.agent
+    def parent(run: tether.Run) -> int:
+        return int(run.child(kid, inline=True))
+
+    try:
+        handle = app.run(parent)
+        assert handle.output == 1 and seen == [False, True]
+        assert app.board("shared").history("k")[0].run_id == f"{handle.id}~1"
+    finally:
+        app.close()
