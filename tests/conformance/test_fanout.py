@@ -397,6 +397,6 @@ def test_a_parallel_branch_makes_exactly_one_call(
             return run.parallel(lambda: branch(run), lambda: run.step("x", int))
 
         agent = sp
-    words = "without a journaled call" if calls == 0 else "second journaled call in one branch"
+    words = "without a journaled call" if calls == 0 else "step 'two' is a second journaled call in"
     with pytest.raises(tether.RunFailed, match=words):
         app.run(agent)
