@@ -166,13 +166,7 @@ def outside_loop(d: AgentDef, run_id: str | None = None) -> None:
     which Python refuses inside another, after the run was created or claimed.
     ``run_id``: the run claimed (its lease is given back by the caller), else none was
     created yet."""
-    if not d.is_async:
-        return
-    import asyncio  # only for async agents: keeps `import tether` fast
-
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
+    if not d.is_async or not loop_running():
         return
     done = (
         "No run was created."
@@ -185,3 +179,14 @@ def outside_loop(d: AgentDef, run_id: str | None = None) -> None:
         f"call `await app.arun(...)` and `await app.aresume(...)`; app.run and app.resume "
         f"start an event loop of their own, which Python refuses inside another. {done}"
     )
+
+
+def loop_running() -> bool:
+    """Whether this thread runs an event loop (where ``asyncio.run`` is refused)."""
+    import asyncio  # only when asked: keeps `import tether` fast
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

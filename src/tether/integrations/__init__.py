@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tether.engine.births import loop_running
 from tether.errors import Conflict, InvalidState, NotFound
 from tether.model import inputs
 
@@ -66,11 +67,7 @@ def outside_loop(runner: str) -> None:
     """Refuse ``runner``'s ``run_sync`` in a thread that runs an event loop (a web handler,
     a notebook): it starts a loop of its own, which Python refuses inside another. Checked
     before anything is created."""
-    import asyncio
-
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
+    if not loop_running():
         return
     raise InvalidState(
         f"{runner}.run_sync starts an event loop of its own, which Python refuses inside "
