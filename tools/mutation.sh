@@ -18,9 +18,10 @@
 # repository (tools/mutation_state/: mutmut's .meta files, one per mutated module, and its
 # map of tests by function, mutmut-stats.json, xz-compressed) and restored into a new mutants/ before a
 # run: mutmut keeps a verdict while its function's source is unchanged, and re-checks the
-# rest. After the run they are saved back. A second argument narrows the run to a glob
+# rest. After the run they are saved back. More arguments narrow the run to globs
 # (tools/mutation.sh python 'tether.engine.journal.*'); MUTMUT_CHILDREN sets the
-# parallelism (default 2).
+# parallelism (default 2), MUTMUT_NICE its niceness (default 19; 0 when the run is itself the
+# CPU load beside the suite, as in the loaded-suite runs of tools/loaded_suite.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=.venv/bin/python
@@ -38,8 +39,8 @@ if [ "$what" = all ] || [ "$what" = python ]; then
   # TETHER_NO_SHRINK: a property test that fails under a mutant reports at once
   # PYTHONPATH: the tests' child processes import this checkout's source (mutmut's own
   # process imports the mutated copy in mutants/src)
-  PYTHONPATH="$PWD/src" TETHER_SKIP_PG=1 TETHER_NO_SHRINK=1 nice -n 19 .venv/bin/mutmut run \
-    --max-children "${MUTMUT_CHILDREN:-2}" ${2:+"$2"} >/dev/null || true
+  PYTHONPATH="$PWD/src" TETHER_SKIP_PG=1 TETHER_NO_SHRINK=1 nice -n "${MUTMUT_NICE:-19}" .venv/bin/mutmut run \
+    --max-children "${MUTMUT_CHILDREN:-2}" "${@:2}" >/dev/null || true
   mkdir -p "$state"
   "$py" -c 'import lzma, sys; lzma.open(sys.argv[2], "wb", preset=9).write(open(sys.argv[1], "rb").read())' \
     mutants/mutmut-stats.json "$state/mutmut-stats.json.xz"
