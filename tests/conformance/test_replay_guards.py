@@ -178,11 +178,62 @@ def test_a_key_completed_in_the_effects_table_returns_its_result(
 ) -> None:
     """The process died after the tool's effect was recorded in the effects table but the
     log has no completion (a lost write, a restored log): the resume must return the
-    recorded result, without calling the tool again and without asking a human."""
+    recorded result, without calling the tool again and without asking a human. Here the
+    call was on its second attempt (the first one failed and was retried): the step's
+    record keeps that count."""
     app = clocked
     calls: list[str] = []
 
-    @app.tool(risk="write", on_doubt=on_doubt)
+    @app.tool(risk="write", on_doubt=on_doubt, retry=tether.Retry(max_attempts=3, backoff=0))
+    def charge(amount: int, *, idempotency_key: str) -> dict[str, int]:
+        calls.append(idempotency_key)
+        if len(calls) == 1:
+            raise ConnectionError("the payment API did not answer")
+        if len(calls) == 2:
+            raise Crash
+        return {"charge": len(calls)}
+
+    @app.agent
+    def pay(run: tether.Run) -> object:
+        return run.tool(charge, 30)
+
+    with pytest.raises(Crash):
+        app.run(pay)
+    (rid,) = [r.id for r in app.runs()]
+    key = calls[0]
+    state = app.get(rid)
+    assert (state.steps[0].status, state.steps[0].key, state.steps[0].attempts) == (
+        "running",
+        key,
+        2,
+    )
+    assert app.effect(key).status == "intent"  # type: ignore[union-attr]
+    backend.sql(
+        f"UPDATE effects SET status = 'completed', result = '{{\"charge\": 1}}' WHERE key = '{key}'"
+    )
+    done = app.resume(rid)
+    assert (done.status, done.output) == ("completed", {"charge": 1})
+    assert calls == [key, key]  # not called again
+    step = app.get(rid).steps[0]
+    assert (step.status, step.output, step.key) == ("completed", {"charge": 1}, key)
+    assert step.attempts == 2
+    assert step.input_digest == _tool_digest(30)  # the args check still holds on replay
+    completed = [e for e in app.events(rid) if e.type == "step.completed"]
+    assert [e.payload()["key"] for e in completed] == [key]
+
+
+@pytest.mark.parametrize("status", ["compensating", "compensated"])
+def test_a_key_undone_in_the_effects_table_is_not_taken_for_a_result(
+    clocked: tether.App, backend: Backend, status: str
+) -> None:
+    """The effects table holds the call's result, but the call was undone since (a
+    compensation marked its row), and the log has no completion (a restored log): the
+    undone result is not returned as the call's; the call is in doubt again, and a tool
+    that dedups is called again with its key."""
+    app = clocked
+    calls: list[str] = []
+
+    @app.tool(risk="write", on_doubt="retry")
     def charge(amount: int, *, idempotency_key: str) -> dict[str, int]:
         calls.append(idempotency_key)
         if len(calls) == 1:
@@ -197,20 +248,11 @@ def test_a_key_completed_in_the_effects_table_returns_its_result(
         app.run(pay)
     (rid,) = [r.id for r in app.runs()]
     key = calls[0]
-    state = app.get(rid)
-    assert (state.steps[0].status, state.steps[0].key) == ("running", key)
-    assert app.effect(key).status == "intent"  # type: ignore[union-attr]
     backend.sql(
-        f"UPDATE effects SET status = 'completed', result = '{{\"charge\": 1}}' WHERE key = '{key}'"
+        f"UPDATE effects SET status = '{status}', result = '{{\"charge\": 1}}' WHERE key = '{key}'"
     )
     done = app.resume(rid)
-    assert (done.status, done.output) == ("completed", {"charge": 1})
-    assert calls == [key]  # not called again
-    step = app.get(rid).steps[0]
-    assert (step.status, step.output, step.key) == ("completed", {"charge": 1}, key)
-    assert step.input_digest == _tool_digest(30)  # the args check still holds on replay
-    completed = [e for e in app.events(rid) if e.type == "step.completed"]
-    assert [e.payload()["key"] for e in completed] == [key]
+    assert (done.status, done.output, calls) == ("completed", {"charge": 2}, [key, key])
 
 
 # -- snapshots keep what compensation needs ------------------------------------------

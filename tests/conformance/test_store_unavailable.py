@@ -299,3 +299,48 @@ def test_a_sqlite_file_locked_too_long_pauses_the_run(sqlite_backend: Backend) -
     finally:
         other.close()
         app.close()
+
+
+def test_an_agent_that_catches_the_lost_database_writes_nothing_more(
+    sqlite_backend: Backend,
+) -> None:
+    """An agent may catch StoreUnavailable and go on. Its run must not: the failed append
+    may or may not have committed, so the journal refuses every later write, and the run
+    is paused (resumable), never completed over the records the failed append held.
+    Here the database answers again before the next step: a journal that forgot the loss
+    would append that step and complete the run without them."""
+    app = tether.open(sqlite_backend.url, busy_timeout=0.3)
+    other = sqlite3.connect(sqlite_backend.url, isolation_level=None)  # not tether
+    calls: list[str] = []
+    caught: list[BaseException] = []
+
+    def call(name: str) -> str:
+        calls.append(name)
+        return name
+
+    @app.agent
+    def careless(run: tether.Run) -> list[str]:
+        done = [str(run.step("s0", call, "s0"))]
+        if not caught:
+            other.execute("BEGIN IMMEDIATE")  # holds the write lock
+        try:
+            done += [str(run.step("s1", call, "s1")), str(run.step("s2", call, "s2"))]
+        except StoreUnavailable as e:
+            caught.append(e)
+            other.execute("ROLLBACK")  # the database answers again
+        return [*done, str(run.step("s3", call, "s3"))]
+
+    try:
+        with pytest.raises(StoreUnavailable, match="stayed locked"):
+            app.run(careless)
+        assert len(caught) == 1
+        (rid,) = [r.id for r in app.store.list_runs()]
+        assert app.store.get_run(rid).status == "running"  # paused, not completed
+        assert "run.completed" not in [e.type for e in app.events(rid)]
+        app._leases.retry_let_go()  # what the heartbeat does
+        handle = app.resume(rid)
+        assert (handle.status, handle.output) == ("completed", ["s0", "s1", "s2", "s3"])
+        assert [s.name for s in app.get(rid).steps] == ["s0", "s1", "s2", "s3"]
+    finally:
+        other.close()
+        app.close()
