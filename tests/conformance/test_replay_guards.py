@@ -220,6 +220,46 @@ def test_a_key_completed_in_the_effects_table_returns_its_result(
     assert step.input_digest == _tool_digest(30)  # the args check still holds on replay
     completed = [e for e in app.events(rid) if e.type == "step.completed"]
     assert [e.payload()["key"] for e in completed] == [key]
+    assert completed[0].payload()["duration"] == 0  # no call was made
+
+
+def test_a_key_completed_in_the_effects_table_is_found_without_its_intent(
+    clocked: tether.App, backend: Backend
+) -> None:
+    """The log lost even the call's intent (restored from before it), the effects table
+    kept the completed call: the resume returns the recorded result, as the call's first
+    attempt, without calling the tool again."""
+    app = clocked
+    calls: list[str] = []
+
+    @app.tool(risk="write")
+    def charge(amount: int, *, idempotency_key: str) -> dict[str, int]:
+        calls.append(idempotency_key)
+        if len(calls) == 1:
+            raise Crash
+        return {"charge": len(calls)}
+
+    @app.agent
+    def pay(run: tether.Run) -> object:
+        return run.tool(charge, 30)
+
+    with pytest.raises(Crash):
+        app.run(pay)
+    (rid,) = [r.id for r in app.runs()]
+    key = calls[0]
+    types = [e.type for e in app.events(rid)]
+    assert types[2] == "tool.intent"  # after run.created and run.started
+    seq = "key & 4294967295" if backend.name == "sqlite" else "seq"
+    backend.sql(f"DELETE FROM events WHERE {seq} >= 3")  # the intent and what follows it
+    backend.sql("DELETE FROM snapshots")
+    backend.sql(
+        f"UPDATE effects SET status = 'completed', result = '{{\"charge\": 1}}' WHERE key = '{key}'"
+    )
+    assert not app.get(rid).steps
+    done = app.resume(rid)
+    assert (done.status, done.output, calls) == ("completed", {"charge": 1}, [key])
+    step = app.get(rid).steps[0]
+    assert (step.status, step.key, step.attempts) == ("completed", key, 1)
 
 
 @pytest.mark.parametrize("status", ["compensating", "compensated"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from typing import Any
 
 import pytest
@@ -325,6 +326,8 @@ def test_an_async_tool_called_directly_in_an_async_agent_is_refused(app: tether.
     async def pay_through(run: tether.AsyncRun) -> int:
         return int(await run.tool(charge, 7))
 
+    # still an async function to whoever inspects it (the agent SDKs tell async tools so)
+    assert inspect.iscoroutinefunction(charge)
     with pytest.raises(tether.RunFailed, match="called directly in the agent"):
         app.run(pay)
     assert calls == []
