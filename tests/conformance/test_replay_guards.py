@@ -262,18 +262,19 @@ def test_a_key_completed_in_the_effects_table_is_found_without_its_intent(
     assert (step.status, step.key, step.attempts) == ("completed", key, 1)
 
 
+@pytest.mark.parametrize("on_doubt", ["retry", "ask"])
 @pytest.mark.parametrize("status", ["compensating", "compensated"])
 def test_a_key_undone_in_the_effects_table_is_not_taken_for_a_result(
-    clocked: tether.App, backend: Backend, status: str
+    clocked: tether.App, backend: Backend, status: str, on_doubt: str
 ) -> None:
     """The effects table holds the call's result, but the call was undone since (a
     compensation marked its row), and the log has no completion (a restored log): the
-    undone result is not returned as the call's; the call is in doubt again, and a tool
-    that dedups is called again with its key."""
+    undone result is not returned as the call's; the call is in doubt again: a tool that
+    dedups is called again with its key, or a person is asked, told it was a crash."""
     app = clocked
     calls: list[str] = []
 
-    @app.tool(risk="write", on_doubt="retry")
+    @app.tool(risk="write", on_doubt=on_doubt)
     def charge(amount: int, *, idempotency_key: str) -> dict[str, int]:
         calls.append(idempotency_key)
         if len(calls) == 1:
@@ -292,7 +293,12 @@ def test_a_key_undone_in_the_effects_table_is_not_taken_for_a_result(
         f"UPDATE effects SET status = '{status}', result = '{{\"charge\": 1}}' WHERE key = '{key}'"
     )
     done = app.resume(rid)
-    assert (done.status, done.output, calls) == ("completed", {"charge": 2}, [key, key])
+    if on_doubt == "retry":
+        assert (done.status, done.output, calls) == ("completed", {"charge": 2}, [key, key])
+        return
+    assert (done.status, calls) == ("waiting", [key])
+    waiting = app.get(rid).waiting or {}
+    assert (waiting["kind"], waiting["key"], waiting["reason"]) == ("doubt", key, "crash")
 
 
 # -- snapshots keep what compensation needs ------------------------------------------
