@@ -47,16 +47,20 @@ def _tool_digest(*args: Any, **kwargs: Any) -> str:
 # -- a tool's arguments are part of what replay checks ---------------------------------
 
 
-@pytest.mark.parametrize("recorded", ["completed", "in flight"])
+@pytest.mark.parametrize(
+    ("risk", "recorded"), [("write", "completed"), ("write", "in flight"), ("read", "completed")]
+)
 def test_a_tool_replayed_with_other_arguments_is_nondeterminism(
-    clocked: tether.App, recorded: str
+    clocked: tether.App, risk: str, recorded: str
 ) -> None:
+    """A read tool's call records no intent (nothing is in flight to check), but its
+    completed call's arguments are checked on replay as a write tool's are."""
     app = clocked
     to = {"value": "alice"}
     sent: list[str] = []
     caught: list[tether.NondeterminismError] = []
 
-    @app.tool(risk="write")
+    @app.tool(risk=risk)
     def send(to: str, *, idempotency_key: str) -> str:
         sent.append(to)
         if recorded == "in flight" and len(sent) == 1:

@@ -264,6 +264,28 @@ def rules() -> Any:
     redact.configure(before)
 
 
+@pytest.mark.parametrize("risk", ["read", "write"])
+def test_a_failed_calls_context_names_its_secret_argument(app: tether.App, risk: str) -> None:
+    """The function gets the value; the failure's context, stored with the run, shows the
+    argument as the Secret it was given as (its name, never its value)."""
+    got: list[str] = []
+
+    @app.tool(risk=risk, secret=["api_key"])
+    def look(q: str, api_key: str) -> str:
+        got.append(api_key)
+        raise PermissionError("401: rejected")
+
+    @app.agent
+    def agent(run: tether.Run) -> str:
+        return str(run.tool(look, "q", api_key="value-of-the-key"))
+
+    with pytest.raises(tether.RunFailed):
+        app.run(agent)
+    assert got == ["value-of-the-key"]
+    failure = app.get(app.runs(agent="agent")[0].id).failure or {}
+    assert failure["input"] == "(['q'], {'api_key': Secret(name='api_key')})"
+
+
 def test_a_result_holding_a_secret_is_refused_and_a_reference_is_not(app: tether.App) -> None:
     @app.agent
     def leaks(run: tether.Run) -> Any:

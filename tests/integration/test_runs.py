@@ -177,6 +177,30 @@ def test_step_timeout_is_an_attempt_error(app: tether.App) -> None:
     assert info.value.error["type"] == "tether.errors.StepTimeout"
 
 
+def test_a_read_tools_timeout_is_an_attempt_error(app: tether.App) -> None:
+    """A read tool's call is bounded by its policy's timeout, as a step's is (a write
+    tool's timeout puts its call in doubt instead: tests/conformance/test_decisions.py)."""
+    import threading
+
+    release = threading.Event()
+
+    @app.tool(risk="read", retry=tether.Retry(timeout=0.05))
+    def lookup(q: str) -> str:
+        release.wait(30)  # the abandoned attempt's thread ends when the test does
+        return q
+
+    @app.agent
+    def agent(run: tether.Run) -> str:
+        return str(run.tool(lookup, "x"))
+
+    try:
+        with pytest.raises(tether.RunFailed) as info:
+            app.run(agent)
+    finally:
+        release.set()
+    assert info.value.error["type"] == "tether.errors.StepTimeout"
+
+
 def test_llm_usage_is_recorded_per_step_and_per_run(app: tether.App) -> None:
     def model(prompt: str) -> dict[str, Any]:
         return {
