@@ -114,9 +114,14 @@ def test_worker_serves_metrics_of_the_runs_it_executed(
             fams = _families(endpoint)
         check = tether.open(url)
         try:
-            assert all(check.get(i).status == "completed" for i in ids)
+            # a run's execution is counted when its agent returns; its final event is
+            # committed just after (posted, not awaited: the worker's group commit)
+            while not all(check.get(i).status == "completed" for i in ids):
+                assert time.monotonic() < deadline, "the runs did not complete"
+                time.sleep(0.05)
         finally:
             check.close()
+        fams = _families(endpoint)  # the gauges below are read at this scrape, after that
         n = len(RUNS)
         assert _value(fams, "tether_executions_total", agent="chat", outcome="completed") == n
         assert _value(fams, "tether_model_call_seconds_count", agent="chat") == n
