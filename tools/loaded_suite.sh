@@ -23,14 +23,12 @@ pg_isready -h 127.0.0.1 -p 5432 -q \
 bouncer="$(mktemp -d)" && chmod 755 "$bouncer"
 TETHER_PGBOUNCER_URL="$("$clone/.ci/pgbouncer" "$bouncer")"
 export TETHER_PGBOUNCER_URL
-if [ -n "${HOG:-}" ]; then
-  setsid bash -c "$HOG" >/tmp/loaded_suite_hog.log 2>&1 &
-else
-  setsid python3 -c 'while True: pass' &
-fi
+set -m  # the hog in a process group of its own, killed whole at the end
+bash -c "${HOG:-exec python3 -c 'while True: pass'}" >/tmp/loaded_suite_hog.log 2>&1 &
 hog=$!
+set +m
 finish() {
-  kill -- -"$hog" 2>/dev/null
+  kill -TERM -- -"$hog" 2>/dev/null && sleep 3 && kill -KILL -- -"$hog" 2>/dev/null
   [ -f "$bouncer/pgbouncer.pid" ] && kill "$(cat "$bouncer/pgbouncer.pid")"
   rm -rf "$bouncer"
 }
