@@ -127,6 +127,27 @@ def _hangs_quietly(amount: int) -> None:
     _ANSWER.wait(60)
 
 
+def test_a_deduping_tool_out_of_attempts_asks_rather_than_fails(app: tether.App) -> None:
+    """A tool that dedups is retried when its call times out, while its policy has
+    attempts left; after its last one, whether the call happened is still unknown: the
+    run waits for a person, it does not fail."""
+    keys: list[str] = []
+
+    @app.tool(risk="write", on_doubt="retry", retry=tether.Retry(timeout=0.05))
+    def charge(amount: int, *, idempotency_key: str) -> dict[str, int]:
+        keys.append(idempotency_key)
+        return _hangs(amount)
+
+    @app.agent
+    def pay(run: tether.Run) -> Any:
+        return run.tool(charge, 40)
+
+    handle = app.run(pay)
+    assert handle.status == "waiting" and handle.waiting is not None
+    assert (handle.waiting["kind"], handle.waiting["reason"]) == ("doubt", "timeout")
+    assert len(keys) == 1
+
+
 def test_happened_without_a_result_is_refused_for_a_tool_that_returns_one(
     app: tether.App, bare: tether.App
 ) -> None:
