@@ -127,6 +127,54 @@ def _hangs_quietly(amount: int) -> None:
     _ANSWER.wait(60)
 
 
+class _AnsweredAtTheBackoff(tether.FakeClock):
+    """A clock whose pause between two attempts is when a hanging call gets its answer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answer = threading.Event()
+
+    def sleep(self, seconds: float) -> None:
+        self.answer.set()
+        super().sleep(seconds)
+
+
+@pytest.mark.parametrize("on_doubt", ["retry", "ask"])
+def test_a_timed_out_call_is_retried_only_by_a_tool_that_dedups(
+    backend: Backend, on_doubt: str
+) -> None:
+    """A write tool's call past its timeout is in doubt. A tool that dedups is retried
+    (its retry waits for the abandoned attempt, answered meanwhile, and takes its
+    outcome: the function runs once); a tool that asks is asked about at once, its
+    attempts left unused."""
+    clock = _AnsweredAtTheBackoff()
+    app = tether.open(backend.url, clock=clock)
+    keys: list[str] = []
+    try:
+        policy = tether.Retry(max_attempts=2, timeout=1.0)
+
+        @app.tool(risk="write", on_doubt=on_doubt, retry=policy)
+        def charge(amount: int, *, idempotency_key: str) -> dict[str, int]:
+            keys.append(idempotency_key)
+            clock.answer.wait(30)
+            return {"n": len(keys)}
+
+        @app.agent
+        def pay(run: tether.Run) -> Any:
+            return run.tool(charge, 40)
+
+        handle = app.run(pay)
+        if on_doubt == "retry":
+            assert (handle.status, handle.output, len(keys)) == ("completed", {"n": 1}, 1)
+        else:
+            assert handle.status == "waiting" and handle.waiting is not None
+            assert (handle.waiting["kind"], handle.waiting["reason"]) == ("doubt", "timeout")
+            assert len(keys) == 1 and clock.slept == []
+    finally:
+        clock.answer.set()
+        app.close()
+
+
 def test_a_deduping_tool_out_of_attempts_asks_rather_than_fails(app: tether.App) -> None:
     """A tool that dedups is retried when its call times out, while its policy has
     attempts left; after its last one, whether the call happened is still unknown: the
