@@ -170,6 +170,11 @@ def test_a_timed_out_call_is_retried_only_by_a_tool_that_dedups(
             assert handle.status == "waiting" and handle.waiting is not None
             assert (handle.waiting["kind"], handle.waiting["reason"]) == ("doubt", "timeout")
             assert len(keys) == 1 and clock.slept == []
+            # the audit trail says which attempt timed out, when, and why
+            (doubt,) = [e.payload() for e in app.events(handle.id) if e.type == "tool.in_doubt"]
+            assert (doubt["attempt"], doubt["reason"]) == (1, "timeout")
+            (error,) = app.get(handle.id).steps[0].errors
+            assert (error["type"], error["at"]) == ("tether.errors.StepTimeout", clock.now())
     finally:
         clock.answer.set()
         app.close()
