@@ -204,6 +204,7 @@ def test_a_result_that_breaks_its_shape_fails_after_its_effect(kit: Kit) -> None
     assert kit.types(run_id)[-4:] == ["tool.intent", "step.completed", VERDICT, "run.failed"]
     step = kit.app.get(run_id).step(1)
     assert step is not None and step.status == "completed" and step.output == "booked"
+    assert f"recorded as completed (key {step.key})" in error["message"]  # the call's own
     effect = kit.app.store.get_effect(step.key or "")
     assert effect is not None and effect.status == "completed"
     # a retry replays the recorded refusal: the effect is not made again
