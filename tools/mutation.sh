@@ -4,6 +4,8 @@
 #   tools/mutation.sh            mutmut on the core modules ([tool.mutmut] in pyproject.toml),
 #                                then tools/sql_mutation.py on the stores' SQL (both dialects)
 #   tools/mutation.sh python     only mutmut;   tools/mutation.sh sql   only the SQL
+#   tools/mutation.sh save       only keep mutants/' verdicts in tools/mutation_state (after a
+#                                mutmut run stopped before its end, e.g. at a session's end)
 #
 # mutmut keeps its results in mutants/ (a later run re-checks only what changed in the mutated
 # modules; it copies tests/ again each run, but not the other source files: after changing one
@@ -18,7 +20,9 @@
 # repository (tools/mutation_state/: mutmut's .meta files, one per mutated module, and its
 # map of tests by function, mutmut-stats.json, xz-compressed) and restored into a new mutants/ before a
 # run: mutmut keeps a verdict while its function's source is unchanged, and re-checks the
-# rest. After the run they are saved back. More arguments narrow the run to globs
+# rest. After the run they are saved back. More arguments narrow the run to globs (mutmut
+# re-checks every mutant a glob names, kept verdicts included: without one it checks only the
+# mutants it has no verdict for)
 # (tools/mutation.sh python 'tether.engine.journal.*'); MUTMUT_CHILDREN sets the
 # parallelism (default 2), MUTMUT_NICE its niceness (default 19; 0 when the run is itself the
 # CPU load beside the suite, as in the loaded-suite runs of tools/loaded_suite.sh).
@@ -41,6 +45,8 @@ if [ "$what" = all ] || [ "$what" = python ]; then
   # process imports the mutated copy in mutants/src)
   PYTHONPATH="$PWD/src" TETHER_SKIP_PG=1 TETHER_NO_SHRINK=1 nice -n "${MUTMUT_NICE:-19}" .venv/bin/mutmut run \
     --max-children "${MUTMUT_CHILDREN:-2}" "${@:2}" >/dev/null || true
+fi
+if [ "$what" = all ] || [ "$what" = python ] || [ "$what" = save ]; then
   mkdir -p "$state"
   "$py" -c 'import lzma, sys; lzma.open(sys.argv[2], "wb", preset=9).write(open(sys.argv[1], "rb").read())' \
     mutants/mutmut-stats.json "$state/mutmut-stats.json.xz"
