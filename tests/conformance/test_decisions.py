@@ -151,7 +151,9 @@ def test_a_timed_out_call_is_retried_only_by_a_tool_that_dedups(
     app = tether.open(backend.url, clock=clock)
     keys: list[str] = []
     try:
-        policy = tether.Retry(max_attempts=2, timeout=1.0)
+        # real time: the first attempt is abandoned at its timeout (it waits for the clock's
+        # answer); the retry waits as long for it, which needs only to return by then
+        policy = tether.Retry(max_attempts=2, timeout=2.0)
 
         @app.tool(risk="write", on_doubt=on_doubt, retry=policy)
         def charge(amount: int, *, idempotency_key: str) -> dict[str, int]:
