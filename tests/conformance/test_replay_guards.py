@@ -98,6 +98,41 @@ def test_a_tool_replayed_with_other_arguments_is_nondeterminism(
     assert app.get(rid).steps[0].input_digest == _tool_digest(to="alice")
 
 
+def test_a_credential_in_changed_arguments_is_not_hashed_into_the_error(
+    clocked: tether.App,
+) -> None:
+    """The arguments changed, and now hold a credential (redacted by the default rules):
+    the NondeterminismError, which the blocked run's record keeps, names the digest of the
+    redacted arguments, never a hash of the credential itself (a short one could be found
+    again from it)."""
+    app = clocked
+    note = {"value": "hello"}
+
+    @app.tool(risk="write")
+    def post(text: str, *, idempotency_key: str) -> str:
+        return "posted"
+
+    @app.agent
+    def poster(run: tether.Run) -> str:
+        out = str(run.tool(post, note["value"]))
+        run.wait("go")
+        return out
+
+    rid = app.run(poster).id
+    app.signal(rid, "go")
+    note["value"] = "my key is sk-proj-" + "ab12" * 10  # the code changed under the run
+    with pytest.raises(tether.NondeterminismError) as raised:
+        app.resume(rid)
+    redacted, raw = (
+        _tool_digest(note["value"]),
+        codec.digest({"args": [note["value"]], "kwargs": {}}, redacted=False),
+    )
+    assert redacted != raw
+    assert f"args {redacted[:12]}" in str(raised.value)
+    kept = [repr(app.get(rid)), *(e.data for e in app.events(rid))]  # the block's record
+    assert redacted[:12] in "".join(kept) and raw[:12] not in str(raised.value) + "".join(kept)
+
+
 def test_a_tool_replayed_with_the_same_arguments_reuses_its_result(clocked: tether.App) -> None:
     app = clocked
     sent: list[str] = []
