@@ -360,6 +360,31 @@ def test_secret_parameters_are_wrapped_by_position_and_by_name(app: tether.App) 
         app.run(number)
 
 
+@pytest.mark.parametrize(
+    ("secret", "says"),
+    [
+        ("token", "secret= is a list of parameter names (secret=['api_key']), not 'token'"),
+        (5, "secret= is a list of parameter names (secret=['api_key']), not 5"),
+        (["nope"], "secret= names 'nope', which is not one of its parameters (url, token)"),
+        ([7], "secret= names 7, which is not one of its parameters (url, token)"),
+    ],
+)
+def test_secret_is_a_list_of_the_tools_parameter_names(
+    app: tether.App, secret: Any, says: str
+) -> None:
+    def fetch(url: str, token: str) -> str:
+        return url
+
+    with pytest.raises(tether.InvalidInput) as info:
+        app.tool(fetch, risk="read", secret=secret)
+    assert str(info.value) == f"tool 'fetch': {says}"
+
+    def call(url: str, **params: Any) -> str:  # takes any name
+        return url
+
+    assert app.tool(call, risk="read", secret=["api_key"]).__tether_tool__.secret == {"api_key"}
+
+
 def test_redaction_can_be_turned_off_and_a_run_recorded_so_replays(
     backend: Backend, rules: Any
 ) -> None:

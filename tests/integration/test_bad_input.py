@@ -131,6 +131,32 @@ def test_an_agent_that_is_not_a_plain_function_is_refused_saying_why(
     assert "odd" not in app.agents()
 
 
+class _Callable:
+    def __call__(self, to: str) -> str:
+        return to
+
+
+@pytest.mark.parametrize(
+    ("fn", "words"),
+    [
+        (_Agents().method, "not <bound method"),
+        (functools.partial(_base, y=2), "not functools.partial"),
+        (_Callable(), "not <"),
+        (len, "not <built-in function len>"),
+    ],
+)
+def test_a_tool_that_is_not_a_plain_function_is_refused_saying_why(
+    app: tether.App, fn: Any, words: str
+) -> None:
+    """It raised AttributeError or inspect's TypeError (a tool carries its definition on
+    its function, found again by run.tool(fn, ...)); now it says what to write instead."""
+    with pytest.raises(TypeError, match=r"@app.tool decorates a function .* Wrap it: def ") as info:
+        app.tool(fn, risk="write", name="odd")
+    assert words in str(info.value)
+    with pytest.raises(TypeError, match=r"@app.tool decorates a function"):
+        tether.tool(fn, risk="read")
+
+
 def test_a_step_or_agent_returning_an_unawaited_coroutine_says_so(app: tether.App) -> None:
     made: list[Any] = []
 

@@ -86,6 +86,17 @@ class ToolDef:
         return self.risk != "read"
 
 
+def a_function(fn: Any) -> None:
+    """Refuse a tool that is not a plain function: a bound method, a partial, a callable
+    object, a builtin (it could not carry its definition, nor be found by it)."""
+    if not inspect.isfunction(fn):
+        raise TypeError(
+            f"@app.tool decorates a function (def name(...)), not {fn!r}: a tool is known by "
+            f"its function (run.tool(fn, ...)), which carries its definition. Wrap it: "
+            f"def send_email(to, body): return client.send_email(to, body)"
+        )
+
+
 def define_tool(
     fn: Callable[..., Any],
     *,
@@ -99,6 +110,7 @@ def define_tool(
 ) -> ToolDef:
     """Validate and build a ToolDef (what ``@app.tool`` does); ``rules``: its contract's,
     checked by :func:`tether.engine.contracts.tool_rules`."""
+    a_function(fn)
     if risk not in RISKS:
         raise ValueError(f"tool {fn.__qualname__!r}: risk must be one of {RISKS}, not {risk!r}")
     if on_doubt is not None and on_doubt not in DOUBT_POLICIES:
@@ -148,22 +160,18 @@ def _secret_params(
         )
     if not secret:
         return frozenset(), ()
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):
-        params = None
-    names = [p.name for p in params] if params is not None else []
-    takes_any = params is not None and any(p.kind == p.VAR_KEYWORD for p in params)
+    params = list(inspect.signature(fn).parameters.values())  # a function's (a_function)
+    names = [p.name for p in params]
+    takes_any = any(p.kind == p.VAR_KEYWORD for p in params)
     for s in secret:
-        if not isinstance(s, str) or (params is not None and s not in names and not takes_any):
+        if not isinstance(s, str) or (s not in names and not takes_any):
             raise InvalidInput(
                 f"tool {name!r}: secret= names {s!r}, which is not one of its parameters "
-                f"({', '.join(names) if params is not None else '?'})"
+                f"({', '.join(names)})"
             )
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    at = tuple(
-        (i, p.name) for i, p in enumerate(params or []) if p.kind in positional and p.name in secret
-    )
+    by_position = [(i, p) for i, p in enumerate(params) if p.kind in positional]
+    at = tuple((i, p.name) for i, p in by_position if p.name in secret)
     return frozenset(secret), at
 
 

@@ -35,7 +35,7 @@ from types import ModuleType
 from typing import Any, TypeVar, cast, overload
 
 from tether.engine.contracts import Rule, tool_rules
-from tether.engine.effects import ToolDef, define_tool, guarded
+from tether.engine.effects import ToolDef, a_function, define_tool, guarded
 from tether.engine.retry import Retry
 from tether.errors import InvalidInput, NotFound
 from tether.model import inputs
@@ -368,6 +368,7 @@ def tool(
     """Declare a tool without an App (``@tether.tool(risk=…)``); see :meth:`App.tool`."""
 
     def declare(f: F) -> F:
+        a_function(f)  # before its name is read
         d = define_tool(
             f,
             name=name,
