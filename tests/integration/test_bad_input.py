@@ -157,6 +157,23 @@ def test_a_tool_that_is_not_a_plain_function_is_refused_saying_why(
         tether.tool(fn, risk="read")
 
 
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("", "the tool's name must be a non-empty str, not ''"),
+        ("a\nb", "the tool's name 'a\\nb' contains the control character '\\n' at index 1"),
+        (5, "the tool's name must be a name (a str), not int 5"),
+    ],
+)
+def test_a_tools_name_is_checked(app: tether.App, name: Any, says: str) -> None:
+    def lookup(q: str) -> str:
+        return q
+
+    with pytest.raises(tether.InvalidInput) as info:
+        app.tool(lookup, risk="read", name=name)
+    assert str(info.value).startswith(says)
+
+
 def test_a_step_or_agent_returning_an_unawaited_coroutine_says_so(app: tether.App) -> None:
     made: list[Any] = []
 
