@@ -44,13 +44,20 @@ def test_a_tool_with_an_undo_is_still_compensated(app: tether.App) -> None:
     def charge(x: int) -> int:
         return x
 
+    @app.tool(risk="write")
+    def notify(x: int) -> int:  # no undo: skipped, and the walk goes on past it
+        return x
+
     @app.agent
     def agent(run: tether.Run) -> None:
         run.tool(charge, 5)
-        raise ValueError("after the call")
+        run.tool(notify, 6)
+        run.tool(charge, 7)
+        run.tool(notify, 8)
+        raise ValueError("after the calls")
 
     with pytest.raises(tether.RunFailed):
         app.run(agent)  # a failure undoes what has an undo, newest first
-    assert undone == [5]
+    assert undone == [7, 5]
     step = app.get(app.runs()[0].id).steps[0]
     assert step.detail is not None and "undo" not in step.detail["code"]
