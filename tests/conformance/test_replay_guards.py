@@ -262,16 +262,12 @@ def test_a_key_completed_in_the_effects_table_returns_its_result(
     assert completed[0].payload()["duration"] == 0  # no call was made
 
 
-def test_a_key_completed_in_the_effects_table_is_found_without_its_intent(
-    clocked: tether.App, backend: Backend
-) -> None:
-    """The log lost even the call's intent (restored from before it), the effects table
-    kept the completed call: the resume returns the recorded result, as the call's first
-    attempt, without calling the tool again."""
-    app = clocked
+def _crashed_in_a_call(app: tether.App, on_doubt: str) -> tuple[str, list[str]]:
+    """A run whose process died in its write tool's call (after the intent); the run's
+    id and the keys the tool was called with (it answers {"charge": n} at its n-th)."""
     calls: list[str] = []
 
-    @app.tool(risk="write")
+    @app.tool(risk="write", on_doubt=on_doubt)
     def charge(amount: int, *, idempotency_key: str) -> dict[str, int]:
         calls.append(idempotency_key)
         if len(calls) == 1:
@@ -285,6 +281,17 @@ def test_a_key_completed_in_the_effects_table_is_found_without_its_intent(
     with pytest.raises(Crash):
         app.run(pay)
     (rid,) = [r.id for r in app.runs()]
+    return rid, calls
+
+
+def test_a_key_completed_in_the_effects_table_is_found_without_its_intent(
+    clocked: tether.App, backend: Backend
+) -> None:
+    """The log lost even the call's intent (restored from before it), the effects table
+    kept the completed call: the resume returns the recorded result, as the call's first
+    attempt, without calling the tool again."""
+    app = clocked
+    rid, calls = _crashed_in_a_call(app, "retry")
     key = calls[0]
     types = [e.type for e in app.events(rid)]
     assert types[2] == "tool.intent"  # after run.created and run.started
@@ -311,22 +318,7 @@ def test_a_key_undone_in_the_effects_table_is_not_taken_for_a_result(
     undone result is not returned as the call's; the call is in doubt again: a tool that
     dedups is called again with its key, or a person is asked, told it was a crash."""
     app = clocked
-    calls: list[str] = []
-
-    @app.tool(risk="write", on_doubt=on_doubt)
-    def charge(amount: int, *, idempotency_key: str) -> dict[str, int]:
-        calls.append(idempotency_key)
-        if len(calls) == 1:
-            raise Crash
-        return {"charge": len(calls)}
-
-    @app.agent
-    def pay(run: tether.Run) -> object:
-        return run.tool(charge, 30)
-
-    with pytest.raises(Crash):
-        app.run(pay)
-    (rid,) = [r.id for r in app.runs()]
+    rid, calls = _crashed_in_a_call(app, on_doubt)
     key = calls[0]
     backend.sql(
         f"UPDATE effects SET status = '{status}', result = '{{\"charge\": 1}}' WHERE key = '{key}'"
