@@ -223,22 +223,7 @@ def test_a_key_completed_in_the_effects_table_returns_its_result(
     app = clocked
     calls: list[str] = []
 
-    @app.tool(risk="write", on_doubt=on_doubt, retry=tether.Retry(max_attempts=3, backoff=0))
-    def charge(amount: int, *, idempotency_key: str) -> dict[str, int]:
-        calls.append(idempotency_key)
-        if len(calls) == 1:
-            raise ConnectionError("the payment API did not answer")
-        if len(calls) == 2:
-            raise Crash
-        return {"charge": len(calls)}
-
-    @app.agent
-    def pay(run: tether.Run) -> object:
-        return run.tool(charge, 30)
-
-    with pytest.raises(Crash):
-        app.run(pay)
-    (rid,) = [r.id for r in app.runs()]
+    rid, calls = _crashed_in_a_call(app, on_doubt, retried=True)
     key = calls[0]
     state = app.get(rid)
     assert (state.steps[0].status, state.steps[0].key, state.steps[0].attempts) == (
@@ -262,15 +247,21 @@ def test_a_key_completed_in_the_effects_table_returns_its_result(
     assert completed[0].payload()["duration"] == 0  # no call was made
 
 
-def _crashed_in_a_call(app: tether.App, on_doubt: str) -> tuple[str, list[str]]:
+def _crashed_in_a_call(
+    app: tether.App, on_doubt: str, *, retried: bool = False
+) -> tuple[str, list[str]]:
     """A run whose process died in its write tool's call (after the intent); the run's
-    id and the keys the tool was called with (it answers {"charge": n} at its n-th)."""
+    id and the keys the tool was called with (it answers {"charge": n} at its n-th).
+    ``retried``: the crash is in the second attempt, the first having failed."""
     calls: list[str] = []
+    policy = tether.Retry(max_attempts=3, backoff=0) if retried else None
 
-    @app.tool(risk="write", on_doubt=on_doubt)
+    @app.tool(risk="write", on_doubt=on_doubt, retry=policy)
     def charge(amount: int, *, idempotency_key: str) -> dict[str, int]:
         calls.append(idempotency_key)
-        if len(calls) == 1:
+        if retried and len(calls) == 1:
+            raise ConnectionError("the payment API did not answer")
+        if len(calls) == 1 + retried:
             raise Crash
         return {"charge": len(calls)}
 
