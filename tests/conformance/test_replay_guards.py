@@ -221,8 +221,6 @@ def test_a_key_completed_in_the_effects_table_returns_its_result(
     call was on its second attempt (the first one failed and was retried): the step's
     record keeps that count."""
     app = clocked
-    calls: list[str] = []
-
     rid, calls = _crashed_in_a_call(app, on_doubt, retried=True)
     key = calls[0]
     state = app.get(rid)
