@@ -109,8 +109,8 @@ def define_tool(
     rules: tuple[Any, ...] | None = None,
 ) -> ToolDef:
     """Validate and build a ToolDef (what ``@app.tool`` does); ``rules``: its contract's,
-    checked by :func:`tether.engine.contracts.tool_rules`."""
-    a_function(fn)
+    checked by :func:`tether.engine.contracts.tool_rules`. ``fn`` is a function: the
+    caller checked it (:func:`a_function`) before reading its name."""
     if risk not in RISKS:
         raise ValueError(f"tool {fn.__qualname__!r}: risk must be one of {RISKS}, not {risk!r}")
     if on_doubt is not None and on_doubt not in DOUBT_POLICIES:
