@@ -30,7 +30,7 @@ set +m
 finish() {
   kill -TERM -- -"$hog" 2>/dev/null && sleep 3 && kill -KILL -- -"$hog" 2>/dev/null
   [ -f "$bouncer/pgbouncer.pid" ] && kill "$(cat "$bouncer/pgbouncer.pid")"
-  rm -rf "$bouncer"
+  rm -rf "$bouncer" "$clone"  # the runs' output is kept in /tmp/loaded_suite_run*.txt
 }
 trap finish EXIT
 cd "$clone"
