@@ -6,22 +6,26 @@
 #   tools/loaded_suite.sh [N]          N runs (default 10), the hog a busy loop on one core
 #   HOG='cmd' tools/loaded_suite.sh    another hog, started once, killed at the end (a mutation
 #                                      run makes a useful one: MUTMUT_NICE=0 MUTMUT_CHILDREN=1
-#                                      tools/mutation.sh python ...)
+#                                      tools/mutation.sh python ...; HOG=true: none)
+#   STREAMS=2 tools/loaded_suite.sh 5  two streams of 5 runs at once, each in its own clone and
+#                                      temporary directory: each loads the machine for the other
 #
-# Each run's line in $OUT (default /tmp/loaded_suite.log): its number, the commit, pytest's
-# summary line, its wall time and the load average when it ended. PostgreSQL and PgBouncer are
+# Each run's line in $OUT (default /tmp/loaded_suite.log): its stream and number, the commit,
+# pytest's summary line, its wall time and the load average when it ended; its output is kept in
+# /tmp/loaded_suite_s<stream>_run<number>.txt. A stream stops at its first failing run. PostgreSQL and PgBouncer are
 # started as .ci/run starts them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-10}"
+streams="${STREAMS:-1}"
 out="${OUT:-/tmp/loaded_suite.log}"
 commit="$(git rev-parse --short HEAD)"
-clone="$(mktemp -d /tmp/loaded-suite.XXXX)"
-git clone -q . "$clone" && git -C "$clone" checkout -q "$commit"
+work="$(mktemp -d /tmp/loaded-suite.XXXX)"
 pg_isready -h 127.0.0.1 -p 5432 -q \
   || pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start
 bouncer="$(mktemp -d)" && chmod 755 "$bouncer"
-TETHER_PGBOUNCER_URL="$("$clone/.ci/pgbouncer" "$bouncer")"
+git clone -q . "$work/s1" && git -C "$work/s1" checkout -q "$commit"
+TETHER_PGBOUNCER_URL="$("$work/s1/.ci/pgbouncer" "$bouncer")"
 export TETHER_PGBOUNCER_URL
 set -m  # the hog in a process group of its own, killed whole at the end
 bash -c "${HOG:-exec python3 -c 'while True: pass'}" >/tmp/loaded_suite_hog.log 2>&1 &
@@ -30,19 +34,32 @@ set +m
 finish() {
   kill -TERM -- -"$hog" 2>/dev/null && sleep 3 && kill -KILL -- -"$hog" 2>/dev/null
   [ -f "$bouncer/pgbouncer.pid" ] && kill "$(cat "$bouncer/pgbouncer.pid")"
-  rm -rf "$bouncer" "$clone"  # the runs' output is kept in /tmp/loaded_suite_run*.txt
+  rm -rf "$bouncer" "$work"  # the runs' output is kept in /tmp/loaded_suite_s*_run*.txt
 }
 trap finish EXIT
-cd "$clone"
-python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' 2>/dev/null
-echo "# $(date -u +%FT%TZ) $runs runs of the suite at $commit beside: ${HOG:-a busy loop}" >>"$out"
-for i in $(seq 1 "$runs"); do
-  start=$(date +%s)
-  .venv/bin/pytest -p no:cacheprovider >"/tmp/loaded_suite_run$i.txt" 2>&1
-  rc=$?
-  summary="$(grep -E '^=+ .*(passed|failed|error).* =+$' "/tmp/loaded_suite_run$i.txt" | tail -1)"
-  echo "run $i at $commit: rc=$rc $summary wall=$(( $(date +%s) - start ))s" \
-    "load=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$out"
-  [ "$rc" = 0 ] || { echo "run $i failed: /tmp/loaded_suite_run$i.txt" >>"$out"; exit 1; }
-done
-echo "# $runs runs in a row passed" >>"$out"
+echo "# $(date -u +%FT%TZ) $streams x $runs runs of the suite at $commit beside:" \
+  "${HOG:-a busy loop}" >>"$out"
+
+stream() {  # stream NUMBER: its own clone, venv and temporary directory, N runs in a row
+  local s=$1 dir="$work/s$1" i start rc summary log
+  [ -d "$dir" ] || { git clone -q . "$dir" && git -C "$dir" checkout -q "$commit"; }
+  mkdir -p "$work/tmp$s"
+  cd "$dir" || return 1
+  python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' 2>/dev/null
+  for i in $(seq 1 "$runs"); do
+    start=$(date +%s) log="/tmp/loaded_suite_s${s}_run$i.txt"
+    TMPDIR="$work/tmp$s" .venv/bin/pytest -p no:cacheprovider >"$log" 2>&1
+    rc=$?
+    summary="$(grep -E '^=+ .*(passed|failed|error).* =+$' "$log" | tail -1)"
+    echo "stream $s run $i at $commit: rc=$rc $summary wall=$(( $(date +%s) - start ))s" \
+      "load=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$out"
+    [ "$rc" = 0 ] || { echo "stream $s run $i failed: $log" >>"$out"; return 1; }
+  done
+}
+
+pids=()
+for s in $(seq 1 "$streams"); do stream "$s" & pids+=($!); done
+failed=0
+for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+[ "$failed" = 0 ] && echo "# $streams x $runs runs passed, none failed" >>"$out"
+exit "$failed"
