@@ -57,14 +57,22 @@ def _lease_bugs() -> list[Bug]:
             ("claim", f"lease_expires < {now}{after}"),  # App.resume, decisions, retries
             ("worker's claim scan", f"{SCAN} {now}"),  # claim_next (and claim_fast)
         ):
-            for change, to in (("<=", find.replace(" < ", " <= ")),
-                               ("< now + 5", find.replace(now, f"{now} + 5"))):
-                out.append(Bug(
-                    f"lease-{backend}-{'scan' if 'scan' in path else 'claim'}-"
-                    f"{'le' if change == '<=' else 'plus5'}",
-                    f"{backend}: the {path}'s `lease_expires < now` made `{change}`",
-                    sql, find, to, BOUNDARY, select=backend,
-                ))
+            for change, to in (
+                ("<=", find.replace(" < ", " <= ")),
+                ("< now + 5", find.replace(now, f"{now} + 5")),
+            ):
+                out.append(
+                    Bug(
+                        f"lease-{backend}-{'scan' if 'scan' in path else 'claim'}-"
+                        f"{'le' if change == '<=' else 'plus5'}",
+                        f"{backend}: the {path}'s `lease_expires < now` made `{change}`",
+                        sql,
+                        find,
+                        to,
+                        BOUNDARY,
+                        select=backend,
+                    )
+                )
     return out
 
 
@@ -84,8 +92,11 @@ BUGS = [
         "model/steps.py",
         'out["errors"] = list(s.errors)\n',
         'out["errors"] = list(s.errors)\n    out.pop("key")\n',
-        ("tests/conformance/test_replay_guards.py", "tests/conformance/test_snapshot_pages.py",
-         "tests/conformance/test_log_machine.py"),
+        (
+            "tests/conformance/test_replay_guards.py",
+            "tests/conformance/test_snapshot_pages.py",
+            "tests/conformance/test_log_machine.py",
+        ),
     ),
     Bug(
         "key-hash",
@@ -109,8 +120,19 @@ BUGS = [
 def _pytest(src: Path, bug: Bug) -> tuple[int, str, float]:
     env = {**os.environ, "PYTHONPATH": str(src), "TETHER_NO_SHRINK": "1"}
     env.pop("TETHER_SKIP_PG", None)
-    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-n", "0", "-p", "no:cacheprovider",
-           "-rf", *bug.tests] + (["-k", bug.select] if bug.select else [])
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-x",
+        "-n",
+        "0",
+        "-p",
+        "no:cacheprovider",
+        "-rf",
+        *bug.tests,
+    ] + (["-k", bug.select] if bug.select else [])
     start = time.monotonic()
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     return done.returncode, done.stdout + done.stderr, time.monotonic() - start
@@ -118,18 +140,26 @@ def _pytest(src: Path, bug: Bug) -> tuple[int, str, float]:
 
 def _imports_from(src: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(src)}
-    where = subprocess.run([sys.executable, "-c", "import tether; print(tether.__file__)"],
-                           env=env, capture_output=True, text=True, check=True).stdout.strip()
+    where = subprocess.run(
+        [sys.executable, "-c", "import tether; print(tether.__file__)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     if not where.startswith(str(src)):
-        sys.exit(f"planted_bugs: the tests would import tether from {where}, not the copy in "
-                 f"{src}; is PYTHONPATH overridden by an install that is not editable?")
+        sys.exit(
+            f"planted_bugs: the tests would import tether from {where}, not the copy in "
+            f"{src}; is PYTHONPATH overridden by an install that is not editable?"
+        )
 
 
 def main(argv: list[str]) -> int:
     bugs = [b for b in BUGS if not argv or any(a in b.name for a in argv)]
     if not bugs:
-        sys.exit(f"planted_bugs: no bug matches {argv}; the names: "
-                 + ", ".join(b.name for b in BUGS))
+        sys.exit(
+            f"planted_bugs: no bug matches {argv}; the names: " + ", ".join(b.name for b in BUGS)
+        )
     caught = 0
     with tempfile.TemporaryDirectory(prefix="planted-") as tmp:
         src = Path(tmp) / "src"
@@ -140,8 +170,10 @@ def main(argv: list[str]) -> int:
             text = target.read_text()
             n = text.count(bug.find)
             if n == 0:
-                sys.exit(f"planted_bugs: {bug.name}: {bug.find!r} is no longer in "
-                         f"src/tether/{bug.path}; find where the guarantee moved and update BUGS")
+                sys.exit(
+                    f"planted_bugs: {bug.name}: {bug.find!r} is no longer in "
+                    f"src/tether/{bug.path}; find where the guarantee moved and update BUGS"
+                )
             rc, out, took = _pytest(src, bug)
             if rc != 0:
                 print(out[-3000:])
@@ -154,10 +186,14 @@ def main(argv: list[str]) -> int:
             failed = re.findall(r"^FAILED (\S+)", out, flags=re.M)
             ok = rc == 1 and bool(failed)
             caught += ok
-            print(f"{'caught' if ok else 'MISSED'}  {bug.name}: {bug.what} "
-                  f"({n} place{'s' * (n > 1)} in src/tether/{bug.path})")
-            print(f"        {'fails ' + failed[0] if failed else f'pytest rc={rc}'}"
-                  f"  [clean {took:.0f} s, planted {took_planted:.0f} s]")
+            print(
+                f"{'caught' if ok else 'MISSED'}  {bug.name}: {bug.what} "
+                f"({n} place{'s' * (n > 1)} in src/tether/{bug.path})"
+            )
+            print(
+                f"        {'fails ' + failed[0] if failed else f'pytest rc={rc}'}"
+                f"  [clean {took:.0f} s, planted {took_planted:.0f} s]"
+            )
             if not ok and rc not in (0, 1):
                 print(out[-2000:])
     print(f"{caught} of {len(bugs)} planted bugs caught")

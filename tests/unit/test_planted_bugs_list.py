@@ -1,0 +1,52 @@
+"""tools/planted_bugs.py (issue 35's bugs, planted again) still names real code and tests:
+each bug's text is in the source it changes, its change changes it, and its tests exist.
+Running the bugs takes minutes (the tool); this keeps its list from going stale silently."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _tool() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "planted_bugs", ROOT / "tools" / "planted_bugs.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["planted_bugs"] = module  # its dataclass looks its module up
+    spec.loader.exec_module(module)
+    return module
+
+
+BUGS = _tool().BUGS
+
+
+def test_the_list_holds_the_issues_five_bugs_and_each_lease_path_of_both_dialects() -> None:
+    names = {b.name for b in BUGS}
+    assert {"replay-args", "snapshot-key", "key-hash", "effects-dedup"} <= names
+    leases = {n for n in names if n.startswith("lease-")}
+    assert leases == {
+        f"lease-{d}-{p}-{c}"
+        for d in ("sqlite", "postgres")
+        for p in ("claim", "scan")
+        for c in ("le", "plus5")
+    }
+
+
+@pytest.mark.parametrize("bug", BUGS, ids=lambda b: b.name)
+def test_each_bug_changes_code_that_exists_and_names_tests_that_exist(bug: Any) -> None:
+    source = (ROOT / "src" / "tether" / bug.path).read_text()
+    assert source.count(bug.find) >= 1, f"{bug.name}: its text left {bug.path}"
+    assert bug.replace != bug.find
+    for test in bug.tests:
+        assert (ROOT / test).is_file(), test
