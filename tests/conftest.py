@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,13 @@ import tether
 # coverage, other suites) trips without any fault in tether. Timing is bench/'s business.
 settings.register_profile("tether", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("tether")
+
+# A suite started in the background of a non-interactive shell (`pytest &` in a script, a CI
+# step run that way) inherits SIGINT ignored, and so would every process it starts: the tests
+# that stop a CLI with Ctrl-C (`log --follow`, `runs --watch`) would wait for an exit that
+# never comes. A handled signal is reset to its default in a child, an ignored one is not.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@
 #                                      tools/mutation.sh python ...; HOG=true: none)
 #   STREAMS=2 tools/loaded_suite.sh 5  two streams of 5 runs at once, each in its own clone and
 #                                      temporary directory: each loads the machine for the other
+#   COMMIT=abc123 tools/loaded_suite.sh  runs at that commit (to go on with a series there)
 #
 # Each run's line in $OUT (default /tmp/loaded_suite.log): its stream and number, the commit,
 # pytest's summary line, its wall time and the load average when it ended; its output is kept in
@@ -19,8 +20,9 @@ cd "$(dirname "$0")/.."
 runs="${1:-10}"
 streams="${STREAMS:-1}"
 out="${OUT:-/tmp/loaded_suite.log}"
-commit="$(git rev-parse --short HEAD)"
+commit="$(git rev-parse --short "${COMMIT:-HEAD}")"
 work="$(mktemp -d /tmp/loaded-suite.XXXX)"
+chmod 755 "$work"  # the tests' own PostgreSQL and PgBouncer (user postgres) live under it
 pg_isready -h 127.0.0.1 -p 5432 -q \
   || pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start
 bouncer="$(mktemp -d)" && chmod 755 "$bouncer"
@@ -43,7 +45,7 @@ echo "# $(date -u +%FT%TZ) $streams x $runs runs of the suite at $commit beside:
 stream() {  # stream NUMBER: its own clone, venv and temporary directory, N runs in a row
   local s=$1 dir="$work/s$1" i start rc summary log
   [ -d "$dir" ] || { git clone -q . "$dir" && git -C "$dir" checkout -q "$commit"; }
-  mkdir -p "$work/tmp$s"
+  mkdir -p "$work/tmp$s" && chmod 1777 "$work/tmp$s"
   cd "$dir" || return 1
   python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' 2>/dev/null
   for i in $(seq 1 "$runs"); do
