@@ -12,7 +12,7 @@ from tether.model import codec
 from tether.model import events as ev
 from tether.model.events import Event
 from tether.model.state import RunState, fold, to_data
-from tether.model.steps import StepList
+from tether.model.steps import Pages, StepList, StepState
 from tether.store import snapshots
 
 pytestmark = pytest.mark.unit
@@ -118,3 +118,44 @@ def test_a_corrupt_page_is_named() -> None:
     blobs.data[digest] = b"[]"
     with pytest.raises(StoreError, match=f"page {digest} is corrupt"):
         list(state.steps)
+
+
+def _list_of(n_pages: int, tail: int, page_size: int = 2) -> tuple[StepList, list[str]]:
+    """A StepList over ``n_pages`` stored pages and ``tail`` inline steps; the digests of
+    the pages it loaded, in order."""
+    loaded: list[str] = []
+
+    def load(digest: str) -> list[StepState]:
+        loaded.append(digest)
+        k = int(digest.removeprefix("p"))
+        return [
+            StepState(k * page_size + i + 1, f"s{k * page_size + i}", "step", "completed")
+            for i in range(page_size)
+        ]
+
+    pages = Pages(tuple(f"p{k}" for k in range(n_pages)), page_size, load)
+    base = n_pages * page_size
+    rest = [StepState(base + i + 1, f"s{base + i}", "step", "completed") for i in range(tail)]
+    return StepList(pages, rest, committed=base + tail), loaded
+
+
+def test_a_step_list_equals_a_sequence_of_equal_steps_and_nothing_else() -> None:
+    steps, _ = _list_of(1, 1)
+    assert steps == tuple(steps) and steps == list(steps)
+    assert steps != tuple(steps)[:2] and steps != ()
+    for other in (None, 3, "abc", b"abc", {"a": 1}):
+        assert steps != other  # unequal, not an error
+        assert not steps == other  # noqa: SIM201
+
+
+def test_a_step_list_says_how_many_of_its_pages_are_loaded() -> None:
+    steps, loaded = _list_of(2, 1)
+    assert repr(steps) == "<StepList of 5 steps, 0/2 pages loaded>"
+    assert steps[3].name == "s3" and loaded == ["p1"]
+    assert repr(steps) == "<StepList of 5 steps, 1/2 pages loaded>"
+
+
+def test_a_stored_page_of_the_wrong_size_is_refused_naming_it() -> None:
+    pages = Pages(("p0",), 3, lambda digest: [StepState(1, "s0", "step", "completed")])
+    with pytest.raises(ValueError, match=r"^snapshot page p0 holds 1 steps$"):
+        StepList(pages, (), committed=0)[0]
