@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from tether.model import codec
 from tether.model import events as ev
 from tether.model.events import Event
 from tether.model.state import RunState, fold, to_data
-from tether.model.steps import Pages, StepList, StepState
+from tether.model.steps import Pages, StepList, StepState, usage_of
 from tether.store import snapshots
 
 pytestmark = pytest.mark.unit
@@ -159,3 +160,26 @@ def test_a_stored_page_of_the_wrong_size_is_refused_naming_it() -> None:
     pages = Pages(("p0",), 3, lambda digest: [StepState(1, "s0", "step", "completed")])
     with pytest.raises(ValueError, match=r"^snapshot page p0 holds 1 steps$"):
         StepList(pages, (), committed=0)[0]
+
+
+def test_a_step_list_index_past_either_end_is_an_index_error_saying_so() -> None:
+    steps, _ = _list_of(2, 1)
+    assert steps[-1].name == "s4" and steps[-5].name == "s0"
+    for i in (5, -6):
+        with pytest.raises(IndexError, match=rf"^step index {i} out of range for 5 steps$"):
+            steps[i]
+
+
+def test_only_the_pages_with_a_changed_position_are_encoded_again() -> None:
+    steps, _ = _list_of(3, 0)
+    changed = steps.derive({3: StepState(4, "new", "step", "completed")}, n=6, committed=6)
+    assert changed.stored_digests() == ["p0", None, "p2"]  # position 3: page 1's second
+    assert changed[3].name == "new" and steps.stored_digests() == ["p0", "p1", "p2"]
+
+
+def test_usage_is_read_from_a_result_object_as_from_a_dict() -> None:
+    as_object = SimpleNamespace(usage=SimpleNamespace(prompt_tokens=3, completion_tokens=4))
+    as_dict = {"usage": {"input_tokens": 3, "output_tokens": 4}}
+    expected = {"input_tokens": 3, "output_tokens": 4, "cost": 0.0, "calls": 1}
+    assert usage_of(as_object) == usage_of(as_dict) == expected
+    assert usage_of(SimpleNamespace(text="no usage")) is None
