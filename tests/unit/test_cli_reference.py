@@ -5,33 +5,19 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import importlib.util
-from pathlib import Path
-from types import ModuleType
 
 import pytest
+from _tools import ROOT, load_tool
 
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "cli_reference", ROOT / "tools" / "cli_reference.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_every_command_and_argument_has_help_text() -> None:
-    assert _tool().missing_help() == []
+    assert load_tool("cli_reference").missing_help() == []
 
 
 def test_docs_cli_md_is_the_reference_generated_from_the_help() -> None:
-    tool = _tool()
+    tool = load_tool("cli_reference")
     wanted = tool.reference()
     found = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
     if found != wanted:
@@ -42,7 +28,7 @@ def test_docs_cli_md_is_the_reference_generated_from_the_help() -> None:
 
 
 def test_the_reference_lists_every_command_and_flag() -> None:
-    tool = _tool()
+    tool = load_tool("cli_reference")
     text = tool.reference()
     parser = tool.build_parser()
     for name, _, sub in tool._commands(parser):
@@ -55,7 +41,7 @@ def test_the_reference_lists_every_command_and_flag() -> None:
 
 
 def test_a_missing_help_text_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    tool = _tool()
+    tool = load_tool("cli_reference")
     real = tool.build_parser
 
     def without_help() -> argparse.ArgumentParser:

@@ -453,3 +453,26 @@ def test_a_tool_call_recorded_without_its_intent_is_not_compensable() -> None:
     done = {"pos": 1, "name": "charge", "kind": "tool", "output": 1, "key": "r1:1:charge:ab"}
     state = run(CREATED, STARTED, (ev.STEP_COMPLETED, done))
     assert compensable(state, lambda name, code: None) == []
+
+
+def test_a_proposed_call_s_verdicts_stay_on_its_step_when_its_intent_is_written() -> None:
+    proposed = {"pos": 1, "name": "charge", "kind": "tool", "digest": "d1", "input": {}}
+    verdict = {"pos": 1, "name": "charge", "on": "args", "verdict": "pass", "rules": []}
+    s = run(CREATED, STARTED, (ev.TOOL_PROPOSED, proposed), (ev.TOOL_VERDICT, verdict),
+            (ev.TOOL_INTENT, INTENT))  # fmt: skip
+    contract = {"proposed": 3, "args": {"on": "args", "verdict": "pass", "rules": []}}
+    assert s.steps == (
+        _intent_step(started_at=at(3), seq=5, detail={**_intent_step().detail, "contract": contract}),
+    )
+
+
+def test_a_revert_s_event_without_its_intent_lands_at_the_reverted_position() -> None:
+    """A log tether does not write (an import's) may hold a revert's doubt with no intent
+    before it: its record is made fresh, at the reverted call's position, with its name."""
+    done = {"pos": 1, "name": "charge", "kind": "tool", "output": 1, "key": "k1"}
+    doubt = {"pos": 1, "name": "undo charge", "key": "k2", "kind": "revert"}
+    s = run(CREATED, STARTED, (ev.STEP_COMPLETED, done), (ev.TOOL_IN_DOUBT, doubt))
+    assert s.reverts == (
+        StepState(1, "undo charge", "revert", "in_doubt", started_at=at(4), seq=4),
+    )
+    assert s.revert_of(1) is s.reverts[0] and s.steps[0].status == "completed"

@@ -4,14 +4,11 @@ Running the bugs takes minutes (the tool); this keeps its list from going stale 
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from _tools import ROOT, load_tool
 
 pytestmark = [
     pytest.mark.unit,
@@ -20,21 +17,8 @@ pytestmark = [
     pytest.mark.skipif("MUTANT_UNDER_TEST" in os.environ, reason="reads the source as text"),
 ]
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
-def _tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "planted_bugs", ROOT / "tools" / "planted_bugs.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["planted_bugs"] = module  # its dataclass looks its module up
-    spec.loader.exec_module(module)
-    return module
-
-
-BUGS = _tool().BUGS
+BUGS = load_tool("planted_bugs").BUGS
 
 
 def test_the_list_holds_the_issues_five_bugs_and_each_lease_path_of_both_dialects() -> None:
