@@ -8,6 +8,7 @@ absent: an absent one must give the documented default.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -462,17 +463,32 @@ def test_a_proposed_call_s_verdicts_stay_on_its_step_when_its_intent_is_written(
             (ev.TOOL_INTENT, INTENT))  # fmt: skip
     contract = {"proposed": 3, "args": {"on": "args", "verdict": "pass", "rules": []}}
     assert s.steps == (
-        _intent_step(started_at=at(3), seq=5, detail={**_intent_step().detail, "contract": contract}),
+        _intent_step(
+            started_at=at(3), seq=5, detail={**_intent_step().detail, "contract": contract}
+        ),
     )
 
 
-def test_a_revert_s_event_without_its_intent_lands_at_the_reverted_position() -> None:
-    """A log tether does not write (an import's) may hold a revert's doubt with no intent
-    before it: its record is made fresh, at the reverted call's position, with its name."""
+REVERT_WITHOUT_INTENT = [
+    (ev.TOOL_IN_DOUBT, {"key": "k2"}, {"status": "in_doubt"}),
+    (ev.TOOL_RESOLVED, {"key": "k2", "happened": True, "by": "al", "result": 3},
+     {"status": "completed", "output": 3, "finished_at": at(4)}),
+    (ev.APPROVAL_DECIDED, {"approved": True, "by": "al"},
+     {"status": "completed", "output": {"approved": True, "by": "al", "reason": None},
+      "finished_at": at(4), "duration": 0.0}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("type_", "data", "fields"), REVERT_WITHOUT_INTENT)
+def test_a_revert_s_event_without_its_intent_lands_at_the_reverted_position(
+    type_: str, data: dict[str, Any], fields: dict[str, Any]
+) -> None:
+    """A log tether does not write (an import's) may hold a revert's event with no intent
+    before it: its record is made fresh, at the reverted call's position, with its name and
+    the event's time."""
     done = {"pos": 1, "name": "charge", "kind": "tool", "output": 1, "key": "k1"}
-    doubt = {"pos": 1, "name": "undo charge", "key": "k2", "kind": "revert"}
-    s = run(CREATED, STARTED, (ev.STEP_COMPLETED, done), (ev.TOOL_IN_DOUBT, doubt))
-    assert s.reverts == (
-        StepState(1, "undo charge", "revert", "in_doubt", started_at=at(4), seq=4),
-    )
+    event = {"pos": 1, "name": "undo charge", "kind": "revert", **data}
+    s = run(CREATED, STARTED, (ev.STEP_COMPLETED, done), (type_, event))
+    fresh = StepState(1, "undo charge", "revert", "running", started_at=at(4), seq=4)
+    assert s.reverts == (replace(fresh, **fields),)
     assert s.revert_of(1) is s.reverts[0] and s.steps[0].status == "completed"
