@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import pytest
@@ -46,3 +47,12 @@ def test_the_default_is_derived_from_risk_and_the_key(
 def test_an_unknown_policy_is_refused() -> None:
     with pytest.raises(ValueError, match="on_doubt must be one of"):
         _doubt(_plain, on_doubt="maybe")
+
+
+def test_an_undo_whose_signature_cannot_be_read_is_not_given_a_key() -> None:
+    """compensate= may be a callable inspect cannot read (a builtin, an itemgetter): it is
+    called with the recorded arguments only, as passing ``idempotency_key`` would break it."""
+    d: ToolDef = tether.tool(compensate=operator.itemgetter(0))(_keyed).__tether_tool__
+    assert (d.takes_key, d.undo_takes_key) == (True, False)
+    d = tether.tool(compensate=_keyed)(_plain).__tether_tool__
+    assert (d.takes_key, d.undo_takes_key) == (False, True)
