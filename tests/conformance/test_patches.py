@@ -3,6 +3,8 @@ way, recorded in the log so that replays agree. On both backends."""
 
 from __future__ import annotations
 
+import io
+import json
 from typing import Any
 
 import pytest
@@ -150,4 +152,46 @@ def test_a_patch_in_a_fan_out_branch_reads_the_branchs_own_position(app: tether.
     assert [(s.kind, s.name) for s in app.get(kid_id).steps][:2] == [
         ("step", "first"),
         ("decide", "patch:kid-fix"),
+    ]
+
+
+def test_a_patch_at_a_position_the_log_left_unrecorded_takes_the_new_path(
+    app: tether.App,
+) -> None:
+    """A position with no record below recorded ones (a gap: a fan-out's branch in flight
+    at a crash, or anywhere in an imported log) holds no step: a patch read there takes
+    the new path and records it at that position, and the positions after it replay."""
+    executed: list[str] = []
+    code = ["v1"]
+
+    def b() -> str:
+        executed.append("b")
+        return "b"
+
+    @app.agent
+    def order(run: tether.Run) -> Any:
+        new = run.patched("fix") if code[0] == "patched" else run.step("a", lambda: "a")
+        got = run.step("b", b)
+        run.wait("go")
+        return [new, got]
+
+    first = app.run(order).id  # v1: a at 1, b at 2, waits at 3
+    buf = io.StringIO()
+    app.export_run(first, buf)
+    header, *events = [json.loads(line) for line in buf.getvalue().splitlines()]
+    events = [e for e in events if not (e["type"] == "step.completed" and e["data"]["pos"] == 1)]
+    header["events"] = len(events)
+    for seq, e in enumerate(events, 1):
+        e["seq"] = seq
+    lines = [json.dumps(header), *(json.dumps(e) for e in events)]
+    gap = app.import_run(lines, new_id=True)
+    assert [s.status for s in app.get(gap).steps] == ["unrecorded", "completed", "waiting"]
+    code[0] = "patched"
+    executed.clear()
+    app.signal(gap, "go", None)
+    assert app.resume(gap).output == [True, "b"]
+    assert executed == []  # b replayed from its record at 2
+    assert [(s.kind, s.name) for s in app.get(gap).steps][:2] == [
+        ("decide", "patch:fix"),
+        ("step", "b"),
     ]
