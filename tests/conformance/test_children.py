@@ -266,3 +266,26 @@ def test_a_replay_of_a_parent_returns_its_children_and_starts_none(app: tether.A
     before = len(app.runs(limit=100))
     assert [r.outcome for r in app._replayer().check(app.store)] == ["continues"]
     assert len(app.runs(limit=100)) == before
+
+
+def test_a_child_s_end_is_committed_before_its_parent_is_woken(app: tether.App) -> None:
+    """A worker posts a run's final event without waiting for its commit (nothing waits for
+    it, and a crash before the commit replays the run to the same end), except a child's:
+    its parent is woken right after it and must find the child ended."""
+    fam = Family(app)
+    rid = app.start(fam.parent, ["a"], queue="parents")
+    app.worker(queues=["parents"]).run(until_idle=True, install_signals=False)
+    ends: list[tuple[str, bool]] = []  # a run's final append: its run, and whether it waited
+    append = app.store.append
+
+    def watched(run_id: str, events: Any, **kwargs: Any) -> int:
+        if kwargs.get("transition") is not None and kwargs["transition"].status == "completed":
+            ends.append((run_id, kwargs["wait"]))
+        return append(run_id, events, **kwargs)
+
+    app.store.append = watched  # type: ignore[method-assign]
+    stats = app.worker(queues=["default", "parents"], concurrency=1).run(
+        until_idle=True, install_signals=False
+    )
+    assert stats.completed == 2 and app.get(rid).output == ["A"]
+    assert ends == [(child_id(rid, 2), True), (rid, False)]
