@@ -152,6 +152,19 @@ def app(backend: Backend) -> Iterator[tether.App]:
     a.close()
 
 
+@pytest.fixture(scope="module", params=[b for b in BACKENDS if b != "pgbouncer"])
+def module_app(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tether.App]:
+    """An App on a store that the tests of one module share (one per backend and xdist
+    worker), for tests that each make their own runs and look only at those, where a
+    fresh store per test would cost more than the test (the API's authorization matrix)."""
+    with _location(request.param, tmp_path_factory.mktemp("shared")) as b:
+        a = tether.open(b.url)
+        yield a
+        a.close()
+
+
 @pytest.fixture
 def store(backend: Backend) -> Store:
     """A fresh, empty store on each backend."""

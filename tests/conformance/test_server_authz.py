@@ -16,8 +16,10 @@ from typing import Any
 
 import pytest
 from _server import OTHER, OWN, ROLES, bearer, client, done_run, register, tokens, waiting_run
+from fastapi.testclient import TestClient
 
 import tether
+from tether.server import create_app
 
 pytestmark = pytest.mark.conformance
 
@@ -92,22 +94,34 @@ def world(app: tether.App) -> dict[str, Any]:
     return {"tokens": made, "api": api}
 
 
+@pytest.fixture(scope="module")
+def matrix_world(module_app: tether.App) -> dict[str, Any]:
+    """One store, tokens and API for every cell of the matrix (a cell makes its own runs
+    and reads only those); each cell gets its own client, so no cookie crosses cells."""
+    register(module_app)
+    made = tokens(module_app)
+    asgi = create_app(module_app, poll=0.01)
+    asgi.state.tether.stopping.set()  # a live stream sends what is there, then ends
+    return {"app": module_app, "tokens": made, "asgi": asgi}
+
+
 @pytest.mark.parametrize("cell", CELLS, ids=[_id(c) for c in CELLS])
 def test_every_endpoint_role_and_tenant(
-    app: tether.App, world: dict[str, Any], cell: tuple[str, str, str | None, str, int]
+    matrix_world: dict[str, Any], cell: tuple[str, str, str | None, str, int]
 ) -> None:
     method, path, role, tenant, expected = cell
+    app, api = matrix_world["app"], TestClient(matrix_world["asgi"])
     run = waiting_run(app, tenant)  # a fresh run for every cell: acts change runs
     url = path.replace("{run}", run)
     if path == "/api/diff":
         url += f"?a={run}&b={done_run(app, OWN)}"
-    token = None if role is None else world["tokens"][role]
-    answer = _send(world["api"].request, method, url, token)
+    token = None if role is None else matrix_world["tokens"][role]
+    answer = _send(api.request, method, url, token)
     assert answer.status_code == expected, answer.text
     if expected >= 400:
         assert set(answer.json()["error"]) >= {"type", "message"}
     if expected == 404:  # another tenant's run answers as an unknown id does
-        unknown = _send(world["api"].request, method, url.replace(run, "0" * 24), token)
+        unknown = _send(api.request, method, url.replace(run, "0" * 24), token)
         assert unknown.status_code == 404
         assert unknown.json()["error"]["message"] == answer.json()["error"]["message"].replace(
             run, "0" * 24
