@@ -146,3 +146,40 @@ def test_a_worker_claims_a_run_with_several_snapshots_from_the_newest(backend: A
         assert app.store.load(rid).snapshot is not None
     finally:
         app.close()
+
+
+def test_a_claim_never_reads_another_runs_snapshot(backend: Any) -> None:
+    """Beside the run a worker claims, another run has gone further (its newest snapshot
+    is at a higher seq than any of this one's) with other steps: a claim that read that
+    snapshot for this run would replay the other run's steps as this one's."""
+    app = tether.open(backend.url, snapshot_every=2)
+    try:
+        calls: list[str] = []
+
+        @app.agent
+        def busy(run: tether.Run) -> int:
+            return sum(run.step(f"busy-{i}", lambda i=i: i) for i in range(12))
+
+        @app.agent
+        def gated(run: tether.Run) -> list[str]:
+            out = []
+            for gate in ("one", "two"):
+                name = f"{gate}-step"
+                out.append(run.step(name, lambda n=name: calls.append(n) or n))
+                run.approve(gate)
+            return out
+
+        other = app.start(busy)
+        rid = app.start(gated)
+        app.worker().run(until_idle=True, install_signals=False)  # busy ends, gated waits
+        assert app.get(other).output == sum(range(12))
+        for gate in ("one", "two"):
+            app.load(rid)  # folds the log since the last snapshot and caches one
+            ahead = app.store.load(other).snapshot
+            assert ahead is not None and ahead.seq > app.get(rid).seq
+            app.approve(rid, gate, by="alice")
+            app.worker().run(until_idle=True, install_signals=False)
+        assert app.get(rid).output == ["one-step", "two-step"]
+        assert calls == ["one-step", "two-step"]  # each step ran once
+    finally:
+        app.close()
