@@ -11,7 +11,8 @@
 #                                      temporary directory: each loads the machine for the other
 #   COMMIT=abc123 tools/loaded_suite.sh  runs at that commit (to go on with a series there)
 #
-# Each run's line in $OUT (default /tmp/loaded_suite.log): its stream and number, the commit,
+# Each run's line in $OUT (default tools/loaded_suite.log, in the checkout: commit it, so a
+# series at one commit can go on in a later session): its stream and number, the commit,
 # pytest's summary line, its wall time and the load average when it ended; its output is kept in
 # /tmp/loaded_suite_s<stream>_run<number>.txt. A stream stops at its first failing run. PostgreSQL and PgBouncer are
 # started as .ci/run starts them.
@@ -19,7 +20,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-10}"
 streams="${STREAMS:-1}"
-out="${OUT:-/tmp/loaded_suite.log}"
+out="${OUT:-$PWD/tools/loaded_suite.log}"
 commit="$(git rev-parse --short "${COMMIT:-HEAD}")"
 work="$(mktemp -d /tmp/loaded-suite.XXXX)"
 chmod 755 "$work"  # the tests' own PostgreSQL and PgBouncer (user postgres) live under it
