@@ -11,9 +11,13 @@ holding the mutant, and counts the mutants the tests kill.
                                            [--jobs 2] [--report FILE]
 
 It prints one line per mutant and a total; with ``--report`` it writes the survivors (the
-block, the line before and after) as Markdown. Triaged survivors that cannot be told
-apart by any test (equivalent mutants) are listed, with why, in
-``tools/mutation_equivalent.toml`` under ``[sql]`` and are not counted. PostgreSQL at
+block, the line before and after) as Markdown. Each verdict is kept in ``--state``
+(default ``tools/sql_mutation_state.json``, committed) as it comes, with a hash of its
+block's text: a later run takes a kept kill as it is while that block is unchanged and
+runs the rest (new, changed, survived or stopped before its verdict), so a run stopped at a
+session's end goes on in the next. ``--fresh`` runs every mutant again. Triaged
+survivors that cannot be told apart by any test (equivalent mutants) are listed, with why,
+in ``tools/mutation_equivalent.toml`` under ``[sql]`` and are not counted. PostgreSQL at
 ``TETHER_PG_URL`` must be reachable for ``--dialect postgres``.
 """
 
@@ -21,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -88,6 +94,7 @@ class Mutant:
     before: str
     after: str
     line: str  # the statement's line, mutated
+    block_hash: str = ""  # of the block's text: a kept verdict holds while it is unchanged
 
     @property
     def name(self) -> str:
@@ -132,6 +139,7 @@ def mutants(dialect: str, blocks: tuple[str, ...]) -> list[Mutant]:
         if block not in spans:
             continue
         index = 0
+        digest = hashlib.sha256(text[slice(*spans[block])].encode()).hexdigest()[:16]
         for lo, hi, assigning in _code_spans(text, *spans[block]):
             line = text[lo:hi]
             if assigning and "WHERE" in line:  # "... = x WHERE id = ?": only the WHERE part
@@ -144,7 +152,16 @@ def mutants(dialect: str, blocks: tuple[str, ...]) -> list[Mutant]:
                     mutated = line[: m.start()] + replacement + line[m.end() :]
                     at = lo + m.start()
                     found.append(
-                        Mutant(dialect, block, index, at, m.group(0), replacement, mutated.strip())
+                        Mutant(
+                            dialect,
+                            block,
+                            index,
+                            at,
+                            m.group(0),
+                            replacement,
+                            mutated.strip(),
+                            block_hash=digest,
+                        )
                     )
                     index += 1
     return found
@@ -185,6 +202,38 @@ def _equivalent() -> dict[str, str]:
     return data
 
 
+def _load_state(path: Path) -> dict[str, dict[str, str]]:
+    """The kept verdicts by mutant name ({} when there are none yet)."""
+    if not path.exists():
+        return {}
+    data: dict[str, dict[str, str]] = json.loads(path.read_text())
+    return data
+
+
+def _kept(state: dict[str, dict[str, str]], m: Mutant, equivalent: dict[str, str]) -> str | None:
+    """The kept kill of ``m`` (or its survival, while it is recorded as equivalent), if its
+    block, place and change are the ones that verdict was given for."""
+    kept = state.get(m.name)
+    same = kept is not None and (kept["hash"], kept["before"], kept["after"], kept["line"]) == (
+        m.block_hash, m.before, m.after, m.line,
+    )  # fmt: skip
+    if kept is None or not same:
+        return None
+    if not (
+        kept["verdict"].startswith("killed")
+        or (kept["verdict"] == "equivalent" and m.name in equivalent)
+    ):
+        return None
+    return kept["verdict"]
+
+
+def _save_state(path: Path, state: dict[str, dict[str, str]]) -> None:
+    """Write ``state`` whole, atomically (a run stopped mid-write keeps the previous one)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dialect", choices=["sqlite", "postgres"], action="append")
@@ -193,15 +242,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per mutant")
     parser.add_argument("--report", type=Path, help="write the survivors here (Markdown)")
     parser.add_argument("--list", action="store_true", help="list the mutants, run nothing")
+    parser.add_argument(
+        "--state", type=Path, default=ROOT / "tools/sql_mutation_state.json",
+        help="where verdicts are kept between runs",
+    )  # fmt: skip
+    parser.add_argument("--fresh", action="store_true", help="run every mutant, kept or not")
     args = parser.parse_args(argv)
     blocks = tuple(args.block or CORE_BLOCKS)
-    todo = [m for d in (args.dialect or ["sqlite", "postgres"]) for m in mutants(d, blocks)]
+    every = [m for d in (args.dialect or ["sqlite", "postgres"]) for m in mutants(d, blocks)]
     if args.list:
-        for m in todo:
+        for m in every:
             print(f"{m.name}\t{m.before} -> {m.after}\t{m.line}")
         return 0
     equivalent = _equivalent()
+    state = {} if args.fresh else _load_state(args.state)
     results: list[tuple[Mutant, str]] = []
+    todo = []
+    for m in every:
+        kept = _kept(state, m, equivalent)
+        if kept is None:
+            todo.append(m)
+        else:
+            results.append((m, kept))
+    print(
+        f"{len(every)} mutants: {len(results)} verdicts kept from earlier runs, {len(todo)} to run"
+    )
     with tempfile.TemporaryDirectory(prefix="tether-sqlmut-") as tmp:
         dirs = []
         for j in range(args.jobs):
@@ -227,6 +292,11 @@ def main(argv: list[str] | None = None) -> int:
                     if verdict == "survived" and m.name in equivalent:
                         verdict = "equivalent"
                     results.append((m, verdict))
+                    state[m.name] = {
+                        "hash": m.block_hash, "before": m.before, "after": m.after,
+                        "line": m.line, "verdict": verdict,
+                    }  # fmt: skip
+                    _save_state(args.state, state)
                     print(
                         f"{verdict:16} {m.name:32} {m.before} -> {m.after}   {m.line}", flush=True
                     )
