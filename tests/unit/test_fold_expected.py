@@ -492,3 +492,15 @@ def test_a_revert_s_event_without_its_intent_lands_at_the_reverted_position(
     fresh = StepState(1, "undo charge", "revert", "running", started_at=at(4), seq=4)
     assert s.reverts == (replace(fresh, **fields),)
     assert s.revert_of(1) is s.reverts[0] and s.steps[0].status == "completed"
+
+
+@pytest.mark.parametrize(("type_", "data", "fields"), REVERT_WITHOUT_INTENT)
+def test_a_call_s_event_without_its_intent_makes_its_record_at_its_position(
+    type_: str, data: dict[str, Any], fields: dict[str, Any]
+) -> None:
+    """The same for a call's own doubt, resolution or decision with nothing recorded at its
+    position (an imported log's): a fresh record there, with its name, kind and time."""
+    event = {"pos": 2, "name": "charge", "kind": "tool", **data}
+    s = run(CREATED, STARTED, (ev.DECISION, {"pos": 1, "name": "d", "choice": 1}), (type_, event))
+    fresh = StepState(2, "charge", "tool", "running", started_at=at(4), seq=4)
+    assert s.steps[1] == replace(fresh, **fields) and s.reverts == ()

@@ -3,8 +3,11 @@ No wall clock: the stopping event's ``wait`` moves the fake clock by the tick it
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 from typing import Any, cast
+
+import pytest
 
 from tether.engine.leases import CANCEL_POLL, heartbeat
 
@@ -67,3 +70,27 @@ def test_between_beats_an_executing_owner_reads_its_cancel_requests_every_tick()
     assert reads == [1.0, 2.0, 4.0]  # every tick but the beat's (the beat returns them)
     assert [run_id for run_id, _ in interrupts] == ["r1"] * 3
     assert all(exc.compensate for _, exc in interrupts)  # flag 2: cancel with compensation
+
+
+def test_a_failed_beat_is_logged_with_its_owner_and_the_next_one_retries(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ticks = Ticks(4)
+    beats: list[float] = []
+    active = SimpleNamespace(create_overdue=lambda: None, executing=lambda owner: False)
+    leases = SimpleNamespace(
+        active=active, deps=SimpleNamespace(store=None), retry_let_go=lambda: None
+    )
+
+    def beat() -> dict[str, int]:
+        beats.append(ticks.now)
+        if len(beats) == 1:
+            raise RuntimeError("the database is down")
+        return {}
+
+    with caplog.at_level(logging.WARNING, logger="tether"):
+        heartbeat(cast(Any, leases), "w7", cast(Any, ticks), 2.0, beat, clock=lambda: ticks.now)
+    assert beats == [2.0, 4.0]  # the failed beat at 2.0, the next one on time
+    assert [r.getMessage() for r in caplog.records] == [
+        "w7: heartbeat failed: the database is down"
+    ]

@@ -13,7 +13,7 @@ from tether.model import codec
 from tether.model import events as ev
 from tether.model.events import Event
 from tether.model.state import RunState, fold, to_data
-from tether.model.steps import Pages, StepList, StepState, usage_of
+from tether.model.steps import Pages, StepList, StepState, Usage, step_usage, usage_of
 from tether.store import snapshots
 
 pytestmark = pytest.mark.unit
@@ -183,3 +183,22 @@ def test_usage_is_read_from_a_result_object_as_from_a_dict() -> None:
     expected = {"input_tokens": 3, "output_tokens": 4, "cost": 0.0, "calls": 1}
     assert usage_of(as_object) == usage_of(as_dict) == expected
     assert usage_of(SimpleNamespace(text="no usage")) is None
+
+
+def test_usage_reads_each_documented_name_for_a_cost() -> None:
+    for name in ("cost", "cost_usd"):
+        assert usage_of({"usage": {name: 0.25}}) == {
+            "input_tokens": 0, "output_tokens": 0, "cost": 0.25, "calls": 1,
+        }  # fmt: skip
+    assert usage_of({"usage": {"cost": 0.5, "cost_usd": 0.25}})["cost"] == 0.5  # type: ignore[index]
+
+
+def test_only_a_model_call_s_output_is_read_for_usage() -> None:
+    """A tool or a step may return a dict that has a "usage" key (a meter reading, a
+    quota): it is their output, not tokens spent. Only a model call's counts."""
+    out = {"usage": {"input_tokens": 10, "output_tokens": 2, "cost": 0.5}}
+    assert step_usage({"kind": "llm", "output": out}) == Usage(10, 2, 0.5, 1)
+    for kind in ("tool", "step"):
+        assert step_usage({"kind": kind, "output": out}) is None
+    recorded = {"input_tokens": 1, "output_tokens": 1, "cost": 0.0, "calls": 1}
+    assert step_usage({"kind": "tool", "output": out, "usage": recorded}) == Usage(1, 1, 0.0, 1)
