@@ -9,6 +9,7 @@ from typing import Any, cast
 
 import pytest
 
+import tether
 from tether.engine.leases import CANCEL_POLL, heartbeat
 
 
@@ -94,3 +95,28 @@ def test_a_failed_beat_is_logged_with_its_owner_and_the_next_one_retries(
     assert [r.getMessage() for r in caplog.records] == [
         "w7: heartbeat failed: the database is down"
     ]
+
+
+def test_an_app_keeps_one_named_daemon_heartbeat_and_starts_another_when_it_died(
+    tmp_path: Any,
+) -> None:
+    """One heartbeat thread per App, however often it is asked for; a daemon, so it never
+    keeps the process from exiting; named, so a thread dump says what it is; and started
+    again when it died (kept alive, a dead thread would extend no lease)."""
+    app = tether.open(str(tmp_path / "hb.db"))
+    leases = app._leases
+    try:
+        leases.keep()
+        first = leases._heartbeat
+        assert first is not None and first.is_alive()
+        assert (first.name, first.daemon) == ("tether-heartbeat", True)
+        leases.keep()
+        assert leases._heartbeat is first  # not a second thread
+        first.stop()  # the thread ends, as if it died
+        assert not first.is_alive()
+        leases.keep()
+        assert leases._heartbeat is not first and leases._heartbeat.is_alive()
+    finally:
+        leases.stop()
+        app.close()
+    assert leases._heartbeat is None
