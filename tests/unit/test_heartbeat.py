@@ -120,3 +120,25 @@ def test_an_app_keeps_one_named_daemon_heartbeat_and_starts_another_when_it_died
         leases.stop()
         app.close()
     assert leases._heartbeat is None
+
+
+def test_the_heartbeat_thread_beats_every_third_of_the_lease_and_no_faster_than_50_ms(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tether.engine import leases as leases_module
+
+    loops: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(leases_module, "heartbeat", lambda *args: loops.append(args))
+    for ttl, interval in ((30.0, 10.0), (3.0, 1.0), (0.06, 0.05)):
+        app = tether.open(str(tmp_path / f"{ttl}.db"), lease_ttl=ttl)
+        thread = leases_module._Heartbeat(app._leases)
+        thread.run()  # the loop it would run, called here: it records its arguments
+        leases, owner, stopping, every, beat = loops[-1]
+        assert (leases, owner, stopping, every) == (
+            app._leases,
+            app.owner,
+            thread._stop_event,
+            interval,
+        )
+        assert beat == thread._beat
+        app.close()
