@@ -111,6 +111,8 @@ def test_the_bound_follows_the_lease_and_a_store_without_a_place_is_the_store() 
         _leases(Measured(-2.5, where=None), ttl=6.0).check_clock()
     assert "clock is 2.5 s ahead of the database's at the store: leases last 6 s" in str(e.value)
     assert "a third of that (2.0 s) off" in str(e.value)
+    with pytest.raises(tether.ClockSkew, match=r"clock is 0\.9 s behind the database's"):
+        _leases(Measured(0.9), ttl=1.5).check_clock()  # short leases: under a second is too much
 
 
 def test_a_claim_measures_before_it_leases() -> None:
