@@ -504,3 +504,15 @@ def test_a_call_s_event_without_its_intent_makes_its_record_at_its_position(
     s = run(CREATED, STARTED, (ev.DECISION, {"pos": 1, "name": "d", "choice": 1}), (type_, event))
     fresh = StepState(2, "charge", "tool", "running", started_at=at(4), seq=4)
     assert s.steps[1] == replace(fresh, **fields) and s.reverts == ()
+
+
+def test_reverts_are_kept_by_the_position_they_revert_whatever_order_they_came_in() -> None:
+    done = [(ev.STEP_COMPLETED, {"pos": p, "name": f"t{p}", "kind": "tool", "output": p,
+                                 "key": f"k{p}"}) for p in (1, 2, 3)]  # fmt: skip
+    doubt = [(ev.TOOL_IN_DOUBT, {"pos": p, "name": f"undo t{p}", "kind": "revert", "key": f"u{p}"})
+             for p in (3, 1, 2)]  # fmt: skip
+    s = run(CREATED, STARTED, *done, *doubt)
+    assert [(r.position, r.name, r.seq) for r in s.reverts] == [
+        (1, "undo t1", 7), (2, "undo t2", 8), (3, "undo t3", 6),
+    ]  # fmt: skip
+    assert s.revert_of(1) is s.reverts[0] and s.revert_of(3) is s.reverts[2]
