@@ -43,6 +43,22 @@ if [ "$what" = all ] || [ "$what" = python ]; then
   # TETHER_NO_SHRINK: a property test that fails under a mutant reports at once
   # PYTHONPATH: the tests' child processes import this checkout's source (mutmut's own
   # process imports the mutated copy in mutants/src)
+  # The watchdog: mutmut bounds a mutant by CPU time at (its tests' time + 1 s) x 30, two
+  # hours for a function many slow tests call, which a mutant that loops forever (a `+= 1`
+  # made `= 1` in a while loop) spends whole. A mutant past MUTMUT_HANG CPU seconds
+  # (default 900, well above any test set's time here) is stopped with SIGKILL: mutmut
+  # records exit -9 ("segfault", counted killed: the suite would hang on it), and
+  # mutants/hung.log names it, to check that it loops.
+  ( while sleep 20; do
+      pgrep -f "mutmut run" >/dev/null || break
+      for pid in $(pgrep -f '^mutmut: '); do
+        cpu=$(ps -o times= -p "$pid" | tr -d ' ')
+        if [ -n "$cpu" ] && [ "$cpu" -gt "${MUTMUT_HANG:-900}" ]; then
+          echo "$(date -u +%FT%TZ) $(ps -o cmd= -p "$pid") cpu=${cpu}s" >>mutants/hung.log
+          kill -KILL "$pid"
+        fi
+      done
+    done ) &
   PYTHONPATH="$PWD/src" TETHER_SKIP_PG=1 TETHER_NO_SHRINK=1 nice -n "${MUTMUT_NICE:-19}" .venv/bin/mutmut run \
     --max-children "${MUTMUT_CHILDREN:-2}" "${@:2}" >/dev/null || true
 fi

@@ -516,3 +516,10 @@ def test_reverts_are_kept_by_the_position_they_revert_whatever_order_they_came_i
         (1, "undo t1", 7), (2, "undo t2", 8), (3, "undo t3", 6),
     ]  # fmt: skip
     assert s.revert_of(1) is s.reverts[0] and s.revert_of(3) is s.reverts[2]
+
+
+def test_no_events_fold_to_the_start_or_to_an_empty_state_of_the_given_id() -> None:
+    assert fold([]) == RunState(run_id="")
+    assert fold([], run_id="r9") == RunState(run_id="r9")
+    start = run(CREATED, STARTED)
+    assert fold([], start, run_id="other") is start
