@@ -10,6 +10,7 @@ from typing import Any, cast
 import pytest
 
 import tether
+from tether.engine import leases as leases_module
 from tether.engine.leases import CANCEL_POLL, heartbeat
 
 
@@ -125,8 +126,6 @@ def test_an_app_keeps_one_named_daemon_heartbeat_and_starts_another_when_it_died
 def test_the_heartbeat_thread_beats_every_third_of_the_lease_and_no_faster_than_50_ms(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tether.engine import leases as leases_module
-
     loops: list[tuple[Any, ...]] = []
     monkeypatch.setattr(leases_module, "heartbeat", lambda *args: loops.append(args))
     for ttl, interval in ((30.0, 10.0), (3.0, 1.0), (0.06, 0.05)):
@@ -142,3 +141,28 @@ def test_the_heartbeat_thread_beats_every_third_of_the_lease_and_no_faster_than_
         )
         assert beat == thread._beat
         app.close()
+
+
+def test_a_beat_extends_this_process_s_leases_by_the_ttl_and_returns_its_cancel_requests(
+    tmp_path: Any,
+) -> None:
+    clock = tether.FakeClock()
+    app = tether.open(str(tmp_path / "beat.db"), clock=clock, lease_ttl=30)
+
+    @app.agent
+    def job(run: tether.Run) -> int:
+        return 1
+
+    mine, other = app.start(job, queue="default"), app.start(job, queue="default")
+    app._leases.claim(app.store.get_run(mine))
+    app.store.claim(other, owner="someone-else", ttl=30, now=clock.now())
+    start = clock.now()
+    clock.advance(12)
+    beat = leases_module._Heartbeat(app._leases)._beat
+    assert beat() == {}
+    assert app.store.get_run(mine).lease_expires == start + 12 + 30  # renewed from now
+    assert app.store.get_run(other).lease_expires == start + 30  # not this process's
+    app.store.request_cancel(mine, compensate=True, now=clock.now())
+    app.store.request_cancel(other, compensate=False, now=clock.now())
+    assert beat() == {mine: 2}  # flag 2: with compensation
+    app.close()
