@@ -166,3 +166,59 @@ def test_a_beat_extends_this_process_s_leases_by_the_ttl_and_returns_its_cancel_
     app.store.request_cancel(other, compensate=False, now=clock.now())
     assert beat() == {mine: 2}  # flag 2: with compensation
     app.close()
+
+
+class Refusing:
+    """A store that refuses ``refusals`` appends (the database down), then takes them."""
+
+    def __init__(self, refusals: int) -> None:
+        self.refusals, self.appends = refusals, []  # type: list[tuple[str, Any]]
+
+    def append(self, run_id: str, events: Any, **kw: Any) -> None:
+        if self.refusals:
+            self.refusals -= 1
+            raise tether.StoreUnavailable("the database is down")
+        self.appends.append((run_id, kw["transition"]))
+
+
+def test_a_lease_not_given_back_is_retried_with_its_transition_and_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from tether.engine.deps import Deps
+    from tether.engine.leases import Active, Leases
+
+    store = Refusing(refusals=4)  # each try is two appends: a lost connection is retried once
+    leases = Leases(Deps(cast(Any, store), tether.FakeClock(), "me"), Active())
+    later = cast(Any, "queued again, due later")  # the transition, passed through as is
+    with caplog.at_level(logging.WARNING, logger="tether"):
+        assert leases.let_go("r1", 4, later) is False  # refused twice (a lost connection's retry)
+        leases.retry_let_go()  # refused once more: kept, said nothing
+        assert store.appends == []
+        leases.retry_let_go()
+        leases.retry_let_go()  # given back: nothing left to try
+    assert store.appends == [("r1", later)]
+    assert [r.getMessage() for r in caplog.records] == [
+        "could not give run r1 back yet (retried every second): the database is down"
+    ]
+
+
+def test_a_refused_creation_does_not_keep_the_other_overdue_runs_from_being_created() -> None:
+    from tether.engine.leases import Active
+
+    flushed: list[str] = []
+
+    def journal(run_id: str, refused: bool) -> Any:
+        def flush(born: bool) -> None:
+            assert born
+            if refused:  # the journal is poisoned by it: its execution stops at its next call
+                raise tether.StoreUnavailable("refused")
+            flushed.append(run_id)
+
+        birth = SimpleNamespace(overdue=lambda: True)
+        return SimpleNamespace(run_id=run_id, birth=birth, flush=flush)
+
+    active = Active()
+    for run_id, refused in (("r1", True), ("r2", False)):
+        active.add(journal(run_id, refused))
+    active.create_overdue()
+    assert flushed == ["r2"]
