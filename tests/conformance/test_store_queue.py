@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from _conformance import PG_URL, T0, Backend, claimed, enqueue, new_run, until
 
+from tether.errors import Conflict
 from tether.store import QueueLimits, Serving, Store, Transition
 from tether.store.records import CLAIM_ALL
 
@@ -183,3 +184,29 @@ def test_a_rate_limit_counts_the_recent_claims_by_claim_time(backend: Backend) -
     else:
         plan = _pg_plan(backend, count.encode())
     assert "runs_claimed" in plan, plan
+
+
+def test_a_dedup_key_is_held_by_the_active_run_of_its_queue_and_key(store: Store) -> None:
+    assert enqueue(store, "a", dedup_key="k1") == ("a", True)
+    assert enqueue(store, "b", dedup_key="k2") == ("b", True)  # another key: a run of its own
+    assert enqueue(store, "c", queue="other", dedup_key="k1") == ("c", True)  # another queue
+    assert enqueue(store, "d", dedup_key="k1") == ("a", False)  # the holder's id
+    assert enqueue(store, "b", dedup_key="k9") == ("b", False)  # the id taken
+
+
+def test_after_a_concurrent_enqueue_postgres_looks_the_holder_up_again(
+    pg_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL's enqueue is one statement; when a concurrent enqueue of the same id or
+    key commits after its snapshot, ON CONFLICT skips the insert and the statement found no
+    holder: enqueue looks it up again (find_dedup). That statement's result is forced here;
+    the lookup runs on the server."""
+    store = pg_backend.open()
+    enqueue(store, "a", dedup_key="k1")
+    enqueue(store, "b", dedup_key="k2")
+    enqueue(store, "c", queue="other", dedup_key="k1")
+    monkeypatch.setattr(store, "_enqueue", lambda conn, queue, params: (None, 0, False))
+    assert enqueue(store, "d", dedup_key="k1") == ("a", False)
+    assert enqueue(store, "b", dedup_key="k9") == ("b", False)
+    with pytest.raises(Conflict, match="enqueued concurrently and gone again"):
+        enqueue(store, "e", dedup_key="k9")  # no holder any more: nothing to return
