@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # The blocks that carry the guarantees: the log, leases and claims, effects, signals.
 CORE_BLOCKS = (
-    "insert_run", "get_run", "append_event", "insert_event", "read_events",
+    "insert_run", "insert_run_event", "get_run", "append_event", "read_events",
     "update_status", "claim", "release", "renew", "latest_snapshot", "insert_snapshot",
     "get_effect", "put_effect", "send_signal", "wake_for", "pending_signal", "take_signal",
     "request_cancel", "find_dedup", "queue_depth", "claim_candidates", "running_in_queue",

@@ -13,8 +13,7 @@ from tether.store.queries import load_queries
 # CTEs is several queries here; and what only SQLite has (its WAL).
 SQLITE_ONLY = {
     "insert_run": "the run row of create_run and enqueue (PostgreSQL: create_run, enqueue)",
-    "insert_event": "the first events of a new run (PostgreSQL: create_run, enqueue)",
-    "insert_run_event": "insert_event, the run's key known (PostgreSQL: create_run, enqueue)",
+    "insert_run_event": "a new run's first events (PostgreSQL: create_run, enqueue)",
     "latest_snapshot": "load's snapshot, read before its events (PostgreSQL: load_run)",
     "put_effect": "an append's effects write (PostgreSQL: the append_* statements)",
     "take_signal": "an append's signal take (PostgreSQL: append_events)",

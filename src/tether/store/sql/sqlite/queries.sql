@@ -42,11 +42,6 @@ WHERE id = :id AND epoch = :epoch
 -- The first events of a run just inserted, its key known (the run's rk, shifted, with seq).
 INSERT INTO events (key, type, data, at, actor) VALUES (?, ?, ?, ?, ?);
 
--- name: insert_event
--- Append one event without a fencing check (run creation, holder-free writes).
-INSERT INTO events (key, type, data, at, actor)
-SELECT (rk << 32) | :seq, :type, :data, :at, :actor FROM runs WHERE id = :id;
-
 -- name: read_events
 -- A run's events with after < seq <= upto, in order (a range of the events B-tree).
 SELECT :id, e.key - r.base, e.type, e.data, e.at, e.actor
