@@ -172,7 +172,8 @@ class Refusing:
     """A store that refuses ``refusals`` appends (the database down), then takes them."""
 
     def __init__(self, refusals: int) -> None:
-        self.refusals, self.appends = refusals, []  # type: list[tuple[str, Any]]
+        self.refusals = refusals
+        self.appends: list[tuple[str, Any]] = []
 
     def append(self, run_id: str, events: Any, **kw: Any) -> None:
         if self.refusals:
