@@ -11,7 +11,8 @@ import pytest
 
 import tether
 from tether.engine import leases as leases_module
-from tether.engine.leases import CANCEL_POLL, heartbeat
+from tether.engine.deps import Deps
+from tether.engine.leases import CANCEL_POLL, Active, Leases, heartbeat
 
 
 class Ticks:
@@ -185,9 +186,6 @@ class Refusing:
 def test_a_lease_not_given_back_is_retried_with_its_transition_and_logged_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from tether.engine.deps import Deps
-    from tether.engine.leases import Active, Leases
-
     store = Refusing(refusals=4)  # each try is two appends: a lost connection is retried once
     leases = Leases(Deps(cast(Any, store), tether.FakeClock(), "me"), Active())
     later = cast(Any, "queued again, due later")  # the transition, passed through as is
@@ -204,8 +202,6 @@ def test_a_lease_not_given_back_is_retried_with_its_transition_and_logged_once(
 
 
 def test_a_refused_creation_does_not_keep_the_other_overdue_runs_from_being_created() -> None:
-    from tether.engine.leases import Active
-
     flushed: list[str] = []
 
     def journal(run_id: str, refused: bool) -> Any:
